@@ -1,0 +1,3 @@
+//! The NATS side: subjects, headers and payloads, and publishing to core NATS or JetStream.
+
+pub mod subject;

@@ -1,0 +1,1 @@
+//! What operators see: logs, Prometheus metrics, health and readiness.
