@@ -1,0 +1,643 @@
+//! The HTTP face of the simulator: routing, authentication, RBAC, and the list, watch, CRUD and
+//! discovery handlers.
+//!
+//! Every request goes through one function, [`handle`], which records it for the test, so the
+//! order of checks is visible in one place and matches the real server's filter chain:
+//! authentication (401), injected failures (429/5xx, as priority and fairness answers after
+//! authentication), routing (404/405), authorization (403), then the handler. Handlers return
+//! `Result<Response, ApiError>`; nothing that comes from the network is unwrapped, so a bad
+//! request is a 400 Status, never a panic.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::Response;
+use axum::Router;
+use base64::Engine as _;
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::resources::{self, ResourceType};
+use super::selector::{FieldSelector, LabelSelector};
+use super::status::ApiError;
+use super::store::{strip_type_meta, Key};
+use super::watch::{self, event_line, WatchSpec};
+use super::{lock, read_valid_tokens, Auth, RequestRecord, Shared, USER};
+
+/// Largest request body accepted; objects in tests are tiny, so this only guards memory.
+const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// Buffered lines per watch body before the watch task waits for the client (backpressure).
+const WATCH_BODY_BUFFER: usize = 16;
+
+/// The router: one fallback handler, because Kubernetes paths are easier to match as a slice
+/// than as a route table.
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new().fallback(handle).with_state(shared)
+}
+
+type Query = BTreeMap<String, String>;
+
+async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let query: Query = form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
+        .into_owned()
+        .collect();
+    let token = bearer_token(req.headers());
+    let response = serve(
+        &shared,
+        &method,
+        &path,
+        &query,
+        token.as_deref(),
+        req.into_body(),
+    )
+    .await
+    .unwrap_or_else(error_response);
+    lock(&shared.requests).push(RequestRecord {
+        method: method.to_string(),
+        path,
+        query,
+        status: response.status().as_u16(),
+        token_sent: token.is_some(),
+    });
+    response
+}
+
+fn bearer_token(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim().to_string())
+}
+
+/// What a request addresses.
+enum Route {
+    /// A fixed discovery (or version) document.
+    Document(Value),
+    /// `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`.
+    SelfSubjectAccessReview,
+    /// A collection or one object.
+    Resource {
+        rt: &'static ResourceType,
+        namespace: Option<String>,
+        name: Option<String>,
+    },
+}
+
+fn parse_route(shared: &Shared, path: &str) -> Result<Route, ApiError> {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let doc = |d: Option<Value>| d.map(Route::Document).ok_or_else(ApiError::unknown_path);
+    match segs.as_slice() {
+        ["api"] => Ok(Route::Document(resources::api_versions(
+            &shared.server_address,
+        ))),
+        ["apis"] => Ok(Route::Document(resources::api_group_list())),
+        ["version"] => Ok(Route::Document(json!({
+            "major": "1", "minor": "33", "gitVersion": "v1.33.0-kube2nats-harness",
+            "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
+            "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24.0", "compiler": "gc",
+            "platform": "linux/amd64"
+        }))),
+        ["api", version] => doc(resources::api_resource_list("", version)),
+        ["apis", group] => doc(resources::api_group(group)),
+        ["apis", group, version] => doc(resources::api_resource_list(group, version)),
+        ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] => {
+            Ok(Route::SelfSubjectAccessReview)
+        }
+        ["api", version, rest @ ..] => resource_route("", version, rest),
+        ["apis", group, version, rest @ ..] => resource_route(group, version, rest),
+        _ => Err(ApiError::unknown_path()),
+    }
+}
+
+fn resource_route(group: &str, version: &str, rest: &[&str]) -> Result<Route, ApiError> {
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, tail @ ..] if !tail.is_empty() => (Some(ns.to_string()), tail),
+        _ => (None, rest),
+    };
+    let (plural, name) = match rest {
+        [plural] => (*plural, None),
+        [plural, name] => (*plural, Some(name.to_string())),
+        _ => return Err(ApiError::unknown_path()),
+    };
+    let rt = resources::lookup(group, version, plural).ok_or_else(ApiError::unknown_path)?;
+    let scope_ok = match (rt.namespaced, &namespace, &name) {
+        (false, Some(_), _) => false,
+        (true, None, Some(_)) => false,
+        _ => true,
+    };
+    if !scope_ok {
+        return Err(ApiError::unknown_path());
+    }
+    Ok(Route::Resource {
+        rt,
+        namespace,
+        name,
+    })
+}
+
+fn is_true(query: &Query, key: &str) -> bool {
+    matches!(
+        query.get(key).map(String::as_str),
+        Some("1" | "true" | "True")
+    )
+}
+
+/// The RBAC verb of a resource request.
+fn verb(method: &Method, has_name: bool, watch: bool) -> Option<&'static str> {
+    match (method.as_str(), has_name, watch) {
+        ("GET", _, true) => Some("watch"),
+        ("GET", true, false) => Some("get"),
+        ("GET", false, false) => Some("list"),
+        ("POST", false, _) => Some("create"),
+        ("PUT", true, _) => Some("update"),
+        ("DELETE", true, _) => Some("delete"),
+        _ => None,
+    }
+}
+
+async fn serve(
+    shared: &Arc<Shared>,
+    method: &Method,
+    path: &str,
+    query: &Query,
+    token: Option<&str>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    authenticate(shared, token)?;
+    let route = parse_route(shared, path);
+    let watch = is_true(query, "watch");
+    let is_collection_get =
+        matches!(&route, Ok(Route::Resource { name: None, .. })) && method == Method::GET;
+    if let Some(failure) = shared.take_failure(is_collection_get && !watch, watch) {
+        return Err(failure.to_error());
+    }
+    match route? {
+        Route::Document(doc) if method == Method::GET => Ok(json_response(StatusCode::OK, &doc)),
+        Route::Document(_) => Err(ApiError::method_not_allowed(method.as_str())),
+        Route::SelfSubjectAccessReview if method == Method::POST => {
+            let review = read_json(body).await?;
+            Ok(self_subject_access_review(shared, token, review))
+        }
+        Route::SelfSubjectAccessReview => Err(ApiError::method_not_allowed(method.as_str())),
+        Route::Resource {
+            rt,
+            namespace,
+            name,
+        } => {
+            let verb = verb(method, name.is_some(), watch)
+                .ok_or_else(|| ApiError::method_not_allowed(method.as_str()))?;
+            authorize(
+                shared,
+                token,
+                verb,
+                rt,
+                namespace.as_deref(),
+                name.as_deref(),
+            )?;
+            let ns = namespace.as_deref();
+            match (verb, name) {
+                ("watch", name) => start_watch(shared, rt, namespace, name, query),
+                ("list", _) => list(shared, rt, ns, query),
+                ("get", Some(name)) => shared
+                    .store()
+                    .get(rt, ns, &name)
+                    .map(|obj| json_response(StatusCode::OK, &obj))
+                    .ok_or_else(|| ApiError::not_found(rt.plural, rt.group, &name)),
+                ("create", _) => {
+                    let obj = read_json(body).await?;
+                    let created = shared.store().create(rt, ns, obj)?;
+                    Ok(json_response(StatusCode::CREATED, &created))
+                }
+                ("update", Some(name)) => {
+                    let obj = read_json(body).await?;
+                    update(shared, rt, ns, &name, obj)
+                }
+                ("delete", Some(name)) => {
+                    let deleted = shared.store().delete(rt, ns, &name)?;
+                    Ok(json_response(StatusCode::OK, &deleted))
+                }
+                _ => Err(ApiError::method_not_allowed(method.as_str())),
+            }
+        }
+    }
+}
+
+/// 401 unless auth is off or the token is in the valid-token file, re-read on every request
+/// so tests can rotate tokens between two requests.
+fn authenticate(shared: &Shared, token: Option<&str>) -> Result<(), ApiError> {
+    match shared.auth {
+        Auth::None => Ok(()),
+        Auth::Tokens => {
+            let valid = read_valid_tokens(&shared.valid_tokens_file);
+            match token {
+                Some(t) if valid.iter().any(|v| v == t) => Ok(()),
+                _ => Err(ApiError::unauthorized()),
+            }
+        }
+    }
+}
+
+fn allowed(
+    shared: &Shared,
+    token: Option<&str>,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: Option<&str>,
+) -> bool {
+    let rules = lock(&shared.rules);
+    match rules.get(token.unwrap_or("")) {
+        None => true,
+        Some(rules) => rules
+            .iter()
+            .any(|r| r.allows(verb, group, resource, namespace)),
+    }
+}
+
+fn authorize(
+    shared: &Shared,
+    token: Option<&str>,
+    verb: &str,
+    rt: &ResourceType,
+    namespace: Option<&str>,
+    name: Option<&str>,
+) -> Result<(), ApiError> {
+    if allowed(shared, token, verb, rt.group, rt.plural, namespace) {
+        Ok(())
+    } else {
+        Err(ApiError::forbidden(
+            USER, verb, rt.plural, rt.group, namespace, name,
+        ))
+    }
+}
+
+fn self_subject_access_review(shared: &Shared, token: Option<&str>, review: Value) -> Response {
+    let attrs = &review["spec"]["resourceAttributes"];
+    let field = |k: &str| attrs[k].as_str().unwrap_or("");
+    let namespace = Some(field("namespace")).filter(|ns| !ns.is_empty());
+    let is_allowed = attrs.is_object()
+        && allowed(
+            shared,
+            token,
+            field("verb"),
+            field("group"),
+            field("resource"),
+            namespace,
+        );
+    let mut status = json!({ "allowed": is_allowed });
+    if !is_allowed {
+        status["denied"] = json!(false);
+    }
+    json_response(
+        StatusCode::CREATED,
+        &json!({
+            "kind": "SelfSubjectAccessReview",
+            "apiVersion": "authorization.k8s.io/v1",
+            "metadata": { "creationTimestamp": null },
+            "spec": review.get("spec").cloned().unwrap_or(json!({})),
+            "status": status,
+        }),
+    )
+}
+
+fn update(
+    shared: &Shared,
+    rt: &'static ResourceType,
+    namespace: Option<&str>,
+    name: &str,
+    obj: Value,
+) -> Result<Response, ApiError> {
+    if let Some(body_name) = obj.pointer("/metadata/name").and_then(Value::as_str) {
+        if body_name != name {
+            return Err(ApiError::bad_request(
+                "the name of the object does not match the name on the URL",
+            ));
+        }
+    }
+    let mut store = shared.store();
+    let current = store
+        .get(rt, namespace, name)
+        .ok_or_else(|| ApiError::not_found(rt.plural, rt.group, name))?;
+    let sent_rv = obj
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str);
+    if sent_rv.is_some_and(|rv| Some(rv) != current["metadata"]["resourceVersion"].as_str()) {
+        return Err(ApiError::conflict(rt.plural, rt.group, name));
+    }
+    let updated = store.update(rt, namespace, name, |o| *o = obj)?;
+    Ok(json_response(StatusCode::OK, &updated))
+}
+
+/// Parses `resourceVersion`: `None` for unset or "", else the number.
+fn parse_rv(query: &Query) -> Result<Option<u64>, ApiError> {
+    match query.get("resourceVersion").map(String::as_str) {
+        None | Some("") => Ok(None),
+        Some(s) => s
+            .parse()
+            .map(Some)
+            .map_err(|_| ApiError::bad_request(format!("invalid resource version: {s:?}"))),
+    }
+}
+
+fn selectors(query: &Query) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
+        .map_err(ApiError::bad_request)?;
+    let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))
+        .map_err(ApiError::bad_request)?;
+    Ok((labels, fields))
+}
+
+/// A continue token: the list's revision and the last key returned, base64 JSON like the real
+/// server's (`{"v":"meta.k8s.io/v1","rv":N,"start":"ns/name"}`).
+fn encode_continue(revision: u64, last: &Key) -> String {
+    let token =
+        json!({ "v": "meta.k8s.io/v1", "rv": revision, "start": format!("{}/{}", last.1, last.2) });
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token.to_string())
+}
+
+fn decode_continue(token: &str) -> Result<(u64, String, String), ApiError> {
+    let invalid = || {
+        ApiError::bad_request("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)")
+    };
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token.trim_end_matches('='))
+        .map_err(|_| invalid())?;
+    let value: Value = serde_json::from_slice(&bytes).map_err(|_| invalid())?;
+    let revision = value["rv"].as_u64().ok_or_else(invalid)?;
+    let (ns, name) = value["start"]
+        .as_str()
+        .and_then(|s| s.split_once('/'))
+        .ok_or_else(invalid)?;
+    Ok((revision, ns.to_string(), name.to_string()))
+}
+
+fn list(
+    shared: &Shared,
+    rt: &'static ResourceType,
+    namespace: Option<&str>,
+    query: &Query,
+) -> Result<Response, ApiError> {
+    let (labels, fields) = selectors(query)?;
+    let limit: usize = match query.get("limit").map(String::as_str) {
+        None | Some("") => 0,
+        Some(s) => s
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("invalid limit: {s:?}")))?,
+    };
+    let rv = parse_rv(query)?;
+    let rv_match = query
+        .get("resourceVersionMatch")
+        .map(String::as_str)
+        .filter(|m| !m.is_empty());
+    let continue_token = query
+        .get("continue")
+        .map(String::as_str)
+        .filter(|c| !c.is_empty());
+
+    let store = shared.store();
+    let current = store.revision();
+    let (revision, start) = match continue_token {
+        Some(token) => {
+            if rv.is_some_and(|r| r != 0) {
+                return Err(ApiError::bad_request(
+                    "specifying resource version is not allowed when using continue",
+                ));
+            }
+            let (revision, ns, name) = decode_continue(token)?;
+            if revision < store.history_start() {
+                return Err(ApiError::continue_expired());
+            }
+            if revision > current {
+                return Err(ApiError::bad_request(
+                    "continue key is not valid: too large resource version",
+                ));
+            }
+            (revision, Some((ns, name)))
+        }
+        None => {
+            let revision = match (rv, rv_match) {
+                (None, Some(_)) => {
+                    return Err(ApiError::bad_request(
+                        "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                    ))
+                }
+                (None, None) | (Some(0), None | Some("NotOlderThan")) => current,
+                (Some(n), _) if n > current => return Err(ApiError::too_large(n, current)),
+                (Some(_), None | Some("NotOlderThan")) => current,
+                (Some(n), Some("Exact")) if n < store.history_start() => {
+                    return Err(ApiError::too_old(n, store.history_start()))
+                }
+                (Some(n), Some("Exact")) => n,
+                (Some(_), Some(other)) => {
+                    return Err(ApiError::bad_request(format!(
+                        "unsupported resourceVersionMatch: {other:?}"
+                    )))
+                }
+            };
+            (revision, None)
+        }
+    };
+    let state = store.state_at(rt, revision);
+    drop(store);
+
+    let scope_ok = |obj: &Value| {
+        namespace
+            .is_none_or(|ns| obj.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns))
+    };
+    let mut matching = state.into_iter().filter(|(key, obj)| {
+        start
+            .as_ref()
+            .is_none_or(|(ns, name)| (&key.1, &key.2) > (ns, name))
+            && scope_ok(obj)
+            && labels.matches(obj)
+            && fields.matches(obj)
+    });
+    let mut items = Vec::new();
+    let mut last_key = None;
+    for (key, obj) in matching.by_ref() {
+        items.push(strip_type_meta(obj));
+        last_key = Some(key);
+        if limit > 0 && items.len() == limit {
+            break;
+        }
+    }
+    let remaining = matching.count();
+    let mut metadata = json!({ "resourceVersion": revision.to_string() });
+    if remaining > 0 {
+        if let Some(last) = &last_key {
+            metadata["continue"] = json!(encode_continue(revision, last));
+        }
+        // The real server counts what is left only when no selector filters it.
+        if labels.is_empty() && fields.is_empty() {
+            metadata["remainingItemCount"] = json!(remaining);
+        }
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({
+            "kind": format!("{}List", rt.kind),
+            "apiVersion": rt.api_version(),
+            "metadata": metadata,
+            "items": items,
+        }),
+    ))
+}
+
+fn start_watch(
+    shared: &Arc<Shared>,
+    rt: &'static ResourceType,
+    namespace: Option<String>,
+    name: Option<String>,
+    query: &Query,
+) -> Result<Response, ApiError> {
+    let (labels, mut fields) = selectors(query)?;
+    if let Some(name) = name {
+        // The deprecated watch on a single object is a watch with a name field selector.
+        let combined = match query.get("fieldSelector").filter(|s| !s.is_empty()) {
+            Some(s) => format!("{s},metadata.name={name}"),
+            None => format!("metadata.name={name}"),
+        };
+        fields = FieldSelector::parse(&combined).map_err(ApiError::bad_request)?;
+    }
+    let timeout = match query.get("timeoutSeconds").map(String::as_str) {
+        None | Some("") => None,
+        Some(s) => Some(Duration::from_secs(s.parse().map_err(|_| {
+            ApiError::bad_request(format!("invalid timeoutSeconds: {s:?}"))
+        })?)),
+    };
+    let spec = WatchSpec {
+        resource: rt,
+        namespace,
+        labels,
+        fields,
+        allow_bookmarks: is_true(query, "allowWatchBookmarks"),
+        timeout,
+    };
+    let send_initial = is_true(query, "sendInitialEvents");
+    let rv_match = query
+        .get("resourceVersionMatch")
+        .map(String::as_str)
+        .filter(|m| !m.is_empty());
+    if send_initial {
+        if rv_match != Some("NotOlderThan") {
+            return Err(ApiError::invalid(
+                "ListOptions",
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        if !spec.allow_bookmarks {
+            return Err(ApiError::invalid(
+                "ListOptions",
+                "allowWatchBookmarks",
+                "allowWatchBookmarks must be set to true when sendInitialEvents is set",
+            ));
+        }
+    } else if rv_match.is_some() {
+        return Err(ApiError::invalid(
+            "ListOptions",
+            "resourceVersionMatch",
+            "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        ));
+    }
+    let rv = parse_rv(query)?;
+
+    let mut store = shared.store();
+    let current = store.revision();
+    let snapshot = |store: &super::Store| -> Vec<Bytes> {
+        store
+            .state_at(rt, current)
+            .values()
+            .filter(|obj| spec.matches(obj))
+            .map(|obj| event_line("ADDED", obj))
+            .collect()
+    };
+    let initial = match rv {
+        Some(n) if n > current => return Err(ApiError::too_large(n, current)),
+        _ if send_initial => {
+            let mut lines = snapshot(&store);
+            lines.push(spec.bookmark(current, true));
+            lines
+        }
+        None | Some(0) => snapshot(&store),
+        Some(n) if n < store.history_start() => {
+            let status = ApiError::too_old(n, store.history_start()).body;
+            let line = event_line("ERROR", &status);
+            return Ok(stream_response(Body::from_stream(
+                futures_util::stream::once(async move { Ok::<_, std::io::Error>(line) }),
+            )));
+        }
+        Some(n) => store
+            .changes_since(rt, n)
+            .iter()
+            .filter_map(|change| spec.event_for(change))
+            .collect(),
+    };
+    let rx = store.register(rt);
+    drop(store);
+
+    let (tx, body_rx) = mpsc::channel(WATCH_BODY_BUFFER);
+    tokio::spawn(watch::run(
+        spec,
+        initial,
+        rx,
+        tx,
+        shared.stream_delay.clone(),
+    ));
+    Ok(stream_response(Body::from_stream(ReceiverStream::new(
+        body_rx,
+    ))))
+}
+
+async fn read_json(body: Body) -> Result<Value, ApiError> {
+    let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the body of the request was in an unknown format: {e}"
+        ))
+    })
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// A 200 whose body is streamed (chunked), as every watch response is.
+fn stream_response(body: Body) -> Response {
+    let mut response = Response::new(body);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn error_response(error: ApiError) -> Response {
+    let status = StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = json_response(status, &error.body);
+    if let Some(secs) = error.retry_after_secs {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    response
+}

@@ -1,0 +1,613 @@
+//! A simulated kube-apiserver, in process, on a free loopback port.
+//!
+//! kube2nats' promises (nothing lost, nothing twice, order kept) are about how it reacts to what an
+//! API server does over the wire: paged lists at one consistent revision, watches resumed from a
+//! resourceVersion, bookmarks, 410 Expired in both its forms, 504 "too large resource version",
+//! 429/5xx with Retry-After, token rotation, RBAC refusals and connections that die mid-line. A
+//! real cluster cannot be made to do those things on cue, so this module reproduces them, with
+//! the real server's paths, JSON shapes and status codes, plus knobs to trigger each fault.
+//!
+//! Layout:
+//! - [`store`](self): objects, the global revision and the bounded history (etcd + watch cache);
+//! - `http`: routing, auth, RBAC, list/watch/CRUD handlers and discovery;
+//! - `watch`: one task per open watch, writing NDJSON and misbehaving on request;
+//! - `selector`, `status`, `resources`, `tls`: the parts those share.
+//!
+//! Everything a test can do over HTTP (create, update, delete, get, list, watch) it can also do
+//! directly through [`ApiServer`]'s methods, which is shorter in test code.
+
+mod http;
+mod resources;
+mod selector;
+mod status;
+mod store;
+mod tls;
+mod watch;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::task::{JoinHandle, JoinSet};
+
+pub use status::ApiError;
+use store::{Store, WatchFault, WatchMsg};
+
+/// The user RBAC messages name: the service account kube2nats runs as in the deploy manifests.
+pub const USER: &str = "system:serviceaccount:default:kube2nats";
+
+/// The token written to [`ApiServer::token_file`] and accepted at start.
+pub const INITIAL_TOKEN: &str = "test-token";
+
+/// Default number of changes the history remembers (the real watch cache holds a bounded window too).
+pub const DEFAULT_HISTORY_LIMIT: usize = 1000;
+
+/// How clients must authenticate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Auth {
+    /// No authentication, like `kubectl proxy`; every request is allowed (RBAC rules still apply
+    /// to a bearer token if one is sent).
+    None,
+    /// A bearer token from the valid-token file is required; it is re-read on every request.
+    #[default]
+    Tokens,
+}
+
+/// How [`ApiServer::start`] sets the server up.
+#[derive(Debug, Clone)]
+pub struct ApiServerOptions {
+    /// Serve HTTPS with a freshly generated CA (see [`ApiServer::ca_file`]).
+    pub tls: bool,
+    /// Authentication mode.
+    pub auth: Auth,
+    /// Number of changes remembered for watches and paged lists; older ones are answered 410.
+    pub history_limit: usize,
+    /// Send a BOOKMARK this often to watches that allow bookmarks; `None`: only on
+    /// [`ApiServer::send_bookmarks`] (real servers send them at no fixed interval, or not at all).
+    pub bookmark_interval: Option<Duration>,
+}
+
+impl Default for ApiServerOptions {
+    fn default() -> Self {
+        ApiServerOptions {
+            tls: false,
+            auth: Auth::Tokens,
+            history_limit: DEFAULT_HISTORY_LIMIT,
+            bookmark_interval: None,
+        }
+    }
+}
+
+/// One RBAC rule, as in a Role: a request is allowed if some rule of its token lists its verb,
+/// API group and resource (or `*`), and — unless `namespaces` is empty, meaning all namespaces
+/// and cluster scope — its namespace. Cluster-wide requests need a rule with no namespaces.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rule {
+    /// `get`, `list`, `watch`, `create`, `update`, `delete` or `*`.
+    pub verbs: Vec<String>,
+    /// API groups (`""` for core) or `*`.
+    pub api_groups: Vec<String>,
+    /// Plural resource names or `*`.
+    pub resources: Vec<String>,
+    /// Namespaces the rule applies to; empty for all.
+    pub namespaces: Vec<String>,
+}
+
+impl Rule {
+    /// A rule from string slices; `namespaces` empty means all.
+    pub fn new(
+        verbs: &[&str],
+        api_groups: &[&str],
+        resources: &[&str],
+        namespaces: &[&str],
+    ) -> Self {
+        let own = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect();
+        Rule {
+            verbs: own(verbs),
+            api_groups: own(api_groups),
+            resources: own(resources),
+            namespaces: own(namespaces),
+        }
+    }
+
+    fn allows(&self, verb: &str, group: &str, resource: &str, namespace: Option<&str>) -> bool {
+        let has = |xs: &[String], x: &str| xs.iter().any(|v| v == "*" || v == x);
+        has(&self.verbs, verb)
+            && has(&self.api_groups, group)
+            && has(&self.resources, resource)
+            && (self.namespaces.is_empty()
+                || namespace.is_some_and(|ns| self.namespaces.iter().any(|n| n == ns)))
+    }
+}
+
+/// An injected failure answered instead of the real response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// 429 TooManyRequests (API priority and fairness), with `Retry-After`.
+    TooManyRequests {
+        /// `Retry-After` seconds.
+        retry_after_secs: u64,
+    },
+    /// 500 InternalError.
+    Internal,
+    /// 503 ServiceUnavailable, with `Retry-After`.
+    Unavailable {
+        /// `Retry-After` seconds.
+        retry_after_secs: u64,
+    },
+}
+
+impl Failure {
+    fn to_error(self) -> ApiError {
+        match self {
+            Failure::TooManyRequests { retry_after_secs } => ApiError::new(
+                429,
+                "TooManyRequests",
+                "Too many requests, please try again later.",
+                None,
+            )
+            .with_retry_after(retry_after_secs),
+            Failure::Internal => ApiError::new(
+                500,
+                "InternalError",
+                "Internal error occurred: injected failure",
+                Some(serde_json::json!({ "causes": [{ "message": "injected failure" }] })),
+            ),
+            Failure::Unavailable { retry_after_secs } => ApiError::new(
+                503,
+                "ServiceUnavailable",
+                "the server is currently unable to handle the request",
+                None,
+            )
+            .with_retry_after(retry_after_secs),
+        }
+    }
+}
+
+/// Which requests an injected failure applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RequestFilter {
+    /// Every request, discovery included.
+    #[default]
+    Any,
+    /// Only list requests (GET on a collection without `watch`).
+    List,
+    /// Only watch requests.
+    Watch,
+}
+
+/// One request as the server saw it, for tests to assert on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestRecord {
+    /// HTTP method.
+    pub method: String,
+    /// Path without the query.
+    pub path: String,
+    /// Decoded query parameters (last value wins).
+    pub query: BTreeMap<String, String>,
+    /// Status code answered (200 for a watch, whatever its stream later says).
+    pub status: u16,
+    /// Whether an `Authorization: Bearer` header was sent.
+    pub token_sent: bool,
+}
+
+impl RequestRecord {
+    /// Whether this was a watch request.
+    pub fn is_watch(&self) -> bool {
+        matches!(
+            self.query.get("watch").map(String::as_str),
+            Some("1" | "true")
+        )
+    }
+
+    /// A query parameter.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.query.get(name).map(String::as_str)
+    }
+}
+
+/// Failures still to be answered.
+#[derive(Debug, Clone, Copy)]
+struct PendingFailures {
+    remaining: usize,
+    filter: RequestFilter,
+    failure: Failure,
+}
+
+/// State shared by the server's tasks and the [`ApiServer`] handle.
+struct Shared {
+    store: Mutex<Store>,
+    auth: Auth,
+    valid_tokens_file: PathBuf,
+    token_file: PathBuf,
+    rules: Mutex<HashMap<String, Vec<Rule>>>,
+    failures: Mutex<Option<PendingFailures>>,
+    stream_delay: Arc<Mutex<Duration>>,
+    requests: Mutex<Vec<RequestRecord>>,
+    server_address: String,
+}
+
+/// Locks a mutex, recovering from poisoning: a panicking test thread must not take the server
+/// down with it, and every critical section leaves the data consistent.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    fn store(&self) -> MutexGuard<'_, Store> {
+        lock(&self.store)
+    }
+
+    /// Takes one pending failure if it applies to a request of this kind.
+    fn take_failure(&self, is_list: bool, is_watch: bool) -> Option<Failure> {
+        let mut pending = lock(&self.failures);
+        let p = pending.as_mut()?;
+        let applies = match p.filter {
+            RequestFilter::Any => true,
+            RequestFilter::List => is_list,
+            RequestFilter::Watch => is_watch,
+        };
+        if !applies {
+            return None;
+        }
+        let failure = p.failure;
+        p.remaining -= 1;
+        if p.remaining == 0 {
+            *pending = None;
+        }
+        Some(failure)
+    }
+}
+
+/// A running simulated API server. Dropping it stops the server and aborts every connection.
+pub struct ApiServer {
+    shared: Arc<Shared>,
+    url: String,
+    ca_file: Option<PathBuf>,
+    tasks: Vec<JoinHandle<()>>,
+    /// Holds the token, valid-token and CA files; removed on drop.
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+fn resource(plural: &str) -> &'static resources::ResourceType {
+    resources::by_plural(plural).unwrap_or_else(|| {
+        panic!(
+            "unknown resource {plural:?}; the simulator serves {:?}",
+            resources::RESOURCES
+                .iter()
+                .map(|r| r.plural)
+                .collect::<Vec<_>>()
+        )
+    })
+}
+
+impl ApiServer {
+    /// Starts a server on `127.0.0.1:0` and returns once it accepts connections.
+    pub async fn start(opts: ApiServerOptions) -> anyhow::Result<ApiServer> {
+        let dir = tempfile::tempdir().context("creating the simulator's temp dir")?;
+        let token_file = dir.path().join("token");
+        let valid_tokens_file = dir.path().join("valid-tokens");
+        std::fs::write(&token_file, INITIAL_TOKEN).context("writing the token file")?;
+        std::fs::write(&valid_tokens_file, format!("{INITIAL_TOKEN}\n"))
+            .context("writing the valid-token file")?;
+
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("binding 127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let (url, tls_acceptor, ca_file) = if opts.tls {
+            let (acceptor, ca_pem) = tls::acceptor()?;
+            let ca_file = dir.path().join("ca.crt");
+            std::fs::write(&ca_file, ca_pem).context("writing the CA file")?;
+            (
+                format!("https://localhost:{}", addr.port()),
+                Some(acceptor),
+                Some(ca_file),
+            )
+        } else {
+            (format!("http://127.0.0.1:{}", addr.port()), None, None)
+        };
+
+        let shared = Arc::new(Shared {
+            store: Mutex::new(Store::new(opts.history_limit)),
+            auth: opts.auth,
+            valid_tokens_file,
+            token_file,
+            rules: Mutex::new(HashMap::new()),
+            failures: Mutex::new(None),
+            stream_delay: Arc::new(Mutex::new(Duration::ZERO)),
+            requests: Mutex::new(Vec::new()),
+            server_address: addr.to_string(),
+        });
+
+        let mut tasks = vec![tokio::spawn(accept_loop(
+            listener,
+            tls_acceptor,
+            http::router(shared.clone()),
+        ))];
+        if let Some(interval) = opts.bookmark_interval {
+            let shared = shared.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut ticker = tokio::time::interval(interval);
+                ticker.tick().await;
+                loop {
+                    ticker.tick().await;
+                    let mut store = shared.store();
+                    let revision = store.revision();
+                    store.broadcast(WatchMsg::Bookmark(revision));
+                }
+            }));
+        }
+        Ok(ApiServer {
+            shared,
+            url,
+            ca_file,
+            tasks,
+            _dir: dir,
+        })
+    }
+
+    /// Base URL: `http://127.0.0.1:PORT`, or `https://localhost:PORT` with TLS (the certificate
+    /// is valid for `localhost` and `127.0.0.1`).
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// The loopback address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.shared
+            .server_address
+            .parse()
+            .expect("the server address was formatted from a SocketAddr")
+    }
+
+    /// PEM file of the CA that signed the server certificate (TLS only).
+    pub fn ca_file(&self) -> Option<PathBuf> {
+        self.ca_file.clone()
+    }
+
+    /// File holding one valid token, as a projected service-account token file would;
+    /// [`set_valid_tokens`](Self::set_valid_tokens) rewrites it with the first new token.
+    pub fn token_file(&self) -> PathBuf {
+        self.shared.token_file.clone()
+    }
+
+    /// Replaces the accepted tokens (the server re-reads them on every request) and writes the
+    /// first one to [`token_file`](Self::token_file), as a kubelet rotating a bound token does.
+    pub fn set_valid_tokens(&self, tokens: &[&str]) {
+        let mut contents = tokens.join("\n");
+        contents.push('\n');
+        std::fs::write(&self.shared.valid_tokens_file, contents)
+            .expect("the simulator's temp dir is writable");
+        if let Some(first) = tokens.first() {
+            std::fs::write(&self.shared.token_file, first)
+                .expect("the simulator's temp dir is writable");
+        }
+    }
+
+    /// Sets the RBAC rules of `token`. A token without rules may do everything.
+    pub fn set_rules(&self, token: &str, rules: Vec<Rule>) {
+        lock(&self.shared.rules).insert(token.to_string(), rules);
+    }
+
+    /// Creates an object of `resource` (plural name) like `POST` would, returning it as stored.
+    /// Namespaced objects go to `namespace`, else to the body's namespace, else `default`.
+    ///
+    /// # Panics
+    /// If the resource is unknown or the object is invalid or already exists (a bug in the test).
+    pub fn create(&self, resource_name: &str, namespace: Option<&str>, obj: Value) -> Value {
+        let rt = resource(resource_name);
+        self.shared
+            .store()
+            .create(rt, namespace, obj)
+            .unwrap_or_else(|e| panic!("create {resource_name}: {}", e.body))
+    }
+
+    /// Changes an object through `f`, like `PUT` would; returns the new state. Identity fields
+    /// are kept; an `f` that changes nothing does not bump the revision.
+    ///
+    /// # Panics
+    /// If the object does not exist.
+    pub fn update(
+        &self,
+        resource_name: &str,
+        namespace: Option<&str>,
+        name: &str,
+        f: impl FnOnce(&mut Value),
+    ) -> Value {
+        let rt = resource(resource_name);
+        self.shared
+            .store()
+            .update(rt, namespace, name, f)
+            .unwrap_or_else(|e| panic!("update {resource_name}/{name}: {}", e.body))
+    }
+
+    /// Deletes an object; returns its final state (with the deletion's resourceVersion), or
+    /// `None` if it did not exist.
+    pub fn delete(
+        &self,
+        resource_name: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
+        let rt = resource(resource_name);
+        self.shared.store().delete(rt, namespace, name).ok()
+    }
+
+    /// The stored object (with `apiVersion` and `kind`), if it exists.
+    pub fn get(&self, resource_name: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
+        let rt = resource(resource_name);
+        self.shared.store().get(rt, namespace, name)
+    }
+
+    /// The current global revision.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.store().revision()
+    }
+
+    /// Forgets all history up to now: watches and continue tokens from older revisions get 410.
+    pub fn compact(&self) {
+        self.shared.store().compact();
+    }
+
+    /// Aborts every open watch connection now, without the final chunk.
+    pub fn drop_watches(&self) {
+        self.shared
+            .store()
+            .broadcast(WatchMsg::Fault(WatchFault::Drop));
+    }
+
+    /// Makes every open watch write only the first half of its next line (event or bookmark),
+    /// then abort the connection. Trigger it with a change or [`send_bookmarks`](Self::send_bookmarks).
+    pub fn drop_watches_mid_line(&self) {
+        self.shared
+            .store()
+            .broadcast(WatchMsg::Fault(WatchFault::DropMidLine));
+    }
+
+    /// Makes every open watch write only the first half of its next line, then end the body
+    /// cleanly (final chunk sent): a truncated last line.
+    pub fn truncate_watches(&self) {
+        self.shared
+            .store()
+            .broadcast(WatchMsg::Fault(WatchFault::Truncate));
+    }
+
+    /// Writes `<html>oops</html>` as a line into every open watch; the watches stay open.
+    pub fn inject_garbage_line(&self) {
+        self.shared
+            .store()
+            .broadcast(WatchMsg::Fault(WatchFault::Garbage));
+    }
+
+    /// Answers the next `n` requests with `failure` (after authentication, as API priority and
+    /// fairness does). Replaces any failures still pending.
+    pub fn fail_next(&self, n: usize, failure: Failure) {
+        self.fail_next_matching(n, RequestFilter::Any, failure);
+    }
+
+    /// Like [`fail_next`](Self::fail_next), for the next `n` requests that match `filter`.
+    pub fn fail_next_matching(&self, n: usize, filter: RequestFilter, failure: Failure) {
+        *lock(&self.shared.failures) = (n > 0).then_some(PendingFailures {
+            remaining: n,
+            filter,
+            failure,
+        });
+    }
+
+    /// Sleeps `d` before each event written to a watch (bookmarks are not delayed).
+    pub fn set_stream_delay(&self, d: Duration) {
+        *lock(&self.shared.stream_delay) = d;
+    }
+
+    /// Sends a BOOKMARK at the current revision to every watch that allowed bookmarks.
+    pub fn send_bookmarks(&self) {
+        let mut store = self.shared.store();
+        let revision = store.revision();
+        store.broadcast(WatchMsg::Bookmark(revision));
+    }
+
+    /// Every request received so far, oldest first.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        lock(&self.shared.requests).clone()
+    }
+
+    /// Forgets the recorded requests.
+    pub fn clear_requests(&self) {
+        lock(&self.shared.requests).clear();
+    }
+
+    /// Number of watch streams currently open.
+    pub fn open_watches(&self) -> usize {
+        self.shared.store().open_watches()
+    }
+
+    /// Waits until at least `n` watches are open, for at most `timeout`; returns whether they are.
+    pub async fn wait_for_watches(&self, n: usize, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.open_watches() >= n {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Accepts connections and serves each with hyper's HTTP/1 server, over TLS if configured.
+/// Connection tasks live in a `JoinSet`, so aborting this task (on drop) aborts them all.
+async fn accept_loop(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    router: axum::Router,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        while connections.try_join_next().is_some() {}
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::debug!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let service = TowerToHyperService::new(router.clone());
+        let tls = tls.clone();
+        connections.spawn(async move {
+            let builder = hyper::server::conn::http1::Builder::new();
+            let result = match tls {
+                Some(acceptor) => match acceptor.accept(stream).await {
+                    Ok(tls_stream) => {
+                        builder
+                            .serve_connection(TokioIo::new(tls_stream), service)
+                            .await
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "TLS handshake failed");
+                        return;
+                    }
+                },
+                None => {
+                    builder
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+}
+
+/// Reads the valid tokens, one per line; an unreadable file accepts nothing.
+fn read_valid_tokens(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .map(|s| {
+            s.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
+}

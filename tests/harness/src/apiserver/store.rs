@@ -1,0 +1,466 @@
+//! The object store: current objects, one global revision, and a bounded change history.
+//!
+//! This plays the part of etcd plus the API server's watch cache. One revision counter is shared
+//! by every resource (as etcd's is), so resource versions of different kinds interleave the way
+//! clients see them on a real cluster. The history is a ring buffer of `history_limit` changes:
+//! watches resume from it, and paged lists rebuild the state at an older revision by undoing the
+//! changes made since. What has fallen out of the ring (or was dropped by [`Store::compact`]) can no
+//! longer be served, and requests for it get 410 Expired, exactly the condition kube2nats must
+//! survive.
+//!
+//! Watches register a channel here; [`Store::apply`] fans every change out to them while holding
+//! the store's lock, so the order on each watch is the revision order and a watch that registers
+//! under the same lock it used to read history can neither miss nor repeat a change.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::resources::ResourceType;
+use super::status::ApiError;
+
+/// The kind of change, spelled as in watch events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeType {
+    /// Object created.
+    Added,
+    /// Object replaced.
+    Modified,
+    /// Object removed.
+    Deleted,
+}
+
+/// One change in the history.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// Revision this change created.
+    pub revision: u64,
+    /// Resource type of the object.
+    pub resource: &'static ResourceType,
+    /// Change type.
+    pub change_type: ChangeType,
+    /// The object after the change; for a delete, the last state with the deletion's revision.
+    pub object: Value,
+    /// The object before the change (absent for a create); watches need it to tell when an
+    /// object leaves a selector, and lists need it to undo the change.
+    pub previous: Option<Value>,
+}
+
+/// Store key: (resource plural, namespace or "" for cluster-scoped, name). Its order is the
+/// namespace/name order the real server lists and pages in.
+pub type Key = (&'static str, String, String);
+
+/// A message to one open watch. Sent under the store lock, so it is ordered with changes.
+#[derive(Debug, Clone)]
+pub enum WatchMsg {
+    /// A change of a resource the watch follows (still to be filtered by its selectors).
+    Change(Arc<Change>),
+    /// Send a BOOKMARK at this revision, if the watch allowed bookmarks.
+    Bookmark(u64),
+    /// Misbehave on purpose.
+    Fault(WatchFault),
+}
+
+/// Faults injected into open watch streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchFault {
+    /// Abort the connection now, without the final chunk.
+    Drop,
+    /// Write half of the next line, then abort.
+    DropMidLine,
+    /// Write half of the next line, then end the body cleanly.
+    Truncate,
+    /// Write a line that is not JSON and keep going.
+    Garbage,
+}
+
+struct Watcher {
+    resource: &'static str,
+    tx: mpsc::UnboundedSender<WatchMsg>,
+}
+
+/// Current objects, the global revision and the history.
+pub struct Store {
+    objects: BTreeMap<Key, Value>,
+    revision: u64,
+    history: VecDeque<Arc<Change>>,
+    history_limit: usize,
+    /// Every change with a revision above this one is still in `history`.
+    history_start: u64,
+    watchers: Vec<Watcher>,
+}
+
+/// Current UTC time as RFC 3339 with second precision, like `metav1.Time`.
+pub fn now_rfc3339() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Removes `apiVersion` and `kind`: list items on the wire do not carry them.
+pub fn strip_type_meta(mut obj: Value) -> Value {
+    if let Some(map) = obj.as_object_mut() {
+        map.remove("apiVersion");
+        map.remove("kind");
+    }
+    obj
+}
+
+fn set_rv(obj: &mut Value, revision: u64) {
+    obj["metadata"]["resourceVersion"] = json!(revision.to_string());
+}
+
+impl Store {
+    /// An empty store. The revision starts at 1: a fresh cluster has already written something.
+    pub fn new(history_limit: usize) -> Self {
+        Store {
+            objects: BTreeMap::new(),
+            revision: 1,
+            history: VecDeque::new(),
+            history_limit: history_limit.max(1),
+            history_start: 1,
+            watchers: Vec::new(),
+        }
+    }
+
+    /// The current global revision.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// The oldest revision from which the history can still replay every later change.
+    pub fn history_start(&self) -> u64 {
+        self.history_start
+    }
+
+    /// Forgets all history: only the current revision can be watched or paged from.
+    pub fn compact(&mut self) {
+        self.history.clear();
+        self.history_start = self.revision;
+    }
+
+    fn key(rt: &'static ResourceType, namespace: Option<&str>, name: &str) -> Key {
+        let ns = if rt.namespaced {
+            namespace.unwrap_or("default")
+        } else {
+            ""
+        };
+        (rt.plural, ns.to_string(), name.to_string())
+    }
+
+    /// The stored object, with `apiVersion` and `kind`.
+    pub fn get(
+        &self,
+        rt: &'static ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
+        self.objects.get(&Self::key(rt, namespace, name)).cloned()
+    }
+
+    /// Records a change, bumps nothing (the caller did), and fans it out to watches.
+    fn apply(&mut self, change: Change) {
+        let change = Arc::new(change);
+        self.history.push_back(change.clone());
+        while self.history.len() > self.history_limit {
+            if let Some(old) = self.history.pop_front() {
+                self.history_start = old.revision;
+            }
+        }
+        let resource = change.resource.plural;
+        self.watchers.retain(|w| {
+            w.resource != resource || w.tx.send(WatchMsg::Change(change.clone())).is_ok()
+        });
+    }
+
+    /// Creates an object. Fills in uid, resourceVersion, creationTimestamp, namespace and the
+    /// type meta; honours `metadata.generateName`.
+    pub fn create(
+        &mut self,
+        rt: &'static ResourceType,
+        namespace: Option<&str>,
+        mut obj: Value,
+    ) -> Result<Value, ApiError> {
+        if !obj.is_object() {
+            return Err(ApiError::bad_request(
+                "the body of the request was not a JSON object",
+            ));
+        }
+        if !obj["metadata"].is_object() {
+            obj["metadata"] = json!({});
+        }
+        let name = match obj["metadata"]["name"].as_str() {
+            Some(name) if !name.is_empty() => name.to_string(),
+            _ => match obj["metadata"]["generateName"].as_str() {
+                Some(prefix) => {
+                    let suffix = uuid::Uuid::new_v4().simple().to_string();
+                    format!("{prefix}{}", &suffix[..5])
+                }
+                None => {
+                    return Err(ApiError::invalid(
+                        rt.kind,
+                        "metadata.name",
+                        "Required value: name or generateName is required",
+                    ))
+                }
+            },
+        };
+        let ns = match (rt.namespaced, namespace, obj["metadata"]["namespace"].as_str()) {
+            (false, _, _) => None,
+            (true, Some(path_ns), Some(body_ns)) if path_ns != body_ns => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ))
+            }
+            (true, Some(ns), _) | (true, None, Some(ns)) => Some(ns.to_string()),
+            (true, None, None) => Some("default".to_string()),
+        };
+        let key = Self::key(rt, ns.as_deref(), &name);
+        if self.objects.contains_key(&key) {
+            return Err(ApiError::already_exists(rt.plural, rt.group, &name));
+        }
+        self.revision += 1;
+        obj["apiVersion"] = json!(rt.api_version());
+        obj["kind"] = json!(rt.kind);
+        let meta = &mut obj["metadata"];
+        meta["name"] = json!(name);
+        if let Some(ns) = &ns {
+            meta["namespace"] = json!(ns);
+        } else if let Some(map) = meta.as_object_mut() {
+            map.remove("namespace");
+        }
+        meta["uid"] = json!(uuid::Uuid::new_v4().to_string());
+        meta["creationTimestamp"] = json!(now_rfc3339());
+        if let Some(map) = meta.as_object_mut() {
+            map.remove("generateName");
+        }
+        set_rv(&mut obj, self.revision);
+        self.objects.insert(key, obj.clone());
+        self.apply(Change {
+            revision: self.revision,
+            resource: rt,
+            change_type: ChangeType::Added,
+            object: obj.clone(),
+            previous: None,
+        });
+        Ok(obj)
+    }
+
+    /// Replaces an object through `f`; identity fields (name, namespace, uid, creationTimestamp,
+    /// type meta) are kept whatever `f` does. An update that changes nothing is a no-op and does
+    /// not bump the revision, as on a real server.
+    pub fn update(
+        &mut self,
+        rt: &'static ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        f: impl FnOnce(&mut Value),
+    ) -> Result<Value, ApiError> {
+        let key = Self::key(rt, namespace, name);
+        let previous = self
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(rt.plural, rt.group, name))?;
+        let mut obj = previous.clone();
+        f(&mut obj);
+        if !obj.is_object() {
+            return Err(ApiError::bad_request(
+                "the body of the request was not a JSON object",
+            ));
+        }
+        if !obj["metadata"].is_object() {
+            obj["metadata"] = json!({});
+        }
+        obj["apiVersion"] = previous["apiVersion"].clone();
+        obj["kind"] = previous["kind"].clone();
+        for field in ["name", "namespace", "uid", "creationTimestamp"] {
+            match previous["metadata"].get(field) {
+                Some(v) => obj["metadata"][field] = v.clone(),
+                None => {
+                    if let Some(map) = obj["metadata"].as_object_mut() {
+                        map.remove(field);
+                    }
+                }
+            }
+        }
+        set_rv(&mut obj, self.revision);
+        if obj == set_rv_clone(&previous, self.revision) {
+            return Ok(previous);
+        }
+        self.revision += 1;
+        set_rv(&mut obj, self.revision);
+        self.objects.insert(key, obj.clone());
+        self.apply(Change {
+            revision: self.revision,
+            resource: rt,
+            change_type: ChangeType::Modified,
+            object: obj.clone(),
+            previous: Some(previous),
+        });
+        Ok(obj)
+    }
+
+    /// Deletes an object; the returned final state carries the deletion's revision.
+    pub fn delete(
+        &mut self,
+        rt: &'static ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        let key = Self::key(rt, namespace, name);
+        let previous = self
+            .objects
+            .remove(&key)
+            .ok_or_else(|| ApiError::not_found(rt.plural, rt.group, name))?;
+        self.revision += 1;
+        let mut obj = previous.clone();
+        set_rv(&mut obj, self.revision);
+        self.apply(Change {
+            revision: self.revision,
+            resource: rt,
+            change_type: ChangeType::Deleted,
+            object: obj.clone(),
+            previous: Some(previous),
+        });
+        Ok(obj)
+    }
+
+    /// Objects of `rt` as they were at `revision`, in key order. The caller checks that
+    /// `history_start() <= revision <= revision()`.
+    pub fn state_at(&self, rt: &'static ResourceType, revision: u64) -> BTreeMap<Key, Value> {
+        let mut state: BTreeMap<Key, Value> = self
+            .objects
+            .range((rt.plural, String::new(), String::new())..)
+            .take_while(|(k, _)| k.0 == rt.plural)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for change in self.history.iter().rev() {
+            if change.revision <= revision {
+                break;
+            }
+            if change.resource.plural != rt.plural {
+                continue;
+            }
+            let meta = &change.object["metadata"];
+            let key = Self::key(
+                rt,
+                meta["namespace"].as_str(),
+                meta["name"].as_str().unwrap_or_default(),
+            );
+            match &change.previous {
+                None => {
+                    state.remove(&key);
+                }
+                Some(previous) => {
+                    state.insert(key, previous.clone());
+                }
+            }
+        }
+        state
+    }
+
+    /// Changes of `rt` after `revision`, oldest first. The caller checks `history_start()`.
+    pub fn changes_since(&self, rt: &'static ResourceType, revision: u64) -> Vec<Arc<Change>> {
+        self.history
+            .iter()
+            .filter(|c| c.revision > revision && c.resource.plural == rt.plural)
+            .cloned()
+            .collect()
+    }
+
+    /// Registers a watch on `rt`; it receives every later change of that resource.
+    pub fn register(&mut self, rt: &'static ResourceType) -> mpsc::UnboundedReceiver<WatchMsg> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.watchers.push(Watcher {
+            resource: rt.plural,
+            tx,
+        });
+        rx
+    }
+
+    /// Sends `msg` to every open watch, dropping the registrations of closed ones.
+    pub fn broadcast(&mut self, msg: WatchMsg) {
+        self.watchers.retain(|w| w.tx.send(msg.clone()).is_ok());
+    }
+
+    /// Number of watches whose stream is still open.
+    pub fn open_watches(&self) -> usize {
+        self.watchers.iter().filter(|w| !w.tx.is_closed()).count()
+    }
+}
+
+fn set_rv_clone(obj: &Value, revision: u64) -> Value {
+    let mut obj = obj.clone();
+    set_rv(&mut obj, revision);
+    obj
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apiserver::resources::by_plural;
+
+    fn pods() -> &'static ResourceType {
+        by_plural("pods").expect("pods is a known resource")
+    }
+
+    #[test]
+    fn state_at_undoes_later_changes() {
+        let mut s = Store::new(100);
+        s.create(pods(), Some("a"), json!({"metadata":{"name":"p1"}}))
+            .expect("create p1");
+        let rv = s.revision();
+        s.create(pods(), Some("a"), json!({"metadata":{"name":"p2"}}))
+            .expect("create p2");
+        s.update(pods(), Some("a"), "p1", |o| o["spec"] = json!({"x": 1}))
+            .expect("update p1");
+        s.delete(pods(), Some("a"), "p1").expect("delete p1");
+        let old = s.state_at(pods(), rv);
+        assert_eq!(old.len(), 1);
+        let p1 = old.values().next().expect("one pod");
+        assert_eq!(p1["metadata"]["resourceVersion"], json!(rv.to_string()));
+        assert!(p1.get("spec").is_none());
+    }
+
+    #[test]
+    fn ring_buffer_moves_history_start() {
+        let mut s = Store::new(2);
+        for i in 0..5 {
+            s.create(pods(), None, json!({"metadata":{"name":format!("p{i}")}}))
+                .expect("create");
+        }
+        assert_eq!(s.revision(), 6);
+        assert_eq!(s.history_start(), 4);
+        assert_eq!(s.changes_since(pods(), 4).len(), 2);
+    }
+
+    #[test]
+    fn timestamp_is_rfc3339() {
+        let t = now_rfc3339();
+        assert_eq!(t.len(), 20);
+        assert!(t.ends_with('Z'));
+    }
+}

@@ -1,0 +1,220 @@
+//! One open watch: filters the store's changes and writes them as newline-delimited JSON.
+//!
+//! Each watch runs in its own task that owns the response body's sending half. Ending the task
+//! cleanly ends the chunked body with its final chunk; sending an error through the body makes
+//! hyper abort the connection without it, which is how a client experiences a dropped TCP
+//! connection mid-stream. Both are needed to exercise the client's framing.
+
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::resources::ResourceType;
+use super::selector::{FieldSelector, LabelSelector};
+use super::store::{Change, ChangeType, WatchFault, WatchMsg};
+
+/// What a watch follows and how it talks.
+#[derive(Debug, Clone)]
+pub struct WatchSpec {
+    /// Resource type watched.
+    pub resource: &'static ResourceType,
+    /// Only this namespace, or all.
+    pub namespace: Option<String>,
+    /// `labelSelector`.
+    pub labels: LabelSelector,
+    /// `fieldSelector`.
+    pub fields: FieldSelector,
+    /// `allowWatchBookmarks=true`.
+    pub allow_bookmarks: bool,
+    /// `timeoutSeconds`: end the body cleanly after this long.
+    pub timeout: Option<Duration>,
+}
+
+impl WatchSpec {
+    /// Whether an object is in this watch's scope (namespace and selectors).
+    pub fn matches(&self, obj: &Value) -> bool {
+        let ns_ok = match &self.namespace {
+            Some(ns) => obj.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns),
+            None => true,
+        };
+        ns_ok && self.labels.matches(obj) && self.fields.matches(obj)
+    }
+
+    /// The event this watch sees for `change`, if any. An object modified out of the selector
+    /// is DELETED and one modified into it is ADDED, as the real watch cache reports them.
+    pub fn event_for(&self, change: &Change) -> Option<Bytes> {
+        let now = self.matches(&change.object);
+        let before = change.previous.as_ref().is_some_and(|p| self.matches(p));
+        let event_type = match change.change_type {
+            ChangeType::Added if now => "ADDED",
+            ChangeType::Modified if now && before => "MODIFIED",
+            ChangeType::Modified if now => "ADDED",
+            ChangeType::Modified if before => "DELETED",
+            ChangeType::Deleted if before => "DELETED",
+            _ => return None,
+        };
+        Some(event_line(event_type, &change.object))
+    }
+
+    /// A BOOKMARK line at `revision`; `initial_events_end` marks the end of the initial events
+    /// of a `sendInitialEvents` watch.
+    pub fn bookmark(&self, revision: u64, initial_events_end: bool) -> Bytes {
+        let mut metadata =
+            json!({ "resourceVersion": revision.to_string(), "creationTimestamp": null });
+        if initial_events_end {
+            metadata["annotations"] = json!({ "k8s.io/initial-events-end": "true" });
+        }
+        let object = json!({
+            "kind": self.resource.kind,
+            "apiVersion": self.resource.api_version(),
+            "metadata": metadata,
+        });
+        event_line("BOOKMARK", &object)
+    }
+}
+
+/// `{"type":…,"object":…}\n`.
+pub fn event_line(event_type: &str, object: &Value) -> Bytes {
+    let mut line = serde_json::to_vec(&json!({ "type": event_type, "object": object }))
+        .unwrap_or_else(|_| b"{}".to_vec());
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+/// The sending half of a streamed response body.
+pub type BodyTx = mpsc::Sender<Result<Bytes, io::Error>>;
+
+/// How the next line is to be cut short, if at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    Abort,
+    Clean,
+}
+
+/// Whether the stream goes on after a write.
+enum Flow {
+    Continue,
+    End,
+}
+
+/// Runs one watch until the client goes away, the timeout passes, or a fault ends it.
+/// `initial` lines are written first; then messages from the store.
+pub async fn run(
+    spec: WatchSpec,
+    initial: Vec<Bytes>,
+    mut rx: mpsc::UnboundedReceiver<WatchMsg>,
+    body: BodyTx,
+    stream_delay: Arc<Mutex<Duration>>,
+) {
+    let deadline = spec.timeout.map(|t| tokio::time::Instant::now() + t);
+    let mut writer = Writer {
+        body,
+        cut: None,
+        stream_delay,
+    };
+    for line in initial {
+        if let Flow::End = writer.write_event(line).await {
+            return;
+        }
+    }
+    loop {
+        let msg = tokio::select! {
+            msg = rx.recv() => msg,
+            _ = sleep_until(deadline) => return,
+            _ = writer.body.closed() => return,
+        };
+        let flow = match msg {
+            None => Flow::End,
+            Some(WatchMsg::Change(change)) => match spec.event_for(&change) {
+                Some(line) => writer.write_event(line).await,
+                None => Flow::Continue,
+            },
+            Some(WatchMsg::Bookmark(revision)) if spec.allow_bookmarks => {
+                writer.write_line(spec.bookmark(revision, false)).await
+            }
+            Some(WatchMsg::Bookmark(_)) => Flow::Continue,
+            Some(WatchMsg::Fault(fault)) => writer.fault(fault).await,
+        };
+        if let Flow::End = flow {
+            return;
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+struct Writer {
+    body: BodyTx,
+    cut: Option<Cut>,
+    stream_delay: Arc<Mutex<Duration>>,
+}
+
+impl Writer {
+    /// Writes an event line after the configured stream delay.
+    async fn write_event(&mut self, line: Bytes) -> Flow {
+        let delay = self
+            .stream_delay
+            .lock()
+            .map(|d| *d)
+            .unwrap_or(Duration::ZERO);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        self.write_line(line).await
+    }
+
+    /// Writes one line as its own chunk, or half of it if a cut is pending.
+    async fn write_line(&mut self, line: Bytes) -> Flow {
+        match self.cut.take() {
+            None => match self.body.send(Ok(line)).await {
+                Ok(()) => Flow::Continue,
+                Err(_) => Flow::End,
+            },
+            Some(cut) => {
+                let half = line.slice(..line.len() / 2);
+                let _ = self.body.send(Ok(half)).await;
+                if cut == Cut::Abort {
+                    let _ = self.body.send(Err(aborted())).await;
+                }
+                Flow::End
+            }
+        }
+    }
+
+    async fn fault(&mut self, fault: WatchFault) -> Flow {
+        match fault {
+            WatchFault::Drop => {
+                let _ = self.body.send(Err(aborted())).await;
+                Flow::End
+            }
+            WatchFault::DropMidLine => {
+                self.cut = Some(Cut::Abort);
+                Flow::Continue
+            }
+            WatchFault::Truncate => {
+                self.cut = Some(Cut::Clean);
+                Flow::Continue
+            }
+            WatchFault::Garbage => {
+                self.write_line(Bytes::from_static(b"<html>oops</html>\n"))
+                    .await
+            }
+        }
+    }
+}
+
+fn aborted() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        "watch dropped by fault injection",
+    )
+}

