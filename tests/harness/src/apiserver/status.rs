@@ -6,6 +6,16 @@
 
 use serde_json::{json, Value};
 
+/// `deployments.apps`, or `pods` for the core group: how the real server names a resource in
+/// messages.
+fn qualified(resource: &str, group: &str) -> String {
+    if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}.{group}")
+    }
+}
+
 /// A failed request: the HTTP status code, the Status body, and an optional `Retry-After`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
@@ -78,9 +88,10 @@ impl ApiError {
             Some(ns) => format!("in the namespace \"{ns}\""),
             None => "at the cluster scope".to_string(),
         };
+        let qualified = qualified(resource, group);
         let subject = match name {
-            Some(name) => format!("{resource} \"{name}\""),
-            None => resource.to_string(),
+            Some(name) => format!("{qualified} \"{name}\""),
+            None => qualified,
         };
         let message = format!(
             "{subject} is forbidden: User \"{user}\" cannot {verb} resource \"{resource}\" in API group \"{group}\" {scope}"
@@ -101,7 +112,7 @@ impl ApiError {
         Self::new(
             404,
             "NotFound",
-            format!("{resource} \"{name}\" not found"),
+            format!("{} \"{name}\" not found", qualified(resource, group)),
             Some(details),
         )
     }
@@ -135,7 +146,7 @@ impl ApiError {
         Self::new(
             409,
             "AlreadyExists",
-            format!("{resource} \"{name}\" already exists"),
+            format!("{} \"{name}\" already exists", qualified(resource, group)),
             Some(details),
         )
     }
@@ -150,7 +161,8 @@ impl ApiError {
             409,
             "Conflict",
             format!(
-                "Operation cannot be fulfilled on {resource} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                qualified(resource, group)
             ),
             Some(details),
         )

@@ -85,6 +85,10 @@ pub fn event_line(event_type: &str, object: &Value) -> Bytes {
     Bytes::from(line)
 }
 
+/// Upper bound on waiting for hyper to take queued chunks before an abort (the client may not
+/// be reading at all).
+const FLUSH_WAIT: Duration = Duration::from_millis(500);
+
 /// The sending half of a streamed response body.
 pub type BodyTx = mpsc::Sender<Result<Bytes, io::Error>>;
 
@@ -183,11 +187,25 @@ impl Writer {
                 let half = line.slice(..line.len() / 2);
                 let _ = self.body.send(Ok(half)).await;
                 if cut == Cut::Abort {
+                    self.wait_until_written().await;
                     let _ = self.body.send(Err(aborted())).await;
                 }
                 Flow::End
             }
         }
+    }
+
+    /// Waits until hyper has taken every queued chunk and had time to write it. hyper flushes
+    /// only when the body has nothing more ready, and drops unflushed bytes when the body fails,
+    /// so without this wait "half a line, then abort" would lose the half line.
+    async fn wait_until_written(&self) {
+        let deadline = tokio::time::Instant::now() + FLUSH_WAIT;
+        while self.body.capacity() < self.body.max_capacity()
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
     async fn fault(&mut self, fault: WatchFault) -> Flow {
