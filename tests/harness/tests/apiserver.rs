@@ -721,3 +721,23 @@ async fn timeout_seconds_ends_the_body_cleanly() {
     let w = Watch::open(&srv, "/api/v1/namespaces?watch=1&timeoutSeconds=1").await;
     assert_eq!(w.end().await, End::Clean(Vec::new()));
 }
+
+/// An API-server restart: connections refused while down, then the same port, store and history.
+#[tokio::test]
+async fn stop_and_resume_serving_keep_the_store() {
+    let srv = server().await;
+    srv.create("pods", None, pod("a"));
+    let n = srv.resource_version();
+    let w = Watch::open(&srv, "/api/v1/pods?watch=1").await;
+    srv.stop_serving().await;
+    assert!(matches!(w.end().await, End::Aborted(_)));
+    assert!(client()
+        .get(format!("{}/api", srv.url()))
+        .send()
+        .await
+        .is_err());
+    srv.create("pods", None, pod("b"));
+    srv.resume_serving().await.expect("same port again");
+    let mut w = Watch::open(&srv, &format!("/api/v1/pods?watch=1&resourceVersion={n}")).await;
+    assert_eq!(event(&w.next().await), ("ADDED".into(), "b".into()));
+}

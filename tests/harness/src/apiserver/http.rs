@@ -51,7 +51,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         .into_owned()
         .collect();
     let token = bearer_token(req.headers());
-    let response = serve(
+    let mut response = serve(
         &shared,
         &method,
         &path,
@@ -61,6 +61,15 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     )
     .await
     .unwrap_or_else(error_response);
+    // Headers every real API server response carries; clients log Audit-Id to correlate.
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
+    if let Ok(audit_id) = HeaderValue::from_str(&uuid::Uuid::new_v4().to_string()) {
+        headers.insert("audit-id", audit_id);
+    }
     lock(&shared.requests).push(RequestRecord {
         method: method.to_string(),
         path,

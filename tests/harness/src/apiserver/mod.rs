@@ -269,8 +269,14 @@ impl Shared {
 /// A running simulated API server. Dropping it stops the server and aborts every connection.
 pub struct ApiServer {
     shared: Arc<Shared>,
+    addr: SocketAddr,
     url: String,
     ca_file: Option<PathBuf>,
+    /// Built once so a restart serves the same certificate.
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The accept loop, which owns every connection; `None` while stopped.
+    serving: Mutex<Option<JoinHandle<()>>>,
+    /// Background tasks (periodic bookmarks).
     tasks: Vec<JoinHandle<()>>,
     /// Holds the token, valid-token and CA files; removed on drop.
     _dir: tempfile::TempDir,
@@ -279,6 +285,9 @@ pub struct ApiServer {
 impl Drop for ApiServer {
     fn drop(&mut self) {
         for task in &self.tasks {
+            task.abort();
+        }
+        if let Some(task) = lock(&self.serving).take() {
             task.abort();
         }
     }
@@ -335,11 +344,12 @@ impl ApiServer {
             server_address: addr.to_string(),
         });
 
-        let mut tasks = vec![tokio::spawn(accept_loop(
+        let serving = tokio::spawn(accept_loop(
             listener,
-            tls_acceptor,
+            tls_acceptor.clone(),
             http::router(shared.clone()),
-        ))];
+        ));
+        let mut tasks = Vec::new();
         if let Some(interval) = opts.bookmark_interval {
             let shared = shared.clone();
             tasks.push(tokio::spawn(async move {
@@ -355,8 +365,11 @@ impl ApiServer {
         }
         Ok(ApiServer {
             shared,
+            addr,
             url,
             ca_file,
+            tls: tls_acceptor,
+            serving: Mutex::new(Some(serving)),
             tasks,
             _dir: dir,
         })
@@ -370,10 +383,45 @@ impl ApiServer {
 
     /// The loopback address the server listens on.
     pub fn addr(&self) -> SocketAddr {
-        self.shared
-            .server_address
-            .parse()
-            .expect("the server address was formatted from a SocketAddr")
+        self.addr
+    }
+
+    /// Takes the server down, as an API-server restart does: the listening socket is closed
+    /// (new connections are refused) and every open connection is aborted. The store, history
+    /// and settings are kept for [`resume_serving`](Self::resume_serving).
+    pub async fn stop_serving(&self) {
+        let task = lock(&self.serving).take();
+        if let Some(task) = task {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    /// Listens again on the same port (retrying for a few seconds while the port is not yet
+    /// free). Clients resuming their watches see the history as it was, plus any changes made
+    /// through this handle while the server was down.
+    pub async fn resume_serving(&self) -> anyhow::Result<()> {
+        if lock(&self.serving).is_some() {
+            return Ok(());
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let listener = loop {
+            match TcpListener::bind(self.addr).await {
+                Ok(listener) => break listener,
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "port not free yet");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(e).with_context(|| format!("binding {} again", self.addr)),
+            }
+        };
+        let task = tokio::spawn(accept_loop(
+            listener,
+            self.tls.clone(),
+            http::router(self.shared.clone()),
+        ));
+        *lock(&self.serving) = Some(task);
+        Ok(())
     }
 
     /// PEM file of the CA that signed the server certificate (TLS only).
