@@ -132,7 +132,9 @@ impl std::fmt::Debug for NatsAuth {
         match self {
             NatsAuth::None => f.write_str("None"),
             NatsAuth::Token(_) => f.write_str("Token(<redacted>)"),
-            NatsAuth::UserPassword { user, .. } => write!(f, "UserPassword {{ user: {user:?}, password: <redacted> }}"),
+            NatsAuth::UserPassword { user, .. } => {
+                write!(f, "UserPassword {{ user: {user:?}, password: <redacted> }}")
+            }
             NatsAuth::NKeySeedFile(p) => write!(f, "NKeySeedFile({p:?})"),
             NatsAuth::CredentialsFile(p) => write!(f, "CredentialsFile({p:?})"),
         }

@@ -144,6 +144,9 @@ pub struct ObjectEvent {
     pub event_type: EventType,
     pub meta: ObjectMeta,
     pub object: Bytes,
+    /// The whole watch event line `{"type":…,"object":…}` as received; `None` for an event that
+    /// kube2nats derived from a list.
+    pub watch_line: Option<Bytes>,
 }
 
 /// The metadata fields kube2nats reads from an object; everything else stays in the raw bytes.

@@ -2,7 +2,12 @@
 
 #![forbid(unsafe_code)]
 
+pub mod app;
 pub mod config;
+pub mod dedupe;
 pub mod event;
+pub mod kube;
 pub mod publish;
+pub mod rbac;
 pub mod telemetry;
+pub mod watcher;

@@ -1,3 +1,10 @@
-//! The NATS side: subjects, headers and payloads, and publishing to core NATS or JetStream.
+//! The NATS side: subjects, headers and payloads, and publishing to core NATS or JetStream with
+//! backpressure and retries.
 
+pub mod connect;
+pub mod message;
+pub mod outbox;
 pub mod subject;
+
+pub use message::{MessageBuilder, OutMessage};
+pub use outbox::{Nats, Outbox};

@@ -1,1 +1,3 @@
 //! What operators see: logs, Prometheus metrics, health and readiness.
+pub mod http;
+pub mod metrics;

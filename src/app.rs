@@ -1,0 +1,257 @@
+//! Wiring: builds every stage from the validated configuration, runs them, and shuts them down in
+//! order.
+//!
+//! Start-up order: metrics and the HTTP endpoints first (so probes answer from the first second),
+//! then NATS (connecting in the background), then the API client, discovery (retried while the
+//! API server is unreachable) and one task per watch target. Shutdown order: readiness goes false,
+//! watches stop at an event boundary and publish what is in flight, NATS is drained; all within
+//! the grace period.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, NatsMode};
+use crate::kube::credentials;
+use crate::kube::discovery::Discovery;
+use crate::kube::ApiClient;
+use crate::publish::{connect, MessageBuilder, Nats, Outbox};
+use crate::telemetry::http::{self, Readiness};
+use crate::telemetry::metrics::Metrics;
+use crate::watcher::backoff::Backoff;
+use crate::watcher::machine::{Machine, Target};
+use crate::watcher::WatchTask;
+
+/// A running kube2nats.
+pub struct Daemon {
+    pub metrics: Metrics,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    pub http_addr: SocketAddr,
+    shutdown: CancellationToken,
+    main: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Daemon {
+    /// Asks every task to stop.
+    pub fn shutdown(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// Waits until the daemon has stopped: after [`shutdown`](Self::shutdown), or on a fatal error.
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.main.await.context("kube2nats main task panicked")?
+    }
+}
+
+/// Runs kube2nats until `shutdown` resolves (SIGTERM in production, anything in tests).
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let daemon = start(config).await?;
+    let stop = daemon.shutdown.clone();
+    tokio::select! {
+        () = shutdown => stop.cancel(),
+        () = stop.cancelled() => {}
+    }
+    daemon.wait().await
+}
+
+/// Starts every stage; returns once the HTTP endpoints are bound.
+pub async fn start(config: Config) -> anyhow::Result<Daemon> {
+    let metrics = Metrics::new().context("registering metrics")?;
+    let shutdown = CancellationToken::new();
+    let readiness = Arc::new(Readiness::new(
+        metrics.nats_connected.clone(),
+        shutdown.clone(),
+    ));
+    let listener = http::bind(config.http.listen)
+        .await
+        .with_context(|| format!("binding the HTTP listener on {}", config.http.listen))?;
+    let http_addr = listener
+        .local_addr()
+        .context("reading the HTTP listener's address")?;
+    let http_stop = CancellationToken::new();
+    let http_task = tokio::spawn(http::serve(
+        listener,
+        metrics.clone(),
+        readiness.clone(),
+        http_stop.clone(),
+    ));
+    tracing::info!(address = %http_addr, "serving /metrics, /healthz and /readyz");
+
+    let nats = connect::connect(&config.nats, metrics.nats_connected.clone())
+        .await
+        .with_context(|| {
+            format!(
+                "setting up the NATS connection to {}",
+                config.nats.servers.join(",")
+            )
+        })?;
+    if let (NatsMode::JetStream(js), Nats::JetStream { context, .. }) = (&config.nats.mode, &nats) {
+        if let Some(stream) = js.stream.clone() {
+            let context = context.clone();
+            tokio::spawn(async move {
+                while let Err(e) = connect::ensure_stream(&context, &stream).await {
+                    tracing::warn!(stream = %stream.name, error = %e, "cannot create or check the JetStream stream yet; retrying");
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
+            });
+        }
+    }
+
+    let endpoint = credentials::resolve(&config.kubernetes, |name| std::env::var(name).ok())
+        .context("resolving the Kubernetes API credentials")?;
+    tracing::info!(api_server = %endpoint.base_url, "Kubernetes API server");
+    let client = Arc::new(
+        ApiClient::new(
+            endpoint,
+            config.kubernetes.request_timeout,
+            metrics.api_requests(),
+        )
+        .context("building the Kubernetes API client")?,
+    );
+
+    let main = {
+        let metrics = metrics.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let result =
+                run_watches(config, client, nats.clone(), metrics, readiness, shutdown).await;
+            if let Err(e) = nats.client().drain().await {
+                tracing::debug!(error = %e, "draining the NATS connection failed");
+            }
+            http_stop.cancel();
+            let _ = http_task.await;
+            result
+        })
+    };
+    Ok(Daemon {
+        metrics,
+        http_addr,
+        shutdown,
+        main,
+    })
+}
+
+/// Discovers the watched resources, runs one task per watch target until shutdown, then waits for
+/// them within the grace period.
+async fn run_watches(
+    config: Config,
+    client: Arc<ApiClient>,
+    nats: Nats,
+    metrics: Metrics,
+    readiness: Arc<Readiness>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let Some(discovery) = discover(&client, &config, &shutdown).await? else {
+        return Ok(());
+    };
+    let mut tasks = JoinSet::new();
+    let mut all_watch_metrics = Vec::new();
+    for watch in &config.watches {
+        let resource = discovery
+            .resolve(&watch.resource)
+            .with_context(|| format!("watch {:?}", watch.name))?;
+        let namespaces: Vec<Option<String>> = if !resource.namespaced || watch.namespaces.is_empty()
+        {
+            if !resource.namespaced && !watch.namespaces.is_empty() {
+                tracing::warn!(watch = %watch.name, resource = %resource.plural, "resource is cluster-scoped; ignoring the configured namespaces");
+            }
+            vec![None]
+        } else {
+            watch.namespaces.iter().cloned().map(Some).collect()
+        };
+        let watch_metrics = metrics.for_watch(&watch.name, namespaces.len());
+        all_watch_metrics.push(watch_metrics.clone());
+        tracing::info!(watch = %watch.name, group = %resource.group, version = %resource.version, resource = %resource.plural, kind = %resource.kind, namespaced = resource.namespaced, "resolved");
+        let max_in_flight = match &config.nats.mode {
+            NatsMode::Core => 1,
+            NatsMode::JetStream(js) => js.max_ack_inflight,
+        };
+        for namespace in namespaces {
+            let target = Arc::new(Target {
+                watch: watch.name.as_str().into(),
+                resource: resource.clone(),
+                namespace,
+                label_selector: watch.label_selector.clone(),
+                field_selector: watch.field_selector.clone(),
+                page_size: config.kubernetes.list_page_size,
+                watch_timeout: config.kubernetes.watch_timeout,
+                streaming_list: config.kubernetes.streaming_list,
+                max_line_bytes: config.kubernetes.max_line_bytes,
+            });
+            let machine = Machine::new(
+                client.clone(),
+                target,
+                Backoff::new(config.kubernetes.backoff),
+            );
+            let messages = MessageBuilder::new(
+                watch.subject.clone(),
+                watch.subject_prefix.clone(),
+                watch.cluster.clone(),
+                resource.clone(),
+                watch.payload,
+            );
+            let outbox = Outbox::new(nats.clone(), max_in_flight, watch_metrics.clone());
+            let task = WatchTask::new(
+                machine,
+                outbox,
+                messages,
+                watch.events.clone(),
+                watch.initial_state,
+                watch_metrics.clone(),
+            );
+            tasks.spawn(task.run(shutdown.child_token()));
+        }
+    }
+    readiness.set_watches(all_watch_metrics.clone());
+
+    shutdown.cancelled().await;
+    tracing::info!(grace_period = ?config.shutdown.grace_period, "shutting down: stopping watches and publishing what is in flight");
+    let drained = tokio::time::timeout(config.shutdown.grace_period, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        let abandoned: i64 = all_watch_metrics.iter().map(|m| m.queue_depth.get()).sum();
+        tasks.abort_all();
+        anyhow::bail!(
+            "shutdown grace period of {:?} exceeded: abandoned {abandoned} unacknowledged message(s) and the events being published by {} watch task(s); they will be re-announced by the next start's list",
+            config.shutdown.grace_period,
+            tasks.len()
+        );
+    }
+    tracing::info!("all watches stopped; in-flight messages published");
+    Ok(())
+}
+
+/// Fetches discovery, retrying with backoff while the API server is unreachable. `None` if
+/// shutdown came first.
+async fn discover(
+    client: &ApiClient,
+    config: &Config,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<Discovery>> {
+    let mut backoff = Backoff::new(config.kubernetes.backoff);
+    loop {
+        let attempt = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(None),
+            attempt = Discovery::fetch(client) => attempt,
+        };
+        match attempt {
+            Ok(discovery) => return Ok(Some(discovery)),
+            Err(e) if e.is_retryable() => {
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, retry_in = ?delay, "API discovery failed; retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ok(None),
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
+            Err(e) => return Err(e).context("API discovery"),
+        }
+    }
+}

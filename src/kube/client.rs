@@ -1,0 +1,302 @@
+//! The HTTP client for the Kubernetes API: TLS, bearer tokens, request metrics and the mapping of
+//! responses to [`ApiError`].
+//!
+//! It knows paths and verbs, not watch semantics: the watcher decides what a list or a watch means.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use prometheus::IntCounterVec;
+use reqwest::header::{HeaderMap, ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER};
+use url::Url;
+
+use super::credentials::{CredentialsError, Endpoint, TokenSource};
+use super::error::ApiError;
+use crate::event::ResourceInfo;
+
+/// How long to wait for a TCP (and TLS) connection to the API server.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// TCP keepalive, so the kernel notices a peer that vanished without closing the connection.
+const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+/// HTTP/2 PING interval and timeout: a half-open HTTP/2 connection fails within about a minute
+/// instead of hanging until the watch's own deadline.
+const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(15);
+/// Error bodies are read up to this size: enough for any Status, bounded against a runaway proxy.
+const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// A client for one API server, shared by every watch.
+pub struct ApiClient {
+    http: reqwest::Client,
+    base: Url,
+    token: Option<TokenSource>,
+    request_timeout: Duration,
+    api_requests: IntCounterVec,
+}
+
+/// The API verbs kube2nats uses, as they appear in the `verb` label and in RBAC rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Get,
+    List,
+    Watch,
+    Create,
+}
+
+impl Verb {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::List => "list",
+            Verb::Watch => "watch",
+            Verb::Create => "create",
+        }
+    }
+}
+
+impl ApiClient {
+    pub fn new(
+        endpoint: Endpoint,
+        request_timeout: Duration,
+        api_requests: IntCounterVec,
+    ) -> Result<ApiClient, CredentialsError> {
+        let mut builder = reqwest::Client::builder()
+            .use_rustls_tls()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_keepalive(TCP_KEEPALIVE)
+            .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
+            .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
+            .http2_keep_alive_while_idle(true)
+            .user_agent(concat!("kube2nats/", env!("CARGO_PKG_VERSION")));
+        if let Some(pem) = &endpoint.ca_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|source| {
+                CredentialsError::Tls {
+                    what: "CA bundle",
+                    source,
+                }
+            })?;
+            builder = builder.tls_built_in_root_certs(false);
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        if let Some(pem) = &endpoint.identity_pem {
+            let identity =
+                reqwest::Identity::from_pem(pem).map_err(|source| CredentialsError::Tls {
+                    what: "client certificate",
+                    source,
+                })?;
+            builder = builder.identity(identity);
+        }
+        if endpoint.insecure_skip_tls_verify {
+            tracing::warn!("TLS verification of the API server is OFF (kubernetes.insecure_skip_tls_verify = true): anyone on the path can impersonate it");
+            builder = builder.danger_accept_invalid_certs(true);
+        }
+        let http = builder.build().map_err(|source| CredentialsError::Tls {
+            what: "HTTP client",
+            source,
+        })?;
+        Ok(ApiClient {
+            http,
+            base: endpoint.base_url,
+            token: endpoint.token,
+            request_timeout,
+            api_requests,
+        })
+    }
+
+    pub fn base_url(&self) -> &Url {
+        &self.base
+    }
+
+    /// GET a JSON document (discovery), within the request timeout.
+    pub async fn get(&self, path: &str) -> Result<Bytes, ApiError> {
+        let response = self
+            .send(Verb::Get, self.http.get(self.url(path, &[])), true)
+            .await?;
+        self.read_body(response).await
+    }
+
+    /// One list request (one page), within the request timeout.
+    pub async fn list(&self, path: &str, query: &[(&str, &str)]) -> Result<Bytes, ApiError> {
+        let response = self
+            .send(Verb::List, self.http.get(self.url(path, query)), true)
+            .await?;
+        self.read_body(response).await
+    }
+
+    /// POST a JSON body (access reviews).
+    pub async fn create(&self, path: &str, body: &serde_json::Value) -> Result<Bytes, ApiError> {
+        let request = self
+            .http
+            .post(self.url(path, &[]))
+            .header(CONTENT_TYPE, "application/json")
+            .body(body.to_string());
+        let response = self.send(Verb::Create, request, true).await?;
+        self.read_body(response).await
+    }
+
+    /// Opens a watch: the response headers arrive within the request timeout, the body then
+    /// streams for as long as the server keeps it open.
+    pub async fn watch(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+    ) -> Result<reqwest::Response, ApiError> {
+        let response = self
+            .send(Verb::Watch, self.http.get(self.url(path, query)), false)
+            .await?;
+        let content_type = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        if !content_type.is_empty() && !content_type.contains("json") {
+            let body = read_limited(response).await;
+            return Err(ApiError::UnexpectedBody(format!(
+                "watch answered with content-type {content_type:?}, not JSON: {}",
+                super::error::body_excerpt(&body)
+            )));
+        }
+        Ok(response)
+    }
+
+    fn url(&self, path: &str, query: &[(&str, &str)]) -> Url {
+        let mut url = self.base.clone();
+        let base_path = url.path().trim_end_matches('/').to_owned();
+        url.set_path(&format!("{base_path}{path}"));
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        url
+    }
+
+    async fn send(
+        &self,
+        verb: Verb,
+        mut request: reqwest::RequestBuilder,
+        whole_request_timeout: bool,
+    ) -> Result<reqwest::Response, ApiError> {
+        request = request.header(ACCEPT, "application/json");
+        if let Some(token) = &self.token {
+            match token.current() {
+                Ok(t) => request = request.header(AUTHORIZATION, format!("Bearer {t}")),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the bearer token; sending the request without it")
+                }
+            }
+        }
+        if whole_request_timeout {
+            request = request.timeout(self.request_timeout);
+        }
+        let sent = tokio::time::timeout(self.request_timeout, request.send()).await;
+        let response = match sent {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => {
+                self.count(verb, 0);
+                return Err(ApiError::Transport(e));
+            }
+            Err(_elapsed) => {
+                self.count(verb, 0);
+                return Err(ApiError::ServerError {
+                    code: 0,
+                    message: format!("no response headers within {:?}", self.request_timeout),
+                    retry_after: None,
+                });
+            }
+        };
+        let code = response.status().as_u16();
+        self.count(verb, code);
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        if code == 401 {
+            if let Some(token) = &self.token {
+                token.invalidate();
+            }
+        }
+        let retry_after = retry_after(response.headers());
+        let body = read_limited(response).await;
+        Err(ApiError::from_response(code, retry_after, &body))
+    }
+
+    async fn read_body(&self, response: reqwest::Response) -> Result<Bytes, ApiError> {
+        response.bytes().await.map_err(ApiError::Transport)
+    }
+
+    fn count(&self, verb: Verb, code: u16) {
+        self.api_requests
+            .with_label_values(&[verb.as_str(), &code.to_string()])
+            .inc();
+    }
+}
+
+/// Reads at most [`MAX_ERROR_BODY_BYTES`] of a body; a failure mid-body keeps what arrived.
+async fn read_limited(mut response: reqwest::Response) -> Vec<u8> {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        let room = MAX_ERROR_BODY_BYTES - body.len();
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() >= MAX_ERROR_BODY_BYTES {
+            break;
+        }
+    }
+    body
+}
+
+/// `Retry-After` in seconds (the form the API server sends); dates are ignored.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let secs: u64 = headers
+        .get(RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(secs))
+}
+
+/// The collection path of a resource: `/api/v1/namespaces/default/pods`, `/apis/apps/v1/deployments`.
+pub fn collection_path(resource: &ResourceInfo, namespace: Option<&str>) -> String {
+    let mut path = if resource.group.is_empty() {
+        format!("/api/{}", resource.version)
+    } else {
+        format!("/apis/{}/{}", resource.group, resource.version)
+    };
+    if let Some(ns) = namespace {
+        path.push_str("/namespaces/");
+        path.push_str(ns);
+    }
+    path.push('/');
+    path.push_str(&resource.plural);
+    path
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(group: &str, plural: &str) -> ResourceInfo {
+        ResourceInfo {
+            group: group.into(),
+            version: "v1".into(),
+            plural: plural.into(),
+            kind: String::new(),
+            namespaced: true,
+        }
+    }
+
+    #[test]
+    fn collection_paths() {
+        assert_eq!(
+            collection_path(&info("", "pods"), Some("default")),
+            "/api/v1/namespaces/default/pods"
+        );
+        assert_eq!(collection_path(&info("", "pods"), None), "/api/v1/pods");
+        assert_eq!(
+            collection_path(&info("apps", "deployments"), Some("a")),
+            "/apis/apps/v1/namespaces/a/deployments"
+        );
+    }
+}

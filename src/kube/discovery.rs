@@ -1,0 +1,337 @@
+//! Resolving a resource named the way kubectl names it (`pods`, `deploy`, `deployments.apps`,
+//! `deployments.v1.apps`, `widgets.example.com`) through API discovery.
+//!
+//! Discovery runs once at start. The answer fixes the request paths, whether the resource is
+//! namespaced, and the `kind`/`apiVersion` that kube2nats puts on list items and headers.
+
+use serde::Deserialize;
+
+use super::client::ApiClient;
+use super::error::ApiError;
+use crate::event::ResourceInfo;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    #[error("unknown resource {name:?}{}", suggestion(.close_matches))]
+    Unknown {
+        name: String,
+        close_matches: Vec<String>,
+    },
+    #[error("discovery request {path} failed: {source}")]
+    Request {
+        path: String,
+        #[source]
+        source: ApiError,
+    },
+    #[error("discovery document {path} is malformed: {source}")]
+    Malformed {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl DiscoveryError {
+    /// Whether retrying later can help (the server was unreachable or failing), as opposed to a
+    /// name that does not exist.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            DiscoveryError::Unknown { .. } => false,
+            DiscoveryError::Request { source, .. } => !matches!(source, ApiError::NotFound { .. }),
+            DiscoveryError::Malformed { .. } => true,
+        }
+    }
+}
+
+fn suggestion(close: &[String]) -> String {
+    if close.is_empty() {
+        String::new()
+    } else {
+        format!(" (did you mean {}?)", close.join(", "))
+    }
+}
+
+#[derive(Deserialize)]
+struct ApiResourceList {
+    resources: Vec<ApiResource>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(rename_all = "camelCase")]
+struct ApiResource {
+    name: String,
+    #[serde(default)]
+    singular_name: String,
+    namespaced: bool,
+    kind: String,
+    #[serde(default)]
+    verbs: Vec<String>,
+    #[serde(default)]
+    short_names: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct ApiGroupList {
+    groups: Vec<ApiGroup>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ApiGroup {
+    name: String,
+    versions: Vec<GroupVersion>,
+    preferred_version: Option<GroupVersion>,
+}
+
+#[derive(Deserialize)]
+struct GroupVersion {
+    version: String,
+}
+
+/// The resources of one group version.
+struct Served {
+    group: String,
+    version: String,
+    preferred: bool,
+    resources: Vec<ApiResource>,
+}
+
+/// What the server serves, fetched once and used to resolve every configured watch.
+pub struct Discovery {
+    served: Vec<Served>,
+}
+
+impl Discovery {
+    /// Fetches `/api/v1`, `/apis` and every group's versions.
+    pub async fn fetch(client: &ApiClient) -> Result<Discovery, DiscoveryError> {
+        let mut served = vec![Served {
+            group: String::new(),
+            version: "v1".into(),
+            preferred: true,
+            resources: get::<ApiResourceList>(client, "/api/v1").await?.resources,
+        }];
+        let groups = get::<ApiGroupList>(client, "/apis").await?;
+        for group in groups.groups {
+            let preferred = group.preferred_version.as_ref().map(|v| v.version.clone());
+            for version in &group.versions {
+                let path = format!("/apis/{}/{}", group.name, version.version);
+                let resources = match get::<ApiResourceList>(client, &path).await {
+                    Ok(list) => list.resources,
+                    // An aggregated API that is down answers 503 here; kubectl skips it too, and a
+                    // watch that needs it gets "unknown resource" below.
+                    Err(e) => {
+                        tracing::warn!(error = %e, "skipping group version that discovery could not read");
+                        continue;
+                    }
+                };
+                served.push(Served {
+                    group: group.name.clone(),
+                    version: version.version.clone(),
+                    preferred: preferred.as_deref() == Some(version.version.as_str()),
+                    resources,
+                });
+            }
+        }
+        Ok(Discovery { served })
+    }
+
+    /// Resolves `name` as kubectl would: `resource`, `resource.group` or `resource.version.group`,
+    /// where `resource` may be the plural, the singular or a short name. The core group wins ties,
+    /// then the first group the server lists, always at its preferred version unless one is named.
+    pub fn resolve(&self, name: &str) -> Result<ResourceInfo, DiscoveryError> {
+        let (resource, rest) = name.split_once('.').unwrap_or((name, ""));
+        let resource = resource.to_ascii_lowercase();
+        let candidates: Vec<&Served> = if rest.is_empty() {
+            self.served.iter().filter(|s| s.preferred).collect()
+        } else if self.served.iter().any(|s| s.group == rest) {
+            self.served
+                .iter()
+                .filter(|s| s.group == rest && s.preferred)
+                .collect()
+        } else {
+            let (version, group) = rest.split_once('.').unwrap_or((rest, ""));
+            self.served
+                .iter()
+                .filter(|s| s.group == group && s.version == version)
+                .collect()
+        };
+        candidates
+            .iter()
+            .find_map(|served| {
+                served
+                    .resources
+                    .iter()
+                    .find(|r| matches(r, &resource))
+                    .map(|r| ResourceInfo {
+                        group: served.group.clone(),
+                        version: served.version.clone(),
+                        plural: r.name.clone(),
+                        kind: r.kind.clone(),
+                        namespaced: r.namespaced,
+                    })
+            })
+            .ok_or_else(|| DiscoveryError::Unknown {
+                name: name.to_owned(),
+                close_matches: self.close_matches(name),
+            })
+    }
+
+    /// Qualified names (`plural.group`) within a small edit distance of `name`, or sharing its
+    /// first word: what a typo most likely meant.
+    fn close_matches(&self, name: &str) -> Vec<String> {
+        let (resource, _) = name.split_once('.').unwrap_or((name, ""));
+        let mut close: Vec<(usize, String)> = self
+            .served
+            .iter()
+            .filter(|s| s.preferred)
+            .flat_map(|s| {
+                s.resources
+                    .iter()
+                    .filter(|r| !r.name.contains('/'))
+                    .map(move |r| {
+                        if s.group.is_empty() {
+                            r.name.clone()
+                        } else {
+                            format!("{}.{}", r.name, s.group)
+                        }
+                    })
+            })
+            .filter_map(|qualified| {
+                let plural = qualified.split('.').next().unwrap_or_default();
+                let distance = edit_distance(name, &qualified).min(edit_distance(resource, plural));
+                (distance <= 2 || plural == resource).then_some((distance, qualified))
+            })
+            .collect();
+        close.sort();
+        close.dedup_by(|a, b| a.1 == b.1);
+        close.into_iter().take(5).map(|(_, q)| q).collect()
+    }
+}
+
+fn matches(r: &ApiResource, name: &str) -> bool {
+    !r.name.contains('/')
+        && r.verbs.iter().any(|v| v == "watch")
+        && (r.name == name
+            || r.singular_name == name
+            || r.short_names.iter().any(|s| s == name)
+            || r.kind.eq_ignore_ascii_case(name))
+}
+
+async fn get<T: serde::de::DeserializeOwned>(
+    client: &ApiClient,
+    path: &str,
+) -> Result<T, DiscoveryError> {
+    let body = client
+        .get(path)
+        .await
+        .map_err(|source| DiscoveryError::Request {
+            path: path.into(),
+            source,
+        })?;
+    serde_json::from_slice(&body).map_err(|source| DiscoveryError::Malformed {
+        path: path.into(),
+        source,
+    })
+}
+
+/// Levenshtein distance, for suggestions.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn res(name: &str, kind: &str, namespaced: bool, short: &[&str]) -> ApiResource {
+        ApiResource {
+            name: name.into(),
+            singular_name: kind.to_ascii_lowercase(),
+            namespaced,
+            kind: kind.into(),
+            verbs: vec!["list".into(), "watch".into()],
+            short_names: short.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn discovery() -> Discovery {
+        Discovery {
+            served: vec![
+                Served {
+                    group: String::new(),
+                    version: "v1".into(),
+                    preferred: true,
+                    resources: vec![
+                        res("pods", "Pod", true, &["po"]),
+                        res("namespaces", "Namespace", false, &["ns"]),
+                    ],
+                },
+                Served {
+                    group: "apps".into(),
+                    version: "v1".into(),
+                    preferred: true,
+                    resources: vec![res("deployments", "Deployment", true, &["deploy"])],
+                },
+                Served {
+                    group: "example.com".into(),
+                    version: "v1".into(),
+                    preferred: true,
+                    resources: vec![res("widgets", "Widget", true, &[])],
+                },
+                Served {
+                    group: "example.com".into(),
+                    version: "v1beta1".into(),
+                    preferred: false,
+                    resources: vec![res("widgets", "Widget", true, &[])],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn kubectl_style_names() {
+        let d = discovery();
+        let pods = d.resolve("pods").unwrap();
+        assert_eq!(
+            (
+                pods.group.as_str(),
+                pods.version.as_str(),
+                pods.kind.as_str(),
+                pods.namespaced
+            ),
+            ("", "v1", "Pod", true)
+        );
+        assert_eq!(d.resolve("po").unwrap().plural, "pods");
+        assert_eq!(d.resolve("ns").unwrap().namespaced, false);
+        assert_eq!(d.resolve("deployments.apps").unwrap().group, "apps");
+        assert_eq!(d.resolve("deployments.v1.apps").unwrap().version, "v1");
+        assert_eq!(d.resolve("deploy").unwrap().kind, "Deployment");
+        assert_eq!(d.resolve("widgets.example.com").unwrap().version, "v1");
+        assert_eq!(
+            d.resolve("widgets.v1beta1.example.com").unwrap().version,
+            "v1beta1"
+        );
+    }
+
+    #[test]
+    fn unknown_names_list_close_matches() {
+        let err = discovery()
+            .resolve("deploymnets.apps")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("did you mean deployments.apps"), "{err}");
+        let err = discovery().resolve("gizmos").unwrap_err().to_string();
+        assert_eq!(err, "unknown resource \"gizmos\"");
+    }
+}

@@ -1,0 +1,134 @@
+//! What can go wrong talking to the API server, as the watch state machine needs to tell it apart.
+//!
+//! Each variant is one row of the edge-case table in DESIGN.md: the watcher's `match` on an
+//! [`ApiError`] decides between resuming, relisting and backing off.
+
+use std::time::Duration;
+
+use super::status::Status;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 410: the version asked for (or a `continue` token) is older than the server's history.
+    #[error("resource version expired: {message}")]
+    Gone { message: String },
+    /// 504 with cause `ResourceVersionTooLarge`: the server has not caught up with the version asked for.
+    #[error("resource version too large: {message}")]
+    TooLargeResourceVersion { message: String },
+    /// 429: the server (API priority and fairness) asks us to slow down.
+    #[error("throttled by the API server (429)")]
+    Throttled { retry_after: Option<Duration> },
+    /// 5xx: the server (or a proxy) failed; worth retrying after a pause.
+    #[error("API server error {code}: {message}")]
+    ServerError {
+        code: u16,
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// 401: the token is missing, wrong or expired.
+    #[error("unauthorized (401): the API server rejected the credentials")]
+    Unauthorized,
+    /// 403: RBAC refuses the request.
+    #[error("forbidden (403): {message}")]
+    Forbidden { message: String },
+    #[error("not found (404): {message}")]
+    NotFound { message: String },
+    /// Any other status.
+    #[error("unexpected response {code}: {message}")]
+    Status { code: u16, message: String },
+    /// A 2xx response whose body is not what the API returns (an HTML page from a proxy, say).
+    #[error("unexpected response body: {0}")]
+    UnexpectedBody(String),
+    /// Connection refused or reset, TLS failure, request timeout.
+    #[error("request failed: {0}")]
+    Transport(#[source] reqwest::Error),
+}
+
+impl ApiError {
+    /// Classifies a non-success response from its status, headers and body.
+    pub fn from_response(code: u16, retry_after: Option<Duration>, body: &[u8]) -> ApiError {
+        let status = Status::from_body(body);
+        let message = match &status {
+            Some(s) if !s.message.is_empty() => s.message.clone(),
+            _ => body_excerpt(body),
+        };
+        if status
+            .as_ref()
+            .is_some_and(Status::is_too_large_resource_version)
+        {
+            return ApiError::TooLargeResourceVersion { message };
+        }
+        match code {
+            410 => ApiError::Gone { message },
+            429 => ApiError::Throttled { retry_after },
+            401 => ApiError::Unauthorized,
+            403 => ApiError::Forbidden { message },
+            404 => ApiError::NotFound { message },
+            500..=599 => ApiError::ServerError {
+                code,
+                message,
+                retry_after,
+            },
+            _ => ApiError::Status { code, message },
+        }
+    }
+
+    /// The `reason` label of `watch_restarts_total` / `relists_total` for this error.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ApiError::Gone { .. } => "expired",
+            ApiError::TooLargeResourceVersion { .. } => "too_large_resource_version",
+            ApiError::Throttled { .. } => "throttled",
+            ApiError::ServerError { .. } => "server_error",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::Forbidden { .. } => "forbidden",
+            ApiError::NotFound { .. } => "not_found",
+            ApiError::Status { .. } => "unexpected_status",
+            ApiError::UnexpectedBody(_) => "unexpected_body",
+            ApiError::Transport(_) => "transport",
+        }
+    }
+}
+
+/// The start of a body, for error messages: enough to recognise an HTML error page.
+pub fn body_excerpt(body: &[u8]) -> String {
+    const MAX: usize = 200;
+    let text = String::from_utf8_lossy(&body[..body.len().min(MAX)]);
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if body.len() > MAX {
+        format!("{text}…")
+    } else {
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_statuses() {
+        let too_large = br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Timeout: Too large resource version: 20, current: 10","reason":"Timeout","details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}]},"code":504}"#;
+        assert!(matches!(
+            ApiError::from_response(504, None, too_large),
+            ApiError::TooLargeResourceVersion { .. }
+        ));
+        let gone =
+            br#"{"kind":"Status","code":410,"reason":"Expired","message":"continue too old"}"#;
+        assert!(
+            matches!(ApiError::from_response(410, None, gone), ApiError::Gone { message } if message == "continue too old")
+        );
+        let e = ApiError::from_response(
+            503,
+            Some(Duration::from_secs(3)),
+            b"<html><body>Service Unavailable</body></html>",
+        );
+        assert!(
+            matches!(e, ApiError::ServerError { code: 503, retry_after: Some(_), ref message } if message.contains("Service Unavailable"))
+        );
+        assert!(matches!(
+            ApiError::from_response(429, None, b""),
+            ApiError::Throttled { .. }
+        ));
+    }
+}

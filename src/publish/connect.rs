@@ -1,0 +1,165 @@
+//! The NATS connection: servers, authentication, TLS, reconnecting forever.
+//!
+//! kube2nats starts even when NATS is down: the client connects in the background, keeps
+//! reconnecting with backoff, and reports its state through `kube2nats_nats_connected`, which
+//! readiness follows.
+
+use std::time::Duration;
+
+use async_nats::{jetstream, ConnectOptions, Event, ServerAddr};
+use prometheus::IntGauge;
+
+use super::outbox::Nats;
+use crate::config::{NatsAuth, NatsConfig, NatsMode, Retention, Storage, StreamConfig};
+
+/// The longest pause between two reconnection attempts.
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(5);
+/// Window of unacknowledged JetStream publishes of the whole connection; each watch keeps its own,
+/// smaller window (`max_ack_inflight`), so this only has to exceed their sum.
+const CONNECTION_ACK_WINDOW: usize = 1 << 16;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("invalid NATS server address {addr:?}: {source}")]
+    Address {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("reading NATS {what} {path}: {source}")]
+    Read {
+        what: &'static str,
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("connecting to NATS: {0}")]
+    Connect(#[from] async_nats::ConnectError),
+}
+
+/// Connects (in the background, retrying forever) and returns the publishing handle for the
+/// configured mode.
+pub async fn connect(cfg: &NatsConfig, connected: IntGauge) -> Result<Nats, ConnectError> {
+    let servers = cfg
+        .servers
+        .iter()
+        .map(|s| {
+            s.parse::<ServerAddr>()
+                .map_err(|source| ConnectError::Address {
+                    addr: s.clone(),
+                    source,
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut options = ConnectOptions::new()
+        .name(&cfg.name)
+        .connection_timeout(cfg.connect_timeout)
+        .retry_on_initial_connect()
+        .max_reconnects(None)
+        .reconnect_delay_callback(|attempts| {
+            let exp = Duration::from_millis(100).saturating_mul(1u32 << attempts.min(10));
+            exp.min(MAX_RECONNECT_DELAY)
+        })
+        .event_callback(move |event| {
+            let connected = connected.clone();
+            async move { on_event(&event, &connected) }
+        });
+    options = match &cfg.auth {
+        NatsAuth::None => options,
+        NatsAuth::Token(token) => options.token(token.clone()),
+        NatsAuth::UserPassword { user, password } => {
+            options.user_and_password(user.clone(), password.clone())
+        }
+        NatsAuth::NKeySeedFile(path) => {
+            let seed = std::fs::read_to_string(path).map_err(|source| ConnectError::Read {
+                what: "NKey seed file",
+                path: path.clone(),
+                source,
+            })?;
+            options.nkey(seed.trim().to_owned())
+        }
+        NatsAuth::CredentialsFile(path) => {
+            options
+                .credentials_file(path)
+                .await
+                .map_err(|source| ConnectError::Read {
+                    what: "credentials file",
+                    path: path.clone(),
+                    source,
+                })?
+        }
+    };
+    if let Some(tls) = &cfg.tls {
+        options = options.require_tls(true);
+        if let Some(ca) = &tls.ca_file {
+            options = options.add_root_certificates(ca.clone());
+        }
+        if let Some((cert, key)) = &tls.client_cert {
+            options = options.add_client_certificate(cert.clone(), key.clone());
+        }
+    }
+    let client = options.connect(servers).await?;
+    Ok(match &cfg.mode {
+        NatsMode::Core => Nats::Core(client),
+        NatsMode::JetStream(js) => {
+            let context = jetstream::ContextBuilder::new()
+                .timeout(js.ack_timeout)
+                .max_ack_inflight(CONNECTION_ACK_WINDOW)
+                .build(client.clone());
+            Nats::JetStream { client, context }
+        }
+    })
+}
+
+fn on_event(event: &Event, connected: &IntGauge) {
+    match event {
+        Event::Connected => {
+            connected.set(1);
+            tracing::info!("connected to NATS");
+        }
+        Event::Disconnected => {
+            connected.set(0);
+            tracing::warn!("disconnected from NATS; reconnecting");
+        }
+        Event::Closed => {
+            connected.set(0);
+            tracing::info!("NATS connection closed");
+        }
+        other => tracing::warn!(event = %other, "NATS connection event"),
+    }
+}
+
+/// Creates the configured stream, or checks that the existing one captures its subjects. Retries
+/// until NATS answers, so it may run while NATS is still down.
+pub async fn ensure_stream(
+    context: &jetstream::Context,
+    stream: &StreamConfig,
+) -> Result<(), jetstream::context::CreateStreamError> {
+    let config = jetstream::stream::Config {
+        name: stream.name.clone(),
+        subjects: stream.subjects.clone(),
+        retention: match stream.retention {
+            Retention::Limits => jetstream::stream::RetentionPolicy::Limits,
+            Retention::Interest => jetstream::stream::RetentionPolicy::Interest,
+            Retention::WorkQueue => jetstream::stream::RetentionPolicy::WorkQueue,
+        },
+        storage: match stream.storage {
+            Storage::File => jetstream::stream::StorageType::File,
+            Storage::Memory => jetstream::stream::StorageType::Memory,
+        },
+        duplicate_window: stream.duplicate_window,
+        max_age: stream.max_age,
+        ..Default::default()
+    };
+    let info = context.get_or_create_stream(config).await?;
+    let existing = &info.cached_info().config;
+    let missing: Vec<&String> = stream
+        .subjects
+        .iter()
+        .filter(|s| !existing.subjects.contains(s))
+        .collect();
+    if missing.is_empty() {
+        tracing::info!(stream = %stream.name, "JetStream stream ready");
+    } else {
+        tracing::warn!(stream = %stream.name, ?missing, "existing JetStream stream does not capture all configured subjects; kube2nats does not change existing streams");
+    }
+    Ok(())
+}

@@ -1,0 +1,204 @@
+//! Publishing one watch's messages, in order, with a bounded window of unacknowledged ones.
+//!
+//! The outbox is where backpressure comes from: [`Outbox::publish`] returns only when the message
+//! is accepted (core NATS) or when the window has room (JetStream), so a slow or absent NATS stops
+//! the watch from reading the API server instead of filling memory.
+//!
+//! Two invariants keep the delivery promise:
+//! - a message that fails is published again, with the same `Nats-Msg-Id`, until it succeeds;
+//! - two messages of the same object are never in flight together, so a retry can never put an
+//!   older version of an object behind a newer one.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use async_nats::jetstream::context::PublishAckFuture;
+use async_nats::{jetstream, Client};
+use tokio::time::Instant;
+
+use super::message::OutMessage;
+use crate::config::BackoffConfig;
+use crate::telemetry::metrics::WatchMetrics;
+use crate::watcher::backoff::Backoff;
+
+/// Pauses between publish retries: short, since NATS usually comes back quickly, and capped so
+/// a recovered NATS is used within seconds.
+const RETRY_BACKOFF: BackoffConfig = BackoffConfig {
+    initial: Duration::from_millis(100),
+    max: Duration::from_secs(5),
+    multiplier: 2.0,
+    jitter: 0.2,
+    reset_after: Duration::from_secs(30),
+};
+
+/// The connection in the configured mode; cheap to clone.
+#[derive(Clone)]
+pub enum Nats {
+    Core(Client),
+    JetStream {
+        client: Client,
+        context: jetstream::Context,
+    },
+}
+
+impl Nats {
+    pub fn client(&self) -> &Client {
+        match self {
+            Nats::Core(client) | Nats::JetStream { client, .. } => client,
+        }
+    }
+}
+
+struct InFlight {
+    msg: OutMessage,
+    ack: PublishAckFuture,
+    sent_at: Instant,
+}
+
+/// The publishing side of one watch target.
+pub struct Outbox {
+    nats: Nats,
+    in_flight: VecDeque<InFlight>,
+    max_in_flight: usize,
+    metrics: WatchMetrics,
+    retry: Backoff,
+}
+
+impl Outbox {
+    /// `max_in_flight` bounds unacknowledged JetStream publishes (unused in core mode).
+    pub fn new(nats: Nats, max_in_flight: usize, metrics: WatchMetrics) -> Outbox {
+        Outbox {
+            nats,
+            in_flight: VecDeque::new(),
+            max_in_flight: max_in_flight.max(1),
+            metrics,
+            retry: Backoff::new(RETRY_BACKOFF),
+        }
+    }
+
+    /// Hands one message to NATS; returns once it is accepted (core) or in the ack window (JetStream).
+    pub async fn publish(&mut self, msg: OutMessage) {
+        match self.nats.clone() {
+            Nats::Core(client) => self.publish_core(&client, msg).await,
+            Nats::JetStream { context, .. } => self.publish_jetstream(&context, msg).await,
+        }
+    }
+
+    /// Waits until everything handed over is acknowledged (JetStream) or has reached the server
+    /// (core: a flush round trip). After it returns, the watch may checkpoint.
+    pub async fn settle(&mut self) {
+        while !self.in_flight.is_empty() {
+            self.complete_oldest().await;
+        }
+        if let Nats::Core(client) = &self.nats {
+            if let Err(e) = client.flush().await {
+                tracing::debug!(watch = %self.metrics.watch, error = %e, "flush to NATS failed; messages stay queued in the client");
+            }
+        }
+    }
+
+    /// Messages handed over and not yet acknowledged.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    async fn publish_core(&mut self, client: &Client, msg: OutMessage) {
+        let started = Instant::now();
+        loop {
+            match client
+                .publish_with_headers(
+                    msg.subject.clone(),
+                    msg.headers.clone(),
+                    msg.payload.clone(),
+                )
+                .await
+            {
+                Ok(()) => {
+                    self.metrics.published(msg.event_type);
+                    self.metrics
+                        .publish_duration
+                        .observe(started.elapsed().as_secs_f64());
+                    return;
+                }
+                Err(e) => self.failed(&msg, &e).await,
+            }
+        }
+    }
+
+    async fn publish_jetstream(&mut self, context: &jetstream::Context, msg: OutMessage) {
+        while self.in_flight.len() >= self.max_in_flight
+            || self
+                .in_flight
+                .iter()
+                .any(|f| f.msg.object_key == msg.object_key)
+        {
+            self.complete_oldest().await;
+        }
+        let sent_at = Instant::now();
+        let ack = self.send(context, &msg).await;
+        self.in_flight.push_back(InFlight { msg, ack, sent_at });
+        self.metrics.queue_depth.set(self.in_flight.len() as i64);
+    }
+
+    /// Sends one JetStream publish, retrying until the client accepts it.
+    async fn send(&mut self, context: &jetstream::Context, msg: &OutMessage) -> PublishAckFuture {
+        loop {
+            let publish = jetstream::message::PublishMessage::build()
+                .payload(msg.payload.clone())
+                .headers(msg.headers.clone());
+            match context.send_publish(msg.subject.clone(), publish).await {
+                Ok(ack) => return ack,
+                Err(e) => self.failed(msg, &e).await,
+            }
+        }
+    }
+
+    /// Awaits the oldest acknowledgement, publishing that message again until it is acknowledged.
+    async fn complete_oldest(&mut self) {
+        let Some(InFlight {
+            msg,
+            mut ack,
+            sent_at,
+        }) = self.in_flight.pop_front()
+        else {
+            return;
+        };
+        let Nats::JetStream { context, .. } = self.nats.clone() else {
+            return;
+        };
+        loop {
+            match ack.await {
+                Ok(reply) => {
+                    if reply.duplicate {
+                        self.metrics.jetstream_duplicates.inc();
+                    }
+                    self.metrics.published(msg.event_type);
+                    self.metrics
+                        .publish_duration
+                        .observe(sent_at.elapsed().as_secs_f64());
+                    self.retry.reset();
+                    break;
+                }
+                Err(e) => {
+                    self.failed(&msg, &e).await;
+                    ack = self.send(&context, &msg).await;
+                }
+            }
+        }
+        self.metrics.queue_depth.set(self.in_flight.len() as i64);
+    }
+
+    /// Counts and logs a failed attempt, then waits before the next: until the connection is
+    /// back if it is down, else a growing backoff.
+    async fn failed(&mut self, msg: &OutMessage, error: &(dyn std::error::Error + Send + Sync)) {
+        self.metrics.publish_errors.inc();
+        let delay = self.retry.next_delay();
+        let error = error.to_string();
+        tracing::warn!(watch = %self.metrics.watch, subject = %msg.subject, error, retry_in = ?delay, "publish to NATS failed; retrying with the same Nats-Msg-Id");
+        tokio::time::sleep(delay).await;
+        let client = self.nats.client().clone();
+        while client.connection_state() != async_nats::connection::State::Connected {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}

@@ -1,0 +1,657 @@
+//! The list+watch state machine of one watch target (one resource in one namespace, or in all).
+//!
+//! One enum of states, one [`Machine::step`] that performs exactly one transition and says what
+//! it saw in an [`Outcome`]. `step` only talks to the API server; the driver
+//! ([`super::WatchTask`]) de-duplicates, publishes, counts and logs. Every edge case of
+//! DESIGN.md's table is one arm below.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::time::Instant;
+
+use super::backoff::Backoff;
+use crate::event::{EventType, ObjectEvent, ResourceInfo, ResourceVersion};
+use crate::kube::client::{collection_path, Verb};
+use crate::kube::decode::{decode_line, WatchLine};
+use crate::kube::framing::FrameError;
+use crate::kube::list::parse_list_page;
+use crate::kube::stream::{LineStream, StreamError};
+use crate::kube::{ApiClient, ApiError};
+
+/// Added to the server-side watch timeout to get the client-side deadline: a watch that has not
+/// ended by then is a half-open connection (the server would have closed it). Capped by the
+/// timeout itself so short test timeouts stay short.
+const WATCH_DEADLINE_MARGIN: Duration = Duration::from_secs(30);
+/// A watch that ends sooner than this without a single line is a "very short watch" (client-go's
+/// term): something is wrong, so back off before the next one instead of spinning.
+const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
+
+/// What one watch target watches, fixed at start.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The configured watch's name, for logs and metrics.
+    pub watch: Arc<str>,
+    pub resource: ResourceInfo,
+    /// `None`: all namespaces (or a cluster-scoped resource).
+    pub namespace: Option<String>,
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
+    pub page_size: u32,
+    /// T: each watch asks for a server-side timeout drawn from [T, 2T), as client-go does, so
+    /// many watches do not all reconnect at once.
+    pub watch_timeout: Duration,
+    pub streaming_list: bool,
+    pub max_line_bytes: usize,
+}
+
+/// Why a list starts; the `reason` label of `relists_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListReason {
+    Initial,
+    /// The watch's version fell out of the server's history (410 Expired / Gone).
+    Expired,
+    /// The server has not caught up with the watch's version (a lagging replica after fail-over).
+    TooLargeResourceVersion,
+    /// The `continue` token of a paged list expired between two pages.
+    ContinueExpired,
+    /// The server does not support streaming lists; a paged list replaces it.
+    StreamingUnsupported,
+}
+
+impl ListReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListReason::Initial => "initial",
+            ListReason::Expired => "expired",
+            ListReason::TooLargeResourceVersion => "too_large_resource_version",
+            ListReason::ContinueExpired => "continue_expired",
+            ListReason::StreamingUnsupported => "streaming_unsupported",
+        }
+    }
+}
+
+/// Why a watch (or a list request) ended or failed; the `reason` label of `watch_restarts_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartReason {
+    /// The server ended the body cleanly (its `timeoutSeconds`, or a restart): resume, no relist.
+    StreamEnded,
+    /// Ended within a second and without a line: resume after a backoff.
+    VeryShortWatch,
+    /// Nothing arrived by the client-side deadline: a half-open connection.
+    IdleTimeout,
+    Expired,
+    TooLargeResourceVersion,
+    /// 429: resume after `Retry-After`.
+    Throttled,
+    /// 5xx (or no response headers in time).
+    ServerError,
+    /// 401: the token is re-read before the retry.
+    Unauthorized,
+    /// 403: RBAC refuses; retried with capped backoff until someone fixes the Role.
+    Forbidden,
+    /// Connection refused, reset, TLS failure.
+    Transport,
+    /// A malformed, over-long or truncated line.
+    DecodeError,
+    /// An ERROR event other than 410 inside the stream.
+    ErrorEvent,
+    /// A response kube2nats cannot use (404, 4xx, a non-JSON body).
+    UnexpectedResponse,
+}
+
+impl RestartReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartReason::StreamEnded => "stream_ended",
+            RestartReason::VeryShortWatch => "very_short_watch",
+            RestartReason::IdleTimeout => "idle_timeout",
+            RestartReason::Expired => "expired",
+            RestartReason::TooLargeResourceVersion => "too_large_resource_version",
+            RestartReason::Throttled => "throttled",
+            RestartReason::ServerError => "server_error",
+            RestartReason::Unauthorized => "unauthorized",
+            RestartReason::Forbidden => "forbidden",
+            RestartReason::Transport => "transport",
+            RestartReason::DecodeError => "decode_error",
+            RestartReason::ErrorEvent => "error_event",
+            RestartReason::UnexpectedResponse => "unexpected_response",
+        }
+    }
+}
+
+/// A restart, with what the driver needs to log it.
+#[derive(Debug)]
+pub struct Restart {
+    pub reason: RestartReason,
+    /// The request that failed, where one did.
+    pub verb: Option<Verb>,
+    pub error: Option<String>,
+    /// The pause before the next attempt.
+    pub retry_in: Option<Duration>,
+}
+
+/// What one step saw.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Part of a list. `started` is set on the first page of a new list; `complete` on the last,
+    /// with the list's version: every object not listed since `started` has vanished.
+    ListPage {
+        started: Option<ListReason>,
+        items: Vec<ObjectEvent>,
+        complete: Option<ResourceVersion>,
+    },
+    /// A change received on the watch.
+    Event(ObjectEvent),
+    /// The watch has seen everything up to this version.
+    Bookmark(ResourceVersion),
+    /// A watch opened from this version.
+    WatchOpened(ResourceVersion),
+    Restart(Restart),
+    /// Nothing to report (a backoff elapsed).
+    Idle,
+}
+
+/// Where one watch target stands.
+pub enum State {
+    /// Next step fetches one list page; `continue_token: None` starts a new list. Lists always
+    /// read the latest state (`resourceVersion` unset: a consistent read), which is what client-go
+    /// falls back to after Expired/TooLarge; kube2nats lists only at start and after those, so it
+    /// never needs the cheaper read-from-cache rung.
+    Listing {
+        reason: ListReason,
+        continue_token: Option<String>,
+    },
+    /// Next step opens a streaming list (`sendInitialEvents=true`).
+    StreamListing { reason: ListReason },
+    /// Next step opens a watch from `rv`.
+    Connecting { rv: ResourceVersion },
+    /// Next step reads one line from the open watch.
+    Watching(Box<Watching>),
+    /// Next step sleeps `delay`, then becomes `then`.
+    Backoff { delay: Duration, then: Box<State> },
+}
+
+/// An open watch.
+pub struct Watching {
+    /// The version to resume from: the last event or bookmark received.
+    rv: ResourceVersion,
+    stream: LineStream,
+    opened_at: Instant,
+    deadline: Instant,
+    received_any: bool,
+    /// Set while a streaming list delivers its initial events.
+    initial_events: Option<ListReason>,
+}
+
+/// Steps one watch target through its states.
+pub struct Machine {
+    client: Arc<ApiClient>,
+    target: Arc<Target>,
+    path: String,
+    backoff: Backoff,
+    /// Cleared for good once the server shows it does not support streaming lists.
+    streaming_list: bool,
+}
+
+impl Machine {
+    pub fn new(client: Arc<ApiClient>, target: Arc<Target>, backoff: Backoff) -> Machine {
+        let path = collection_path(&target.resource, target.namespace.as_deref());
+        let streaming_list = target.streaming_list;
+        Machine {
+            client,
+            target,
+            path,
+            backoff,
+            streaming_list,
+        }
+    }
+
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// The first state: a list.
+    pub fn start(&self) -> State {
+        self.list(ListReason::Initial)
+    }
+
+    fn list(&self, reason: ListReason) -> State {
+        if self.streaming_list {
+            State::StreamListing { reason }
+        } else {
+            State::Listing {
+                reason,
+                continue_token: None,
+            }
+        }
+    }
+
+    /// Performs one transition.
+    pub async fn step(&mut self, state: State) -> (Outcome, State) {
+        match state {
+            State::Listing {
+                reason,
+                continue_token,
+            } => self.fetch_page(reason, continue_token).await,
+            State::StreamListing { reason } => self.open_streaming_list(reason).await,
+            State::Connecting { rv } => self.open_watch(rv).await,
+            State::Watching(watching) => self.read_line(*watching).await,
+            State::Backoff { delay, then } => {
+                tokio::time::sleep(delay).await;
+                (Outcome::Idle, *then)
+            }
+        }
+    }
+
+    async fn fetch_page(
+        &mut self,
+        reason: ListReason,
+        continue_token: Option<String>,
+    ) -> (Outcome, State) {
+        let limit = self.target.page_size.to_string();
+        let mut query = vec![("limit", limit.as_str())];
+        self.add_selectors(&mut query);
+        if let Some(token) = &continue_token {
+            query.push(("continue", token));
+        }
+        let body = match self.client.list(&self.path, &query).await {
+            Ok(body) => body,
+            Err(ApiError::Gone { message }) if continue_token.is_some() => {
+                let restart = Restart {
+                    reason: RestartReason::Expired,
+                    verb: Some(Verb::List),
+                    error: Some(message),
+                    retry_in: None,
+                };
+                return (
+                    Outcome::Restart(restart),
+                    State::Listing {
+                        reason: ListReason::ContinueExpired,
+                        continue_token: None,
+                    },
+                );
+            }
+            Err(e) => {
+                return self.failed(
+                    Verb::List,
+                    e,
+                    State::Listing {
+                        reason,
+                        continue_token,
+                    },
+                )
+            }
+        };
+        let page = match parse_list_page(&body, &self.target.resource) {
+            Ok(page) => page,
+            Err(e) => {
+                return self.back_off(
+                    RestartReason::DecodeError,
+                    Some(Verb::List),
+                    e.to_string(),
+                    None,
+                    State::Listing {
+                        reason,
+                        continue_token,
+                    },
+                )
+            }
+        };
+        let started = continue_token.is_none().then_some(reason);
+        match page.continue_token {
+            Some(next) => (
+                Outcome::ListPage {
+                    started,
+                    items: page.items,
+                    complete: None,
+                },
+                State::Listing {
+                    reason,
+                    continue_token: Some(next),
+                },
+            ),
+            None => {
+                let rv = page.resource_version;
+                (
+                    Outcome::ListPage {
+                        started,
+                        items: page.items,
+                        complete: Some(rv.clone()),
+                    },
+                    State::Connecting { rv },
+                )
+            }
+        }
+    }
+
+    async fn open_streaming_list(&mut self, reason: ListReason) -> (Outcome, State) {
+        let timeout = self.server_timeout_secs();
+        let mut query = vec![
+            ("watch", "1"),
+            ("sendInitialEvents", "true"),
+            ("resourceVersionMatch", "NotOlderThan"),
+            ("resourceVersion", ""),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", timeout.as_str()),
+        ];
+        self.add_selectors(&mut query);
+        match self.client.watch(&self.path, &query).await {
+            Ok(response) => (
+                Outcome::ListPage {
+                    started: Some(reason),
+                    items: Vec::new(),
+                    complete: None,
+                },
+                State::Watching(Box::new(self.watching(
+                    ResourceVersion::new(""),
+                    response,
+                    &timeout,
+                    Some(reason),
+                ))),
+            ),
+            // 400/422 from servers that know the parameter but have the feature off.
+            Err(e @ (ApiError::Status { .. } | ApiError::UnexpectedBody(_))) => {
+                self.streaming_unsupported(e.to_string())
+            }
+            Err(e) => self.failed(Verb::Watch, e, State::StreamListing { reason }),
+        }
+    }
+
+    /// The server refused or ignored `sendInitialEvents`: use paged lists from now on.
+    fn streaming_unsupported(&mut self, why: String) -> (Outcome, State) {
+        self.streaming_list = false;
+        let restart = Restart {
+            reason: RestartReason::UnexpectedResponse,
+            verb: Some(Verb::Watch),
+            error: Some(format!(
+                "streaming list not usable, falling back to paged lists: {why}"
+            )),
+            retry_in: None,
+        };
+        (
+            Outcome::Restart(restart),
+            State::Listing {
+                reason: ListReason::StreamingUnsupported,
+                continue_token: None,
+            },
+        )
+    }
+
+    async fn open_watch(&mut self, rv: ResourceVersion) -> (Outcome, State) {
+        let timeout = self.server_timeout_secs();
+        let mut query = vec![
+            ("watch", "1"),
+            ("resourceVersion", rv.as_str()),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", timeout.as_str()),
+        ];
+        self.add_selectors(&mut query);
+        match self.client.watch(&self.path, &query).await {
+            Ok(response) => {
+                let watching = self.watching(rv.clone(), response, &timeout, None);
+                (
+                    Outcome::WatchOpened(rv),
+                    State::Watching(Box::new(watching)),
+                )
+            }
+            Err(e) => self.failed(Verb::Watch, e, State::Connecting { rv }),
+        }
+    }
+
+    fn watching(
+        &self,
+        rv: ResourceVersion,
+        response: reqwest::Response,
+        timeout_secs: &str,
+        initial_events: Option<ListReason>,
+    ) -> Watching {
+        let server_timeout = Duration::from_secs(timeout_secs.parse().unwrap_or(0));
+        let opened_at = Instant::now();
+        Watching {
+            rv,
+            stream: LineStream::new(response, self.target.max_line_bytes),
+            opened_at,
+            deadline: opened_at
+                + server_timeout
+                + WATCH_DEADLINE_MARGIN.min(self.target.watch_timeout),
+            received_any: false,
+            initial_events,
+        }
+    }
+
+    async fn read_line(&mut self, mut w: Watching) -> (Outcome, State) {
+        let next = tokio::time::timeout_at(w.deadline, w.stream.next_line()).await;
+        let line = match next {
+            Ok(Ok(Some(line))) => line,
+            Ok(Ok(None)) => return self.stream_ended(w),
+            Err(_deadline) => {
+                return self.lost_stream(
+                    w,
+                    RestartReason::IdleTimeout,
+                    "no data before the watch deadline: connection presumed half-open".into(),
+                )
+            }
+            Ok(Err(StreamError::Frame(e))) => {
+                return self.lost_stream(w, RestartReason::DecodeError, e.to_string())
+            }
+            Ok(Err(e @ StreamError::Transport(_))) => {
+                return self.lost_stream(w, RestartReason::Transport, e.to_string())
+            }
+        };
+        w.received_any = true;
+        let decoded = match decode_line(&line.bytes) {
+            Ok(decoded) => decoded,
+            Err(_) if !line.terminated => {
+                let e = FrameError::Truncated {
+                    leftover_bytes: line.bytes.len(),
+                };
+                return self.lost_stream(w, RestartReason::DecodeError, e.to_string());
+            }
+            Err(e) => return self.lost_stream(w, RestartReason::DecodeError, e.to_string()),
+        };
+        match (decoded, w.initial_events) {
+            (WatchLine::Change(event), Some(_)) if event.event_type == EventType::Added => (
+                Outcome::ListPage {
+                    started: None,
+                    items: vec![event],
+                    complete: None,
+                },
+                State::Watching(Box::new(w)),
+            ),
+            (
+                WatchLine::Bookmark {
+                    resource_version,
+                    initial_events_end: true,
+                },
+                Some(_),
+            ) => {
+                w.rv = resource_version.clone();
+                w.initial_events = None;
+                (
+                    Outcome::ListPage {
+                        started: None,
+                        items: Vec::new(),
+                        complete: Some(resource_version),
+                    },
+                    State::Watching(Box::new(w)),
+                )
+            }
+            // Initial events are all ADDED and end with the annotated bookmark; anything else means
+            // the server ignored sendInitialEvents (servers before 1.27 do).
+            (WatchLine::Change(_) | WatchLine::Bookmark { .. }, Some(_)) => self
+                .streaming_unsupported(
+                    "the server sent live events before the initial-events-end bookmark".into(),
+                ),
+            (WatchLine::Change(event), None) => {
+                w.rv = event.meta.resource_version.clone();
+                (Outcome::Event(event), State::Watching(Box::new(w)))
+            }
+            (
+                WatchLine::Bookmark {
+                    resource_version, ..
+                },
+                None,
+            ) => {
+                w.rv = resource_version.clone();
+                (
+                    Outcome::Bookmark(resource_version),
+                    State::Watching(Box::new(w)),
+                )
+            }
+            (WatchLine::Error(status), _) if status.is_expired() => {
+                self.relist(RestartReason::Expired, ListReason::Expired, status.message)
+            }
+            (WatchLine::Error(status), _) if status.is_too_large_resource_version() => self.relist(
+                RestartReason::TooLargeResourceVersion,
+                ListReason::TooLargeResourceVersion,
+                status.message,
+            ),
+            (WatchLine::Error(status), _) => {
+                let error = format!("{} ({}): {}", status.code, status.reason, status.message);
+                self.lost_stream(w, RestartReason::ErrorEvent, error)
+            }
+        }
+    }
+
+    /// The server closed the body cleanly.
+    fn stream_ended(&mut self, w: Watching) -> (Outcome, State) {
+        if w.initial_events.is_some() {
+            return self.streaming_unsupported(
+                "the stream ended before the initial-events-end bookmark".into(),
+            );
+        }
+        if !w.received_any && w.opened_at.elapsed() < VERY_SHORT_WATCH {
+            return self.lost_stream(
+                w,
+                RestartReason::VeryShortWatch,
+                "watch ended within a second without a line".into(),
+            );
+        }
+        let restart = Restart {
+            reason: RestartReason::StreamEnded,
+            verb: None,
+            error: None,
+            retry_in: None,
+        };
+        (Outcome::Restart(restart), State::Connecting { rv: w.rv })
+    }
+
+    /// The stream broke: resume from the last version after a pause (or relist, if the stream was
+    /// still delivering a streaming list's initial events).
+    fn lost_stream(
+        &mut self,
+        w: Watching,
+        reason: RestartReason,
+        error: String,
+    ) -> (Outcome, State) {
+        let then = match w.initial_events {
+            Some(list_reason) => self.list(list_reason),
+            None => State::Connecting { rv: w.rv },
+        };
+        self.back_off(reason, None, error, None, then)
+    }
+
+    fn relist(
+        &mut self,
+        reason: RestartReason,
+        list_reason: ListReason,
+        error: String,
+    ) -> (Outcome, State) {
+        let then = self.list(list_reason);
+        self.back_off(reason, None, error, None, then)
+    }
+
+    /// Maps a failed request to the next state: a relist for Expired/TooLarge, else `retry` after a pause.
+    fn failed(&mut self, verb: Verb, error: ApiError, retry: State) -> (Outcome, State) {
+        let message = error.to_string();
+        match error {
+            ApiError::Gone { .. } if verb == Verb::Watch => {
+                self.relist(RestartReason::Expired, ListReason::Expired, message)
+            }
+            ApiError::TooLargeResourceVersion { .. } if verb == Verb::Watch => self.relist(
+                RestartReason::TooLargeResourceVersion,
+                ListReason::TooLargeResourceVersion,
+                message,
+            ),
+            ApiError::Throttled { retry_after } => self.back_off(
+                RestartReason::Throttled,
+                Some(verb),
+                message,
+                retry_after,
+                retry,
+            ),
+            ApiError::ServerError { retry_after, .. } => self.back_off(
+                RestartReason::ServerError,
+                Some(verb),
+                message,
+                retry_after,
+                retry,
+            ),
+            ApiError::Unauthorized => self.back_off(
+                RestartReason::Unauthorized,
+                Some(verb),
+                message,
+                None,
+                retry,
+            ),
+            ApiError::Forbidden { .. } => {
+                self.back_off(RestartReason::Forbidden, Some(verb), message, None, retry)
+            }
+            ApiError::Transport(_) => {
+                self.back_off(RestartReason::Transport, Some(verb), message, None, retry)
+            }
+            ApiError::Gone { .. }
+            | ApiError::TooLargeResourceVersion { .. }
+            | ApiError::NotFound { .. }
+            | ApiError::Status { .. }
+            | ApiError::UnexpectedBody(_) => self.back_off(
+                RestartReason::UnexpectedResponse,
+                Some(verb),
+                message,
+                None,
+                retry,
+            ),
+        }
+    }
+
+    fn back_off(
+        &mut self,
+        reason: RestartReason,
+        verb: Option<Verb>,
+        error: String,
+        retry_after: Option<Duration>,
+        then: State,
+    ) -> (Outcome, State) {
+        let delay = self.backoff.next_delay_with_hint(retry_after);
+        let restart = Restart {
+            reason,
+            verb,
+            error: Some(error),
+            retry_in: Some(delay),
+        };
+        (
+            Outcome::Restart(restart),
+            State::Backoff {
+                delay,
+                then: Box::new(then),
+            },
+        )
+    }
+
+    /// `timeoutSeconds` for the next watch: uniform in [T, 2T).
+    fn server_timeout_secs(&self) -> String {
+        let t = self.target.watch_timeout.as_secs().max(1);
+        rand::rng().random_range(t..2 * t).to_string()
+    }
+
+    fn add_selectors<'a>(&'a self, query: &mut Vec<(&'a str, &'a str)>) {
+        if let Some(labels) = &self.target.label_selector {
+            query.push(("labelSelector", labels));
+        }
+        if let Some(fields) = &self.target.field_selector {
+            query.push(("fieldSelector", fields));
+        }
+    }
+}

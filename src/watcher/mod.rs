@@ -1,0 +1,248 @@
+//! The watch stage: one task per watch target that runs the list+watch state machine and drives
+//! what it sees through de-duplication into the publisher.
+//!
+//! The task is strictly sequential: it reads the next line only after the previous event has been
+//! handed to the outbox. That is the backpressure promise (a slow NATS slows the watch instead of
+//! filling memory), and it makes checkpointing simple: before a watch is reopened, the outbox is
+//! settled, so the version the watch resumes from is always one whose events are all published.
+
+pub mod backoff;
+pub mod machine;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::InitialState;
+use crate::dedupe::{Dedupe, Listed, Verdict};
+use crate::event::{EventType, ObjectEvent};
+use crate::publish::{MessageBuilder, Outbox};
+use crate::rbac;
+use crate::telemetry::metrics::WatchMetrics;
+use machine::{Machine, Outcome, Restart, RestartReason, State};
+
+pub use machine::{ListReason, Target};
+
+/// One watch target's task: the machine, its memory of what was published, and its outbox.
+pub struct WatchTask {
+    pub machine: Machine,
+    pub dedupe: Dedupe,
+    pub outbox: Outbox,
+    pub messages: MessageBuilder,
+    /// The event types published; the rest are counted as filtered.
+    pub events: Vec<EventType>,
+    pub initial_state: InitialState,
+    pub metrics: WatchMetrics,
+    /// Whether a list has completed; until then `initial_state` applies.
+    listed_once: bool,
+    synced: bool,
+    /// This target's share of the watch's `tracked_objects` gauge, as last reported.
+    tracked_reported: usize,
+}
+
+impl WatchTask {
+    pub fn new(
+        machine: Machine,
+        outbox: Outbox,
+        messages: MessageBuilder,
+        events: Vec<EventType>,
+        initial_state: InitialState,
+        metrics: WatchMetrics,
+    ) -> WatchTask {
+        WatchTask {
+            machine,
+            dedupe: Dedupe::new(),
+            outbox,
+            messages,
+            events,
+            initial_state,
+            metrics,
+            listed_once: false,
+            synced: false,
+            tracked_reported: 0,
+        }
+    }
+
+    /// Runs until `shutdown` is cancelled, then publishes what is in flight and returns.
+    /// Cancellation is honoured between events, never in the middle of publishing one.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let mut state = self.machine.start();
+        loop {
+            if matches!(state, State::Connecting { .. }) {
+                // Checkpoint: the watch resumes from a version only once everything before it is published.
+                self.outbox.settle().await;
+            }
+            let (outcome, next) = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                stepped = self.machine.step(state) => stepped,
+            };
+            state = next;
+            self.handle(outcome).await;
+        }
+        self.outbox.settle().await;
+        tracing::debug!(watch = %self.metrics.watch, namespace = self.namespace(), "watch stopped");
+    }
+
+    async fn handle(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::ListPage {
+                started,
+                items,
+                complete,
+            } => {
+                if let Some(reason) = started {
+                    self.list_started(reason);
+                }
+                for item in items {
+                    self.listed(item).await;
+                }
+                if let Some(rv) = complete {
+                    self.list_complete(rv).await;
+                }
+            }
+            Outcome::Event(event) => self.received(event).await,
+            Outcome::Bookmark(rv) => {
+                self.metrics.touch();
+                tracing::trace!(watch = %self.metrics.watch, resource_version = %rv, "bookmark");
+            }
+            Outcome::WatchOpened(rv) => {
+                tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %rv, "watching from resourceVersion");
+                if self.listed_once && !self.synced {
+                    self.set_synced(true);
+                }
+            }
+            Outcome::Restart(restart) => self.restarted(restart),
+            Outcome::Idle => {}
+        }
+    }
+
+    fn list_started(&mut self, reason: ListReason) {
+        self.dedupe.begin_list();
+        self.metrics.relist(reason.as_str());
+        self.set_synced(false);
+        tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), reason = reason.as_str(), "listing");
+    }
+
+    async fn listed(&mut self, mut item: ObjectEvent) {
+        match self.dedupe.listed(&item.meta) {
+            Listed::New if !self.listed_once && self.initial_state == InitialState::Skip => {}
+            Listed::New => self.publish(item, true).await,
+            Listed::Changed => {
+                item.event_type = EventType::Modified;
+                self.publish(item, true).await;
+            }
+            Listed::Unchanged => {}
+            Listed::Stale => self.metrics.dropped_stale.inc(),
+        }
+        self.report_tracked();
+    }
+
+    async fn list_complete(&mut self, rv: crate::event::ResourceVersion) {
+        let vanished = self.dedupe.end_list();
+        for gone in vanished {
+            let object = self.messages.vanished_object(&gone.meta);
+            let event = ObjectEvent {
+                event_type: EventType::Deleted,
+                meta: gone.meta,
+                object,
+                watch_line: None,
+            };
+            self.publish(event, true).await;
+        }
+        self.report_tracked();
+        self.metrics.touch();
+        self.listed_once = true;
+        self.set_synced(true);
+        tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %rv, objects = self.dedupe.len(), "synced");
+    }
+
+    async fn received(&mut self, event: ObjectEvent) {
+        self.metrics.received(event.event_type);
+        self.metrics.touch();
+        match self.dedupe.observe(&event.meta, event.event_type) {
+            Verdict::Publish => self.publish(event, false).await,
+            Verdict::Duplicate => self.metrics.dropped_duplicate.inc(),
+            Verdict::Stale => self.metrics.dropped_stale.inc(),
+        }
+        self.report_tracked();
+    }
+
+    /// Publishes one event unless its type is filtered out; `synthesized` marks list-derived events.
+    async fn publish(&mut self, event: ObjectEvent, synthesized: bool) {
+        if !self.events.contains(&event.event_type) {
+            self.metrics.dropped_filtered.inc();
+            return;
+        }
+        if synthesized {
+            self.metrics.synthesized(event.event_type);
+        }
+        let message = self.messages.build(&event, synthesized);
+        self.outbox.publish(message).await;
+    }
+
+    fn restarted(&mut self, restart: Restart) {
+        let Restart {
+            reason,
+            verb,
+            error,
+            retry_in,
+        } = restart;
+        self.metrics.restart(reason.as_str());
+        if reason == RestartReason::Forbidden {
+            self.set_synced(false);
+        }
+        let watch = &*self.metrics.watch;
+        let namespace = self.namespace();
+        let error = error.unwrap_or_default();
+        let verb = verb.map_or("", |v| v.as_str());
+        match reason {
+            RestartReason::StreamEnded => {
+                tracing::debug!(watch, namespace, "watch ended by the server; resuming")
+            }
+            RestartReason::Forbidden => {
+                let rule = rbac::rule_to_add(
+                    &self.machine.target().resource,
+                    self.machine.target().namespace.as_deref(),
+                );
+                tracing::error!(watch, namespace, verb, resource = %self.machine.target().resource.plural, retry_in = ?retry_in, error, "RBAC refused the request; {rule}");
+            }
+            RestartReason::Unauthorized => {
+                tracing::warn!(watch, namespace, verb, retry_in = ?retry_in, "the API server rejected the token (401); re-reading the token file and retrying");
+            }
+            RestartReason::DecodeError => {
+                self.metrics.decode_errors.inc();
+                tracing::warn!(watch, namespace, retry_in = ?retry_in, error, "malformed watch data; resuming from the last good resourceVersion");
+            }
+            RestartReason::Expired | RestartReason::TooLargeResourceVersion => {
+                tracing::info!(
+                    watch,
+                    namespace,
+                    reason = reason.as_str(),
+                    error,
+                    "relisting"
+                );
+            }
+            _ => {
+                tracing::info!(watch, namespace, verb, reason = reason.as_str(), retry_in = ?retry_in, error, "backing off")
+            }
+        }
+    }
+
+    fn report_tracked(&mut self) {
+        let now = self.dedupe.len();
+        self.metrics
+            .tracked_objects
+            .add(now as i64 - self.tracked_reported as i64);
+        self.tracked_reported = now;
+    }
+
+    fn set_synced(&mut self, synced: bool) {
+        if self.synced != synced {
+            self.synced = synced;
+            self.metrics.set_target_synced(synced);
+        }
+    }
+
+    fn namespace(&self) -> &str {
+        self.machine.target().namespace.as_deref().unwrap_or("*")
+    }
+}
