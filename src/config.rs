@@ -3,15 +3,26 @@
 //!
 //! Past start-up no code looks at raw config strings or environment variables.
 //!
-//! (The typed values below are the contract with the rest of the crate. Parsing and validation
-//! — `RawConfig`, `load`, the error type — are to be written below them.)
+//! Two stages, as ripgrep's low- and high-level arguments:
+//!
+//! 1. [`load_raw`] reads the TOML file and the `KUBE2NATS__…` environment with the `config` crate
+//!    into [`RawConfig`], a mirror of the file in which every key has its default and meaningful
+//!    strings (durations, URLs, enum names, selectors, templates) are still strings. Unknown keys
+//!    and wrong types are reported here.
+//! 2. `Config::try_from(RawConfig)` checks every value and builds the typed [`Config`] below,
+//!    collecting every problem ([`ConfigErrors`], one line each, naming the key) rather than
+//!    stopping at the first, so one run of `--check-config` shows every mistake.
+//!
+//! The typed values come first: they are the contract with the rest of the crate.
 
+use std::collections::HashMap;
+use std::fmt;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::event::EventType;
-use crate::publish::subject::SubjectTemplate;
+use crate::publish::subject::{validate_prefix, SubjectTemplate};
 
 /// The whole validated configuration.
 #[derive(Debug, Clone)]
@@ -132,7 +143,9 @@ impl std::fmt::Debug for NatsAuth {
         match self {
             NatsAuth::None => f.write_str("None"),
             NatsAuth::Token(_) => f.write_str("Token(<redacted>)"),
-            NatsAuth::UserPassword { user, .. } => write!(f, "UserPassword {{ user: {user:?}, password: <redacted> }}"),
+            NatsAuth::UserPassword { user, .. } => {
+                write!(f, "UserPassword {{ user: {user:?}, password: <redacted> }}")
+            }
             NatsAuth::NKeySeedFile(p) => write!(f, "NKeySeedFile({p:?})"),
             NatsAuth::CredentialsFile(p) => write!(f, "CredentialsFile({p:?})"),
         }
@@ -239,4 +252,1539 @@ pub enum PayloadMode {
     Event,
     /// The object alone.
     Object,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stage one: what the user wrote.
+// ---------------------------------------------------------------------------------------------
+//
+// `RawConfig` mirrors the TOML file key for key. It only checks shapes (a table is a table, a
+// number is a number, no unknown key); every string with meaning — durations, URLs, enums,
+// selectors, templates — stays a string here and is checked in stage two, `Config::try_from`,
+// which reports every problem at once instead of stopping at the first.
+
+/// Prefix of the environment variables that override file keys: `KUBE2NATS__NATS__URL`.
+pub const ENV_PREFIX: &str = "KUBE2NATS";
+/// Separator between the prefix and the key path segments in environment variable names.
+pub const ENV_SEPARATOR: &str = "__";
+/// What a redacted secret is shown as by `--check-config`.
+pub const REDACTED: &str = "<redacted>";
+
+/// `log.filter`: `info` shows start-up, reconnects that need attention and errors, without the
+/// per-event chatter of `debug`.
+pub const DEFAULT_LOG_FILTER: &str = "info";
+/// `log.format`: text reads well in `kubectl logs`; use `json` for log pipelines.
+pub const DEFAULT_LOG_FORMAT: &str = "text";
+
+/// In-cluster service-account token, mounted by the kubelet (projected and rotated).
+pub const DEFAULT_TOKEN_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+/// In-cluster CA bundle of the API server.
+pub const DEFAULT_CA_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+/// In-cluster file holding the pod's namespace.
+pub const DEFAULT_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+/// `kubernetes.token_reload_interval`: bound tokens expire after an hour and are refreshed by the
+/// kubelet well before; re-reading each minute (as client-go does) always picks up the new one.
+pub const DEFAULT_TOKEN_RELOAD_INTERVAL: &str = "1m";
+/// `kubernetes.request_timeout`: generous for one list page of a large resource, short enough to
+/// notice a dead API server.
+pub const DEFAULT_REQUEST_TIMEOUT: &str = "30s";
+/// `kubernetes.list_page_size`: client-go's pager default; bounds memory per page.
+pub const DEFAULT_LIST_PAGE_SIZE: u32 = 500;
+/// Largest `list_page_size` accepted; larger pages only cost memory.
+pub const MAX_LIST_PAGE_SIZE: u32 = 10_000;
+/// `kubernetes.watch_timeout`: client-go's reflector asks for a timeout in [5m, 10m).
+pub const DEFAULT_WATCH_TIMEOUT: &str = "5m";
+/// `kubernetes.max_line_bytes`: 8 MiB, a little above the API server's default 3 MiB request limit
+/// (etcd's 1.5 MiB object limit plus JSON overhead), so no real object is refused but a malformed
+/// stream cannot grow a buffer without bound.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
+/// Smallest `max_line_bytes` accepted: smaller cannot hold even a minimal event.
+pub const MIN_MAX_LINE_BYTES: usize = 1024;
+/// `kubernetes.rbac_check`: warn, so a missing permission is visible but one optional watch does not
+/// take the whole daemon down.
+pub const DEFAULT_RBAC_CHECK: &str = "warn";
+
+/// `kubernetes.backoff.initial`: kube-rs's and client-go's 800 ms.
+pub const DEFAULT_BACKOFF_INITIAL: &str = "800ms";
+/// `kubernetes.backoff.max`: 30 s, client-go's cap.
+pub const DEFAULT_BACKOFF_MAX: &str = "30s";
+/// `kubernetes.backoff.multiplier`: doubling, as client-go.
+pub const DEFAULT_BACKOFF_MULTIPLIER: f64 = 2.0;
+/// `kubernetes.backoff.jitter`: half the delay randomized, so replicas do not retry in lockstep.
+pub const DEFAULT_BACKOFF_JITTER: f64 = 0.5;
+/// `kubernetes.backoff.reset_after`: client-go's 2 minutes of health before the backoff resets.
+pub const DEFAULT_BACKOFF_RESET_AFTER: &str = "2m";
+
+/// `nats.url`: a local nats-server, e.g. a sidecar.
+pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
+/// `nats.name`: the connection name shown by `nats server report connections`.
+pub const DEFAULT_NATS_NAME: &str = "kube2nats";
+/// `nats.mode`: core NATS needs no stream set-up; choose `jetstream` for acknowledged delivery.
+pub const DEFAULT_NATS_MODE: &str = "core";
+/// `nats.connect_timeout`: async-nats' default.
+pub const DEFAULT_NATS_CONNECT_TIMEOUT: &str = "5s";
+/// `nats.queue_capacity`: events buffered per watch before the watch is slowed down; small, so a
+/// NATS outage costs bounded memory (the API server keeps the history, not kube2nats).
+pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
+/// `nats.jetstream.ack_timeout`: async-nats' default request timeout.
+pub const DEFAULT_ACK_TIMEOUT: &str = "5s";
+/// `nats.jetstream.max_ack_inflight`: enough to keep throughput high over a round trip of a few ms,
+/// small enough that a stalled stream applies backpressure quickly.
+pub const DEFAULT_MAX_ACK_INFLIGHT: usize = 256;
+/// `nats.jetstream.stream.name`.
+pub const DEFAULT_STREAM_NAME: &str = "KUBE";
+/// `nats.jetstream.stream.subjects`: everything under the default prefix.
+pub const DEFAULT_STREAM_SUBJECT: &str = "kube.>";
+/// `nats.jetstream.stream.retention`.
+pub const DEFAULT_STREAM_RETENTION: &str = "limits";
+/// `nats.jetstream.stream.storage`.
+pub const DEFAULT_STREAM_STORAGE: &str = "file";
+/// `nats.jetstream.stream.duplicate_window`: JetStream's own default; must cover the longest
+/// window in which kube2nats may republish (reconnect plus relist).
+pub const DEFAULT_DUPLICATE_WINDOW: &str = "2m";
+/// `nats.jetstream.stream.max_age`: zero, unlimited; age limits are the operator's choice.
+pub const DEFAULT_STREAM_MAX_AGE: &str = "0s";
+
+/// `publish.subject_prefix`.
+pub const DEFAULT_SUBJECT_PREFIX: &str = "kube";
+/// `publish.payload`: the event as the API server sent it, type included.
+pub const DEFAULT_PAYLOAD: &str = "event";
+/// `http.listen`: all interfaces, so the kubelet and Prometheus can reach the pod.
+pub const DEFAULT_HTTP_LISTEN: &str = "0.0.0.0:9090";
+/// `shutdown.grace_period`: below Kubernetes' default 30 s termination grace period, leaving room
+/// for the pod to exit before SIGKILL.
+pub const DEFAULT_SHUTDOWN_GRACE_PERIOD: &str = "10s";
+/// `watches[].initial_state`: publish the listed objects as ADDED so subscribers start complete.
+pub const DEFAULT_INITIAL_STATE: &str = "added";
+
+fn s(v: &str) -> String {
+    v.to_owned()
+}
+
+/// The configuration file as written, plus environment overrides, before validation.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawConfig {
+    pub log: RawLog,
+    /// Absent: in-cluster with the defaults below.
+    pub kubernetes: RawKubernetes,
+    pub nats: RawNats,
+    pub publish: RawPublish,
+    pub http: RawHttp,
+    pub shutdown: RawShutdown,
+    /// At least one.
+    pub watches: Vec<RawWatch>,
+}
+
+impl Default for RawConfig {
+    fn default() -> Self {
+        RawConfig {
+            log: RawLog::default(),
+            kubernetes: RawKubernetes::default(),
+            nats: RawNats::default(),
+            publish: RawPublish::default(),
+            http: RawHttp::default(),
+            shutdown: RawShutdown::default(),
+            watches: Vec::new(),
+        }
+    }
+}
+
+/// `[log]`
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawLog {
+    /// A `RUST_LOG`-style filter; the `RUST_LOG` environment variable, when set, wins.
+    /// Default [`DEFAULT_LOG_FILTER`].
+    pub filter: String,
+    /// `text` or `json`. Default [`DEFAULT_LOG_FORMAT`].
+    pub format: String,
+}
+
+impl Default for RawLog {
+    fn default() -> Self {
+        RawLog {
+            filter: s(DEFAULT_LOG_FILTER),
+            format: s(DEFAULT_LOG_FORMAT),
+        }
+    }
+}
+
+/// `[kubernetes]`: where the API server is, and how kube2nats talks to it.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawKubernetes {
+    /// `""`: in-cluster (or the kubeconfig when `kubeconfig` is set); otherwise an http(s) URL such
+    /// as `http://127.0.0.1:8001` behind `kubectl proxy`. Default `""`.
+    pub api_url: String,
+    /// Path of a kubeconfig; excludes `api_url`. Default `""` (none).
+    pub kubeconfig: String,
+    /// Context of the kubeconfig; `""` is its current-context. Only with `kubeconfig`.
+    pub context: String,
+    /// Bearer token file. In-cluster: default [`DEFAULT_TOKEN_FILE`]; with `api_url`: used only
+    /// when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<String>,
+    /// CA bundle file. In-cluster: default [`DEFAULT_CA_FILE`]; with `api_url`: used only when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+    /// In-cluster only: the pod's namespace file. Default [`DEFAULT_NAMESPACE_FILE`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace_file: Option<String>,
+    /// Skip verifying the API server's certificate. Default false; a warning is logged when true.
+    pub insecure_skip_tls_verify: bool,
+    /// Duration; how often the token file is re-read. Default [`DEFAULT_TOKEN_RELOAD_INTERVAL`].
+    pub token_reload_interval: String,
+    /// Duration; timeout of one non-watch request. Default [`DEFAULT_REQUEST_TIMEOUT`].
+    pub request_timeout: String,
+    /// Objects per list page, 1..=10000. Default [`DEFAULT_LIST_PAGE_SIZE`].
+    pub list_page_size: u32,
+    /// Duration, >= 1s; server-side watch timeout base. Default [`DEFAULT_WATCH_TIMEOUT`].
+    pub watch_timeout: String,
+    /// Use streaming lists where supported. Default false (needs Kubernetes >= 1.32 to be useful).
+    pub streaming_list: bool,
+    /// Bytes, >= 1024; longest accepted watch line. Default [`DEFAULT_MAX_LINE_BYTES`].
+    pub max_line_bytes: usize,
+    /// `warn` or `fail`. Default [`DEFAULT_RBAC_CHECK`].
+    pub rbac_check: String,
+    pub backoff: RawBackoff,
+}
+
+impl Default for RawKubernetes {
+    fn default() -> Self {
+        RawKubernetes {
+            api_url: String::new(),
+            kubeconfig: String::new(),
+            context: String::new(),
+            token_file: None,
+            ca_file: None,
+            namespace_file: None,
+            insecure_skip_tls_verify: false,
+            token_reload_interval: s(DEFAULT_TOKEN_RELOAD_INTERVAL),
+            request_timeout: s(DEFAULT_REQUEST_TIMEOUT),
+            list_page_size: DEFAULT_LIST_PAGE_SIZE,
+            watch_timeout: s(DEFAULT_WATCH_TIMEOUT),
+            streaming_list: false,
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            rbac_check: s(DEFAULT_RBAC_CHECK),
+            backoff: RawBackoff::default(),
+        }
+    }
+}
+
+/// `[kubernetes.backoff]`: the delay between failed attempts of one watch.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawBackoff {
+    /// Duration, > 0 and <= `max`. Default [`DEFAULT_BACKOFF_INITIAL`].
+    pub initial: String,
+    /// Duration. Default [`DEFAULT_BACKOFF_MAX`].
+    pub max: String,
+    /// >= 1. Default [`DEFAULT_BACKOFF_MULTIPLIER`].
+    pub multiplier: f64,
+    /// 0..=1. Default [`DEFAULT_BACKOFF_JITTER`].
+    pub jitter: f64,
+    /// Duration. Default [`DEFAULT_BACKOFF_RESET_AFTER`].
+    pub reset_after: String,
+}
+
+impl Default for RawBackoff {
+    fn default() -> Self {
+        RawBackoff {
+            initial: s(DEFAULT_BACKOFF_INITIAL),
+            max: s(DEFAULT_BACKOFF_MAX),
+            multiplier: DEFAULT_BACKOFF_MULTIPLIER,
+            jitter: DEFAULT_BACKOFF_JITTER,
+            reset_after: s(DEFAULT_BACKOFF_RESET_AFTER),
+        }
+    }
+}
+
+/// `[nats]`
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawNats {
+    /// Comma-separated server URLs; schemes `nats`, `tls`, `ws`, `wss`. Default [`DEFAULT_NATS_URL`].
+    pub url: String,
+    /// Connection name. Default [`DEFAULT_NATS_NAME`].
+    pub name: String,
+    /// `core` or `jetstream`. Default [`DEFAULT_NATS_MODE`].
+    pub mode: String,
+    /// Auth token (secret). At most one of token, user+password, nkey_seed_file, credentials_file.
+    pub token: String,
+    /// User name; needs `password`.
+    pub user: String,
+    /// Password (secret); needs `user`.
+    pub password: String,
+    /// Path of an NKey seed file.
+    pub nkey_seed_file: String,
+    /// Path of a `.creds` file (JWT and seed).
+    pub credentials_file: String,
+    /// CA bundle for `tls://` servers; `""` = system roots.
+    pub tls_ca_file: String,
+    /// Client certificate (mutual TLS); with `tls_key_file`, both or neither.
+    pub tls_cert_file: String,
+    /// Client key; with `tls_cert_file`.
+    pub tls_key_file: String,
+    /// Duration. Default [`DEFAULT_NATS_CONNECT_TIMEOUT`].
+    pub connect_timeout: String,
+    /// Events, >= 1. Default [`DEFAULT_QUEUE_CAPACITY`].
+    pub queue_capacity: usize,
+    pub jetstream: RawJetStream,
+}
+
+impl Default for RawNats {
+    fn default() -> Self {
+        RawNats {
+            url: s(DEFAULT_NATS_URL),
+            name: s(DEFAULT_NATS_NAME),
+            mode: s(DEFAULT_NATS_MODE),
+            token: String::new(),
+            user: String::new(),
+            password: String::new(),
+            nkey_seed_file: String::new(),
+            credentials_file: String::new(),
+            tls_ca_file: String::new(),
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
+            connect_timeout: s(DEFAULT_NATS_CONNECT_TIMEOUT),
+            queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            jetstream: RawJetStream::default(),
+        }
+    }
+}
+
+/// `[nats.jetstream]`: used when `nats.mode = "jetstream"`.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawJetStream {
+    /// Duration. Default [`DEFAULT_ACK_TIMEOUT`].
+    pub ack_timeout: String,
+    /// >= 1. Default [`DEFAULT_MAX_ACK_INFLIGHT`].
+    pub max_ack_inflight: usize,
+    /// Absent: kube2nats does not manage streams.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<RawStream>,
+}
+
+impl Default for RawJetStream {
+    fn default() -> Self {
+        RawJetStream {
+            ack_timeout: s(DEFAULT_ACK_TIMEOUT),
+            max_ack_inflight: DEFAULT_MAX_ACK_INFLIGHT,
+            stream: None,
+        }
+    }
+}
+
+/// `[nats.jetstream.stream]`: the stream kube2nats creates or checks at start.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawStream {
+    /// Default [`DEFAULT_STREAM_NAME`].
+    pub name: String,
+    /// Default `["kube.>"]`.
+    pub subjects: Vec<String>,
+    /// `limits`, `interest` or `workqueue`. Default [`DEFAULT_STREAM_RETENTION`].
+    pub retention: String,
+    /// `file` or `memory`. Default [`DEFAULT_STREAM_STORAGE`].
+    pub storage: String,
+    /// Duration. Default [`DEFAULT_DUPLICATE_WINDOW`].
+    pub duplicate_window: String,
+    /// Duration; `0s` = unlimited. Default [`DEFAULT_STREAM_MAX_AGE`].
+    pub max_age: String,
+}
+
+impl Default for RawStream {
+    fn default() -> Self {
+        RawStream {
+            name: s(DEFAULT_STREAM_NAME),
+            subjects: vec![s(DEFAULT_STREAM_SUBJECT)],
+            retention: s(DEFAULT_STREAM_RETENTION),
+            storage: s(DEFAULT_STREAM_STORAGE),
+            duplicate_window: s(DEFAULT_DUPLICATE_WINDOW),
+            max_age: s(DEFAULT_STREAM_MAX_AGE),
+        }
+    }
+}
+
+/// `[publish]`: defaults for every watch.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawPublish {
+    /// Tokens of `[A-Za-z0-9_-]` separated by dots. Default [`DEFAULT_SUBJECT_PREFIX`].
+    pub subject_prefix: String,
+    /// Value of `{cluster}`; a template using `{cluster}` needs it non-empty. Default `""`.
+    pub cluster: String,
+    /// Subject template. Default [`crate::publish::subject::DEFAULT_TEMPLATE`].
+    pub subject: String,
+    /// `event` or `object`. Default [`DEFAULT_PAYLOAD`].
+    pub payload: String,
+}
+
+impl Default for RawPublish {
+    fn default() -> Self {
+        RawPublish {
+            subject_prefix: s(DEFAULT_SUBJECT_PREFIX),
+            cluster: String::new(),
+            subject: s(crate::publish::subject::DEFAULT_TEMPLATE),
+            payload: s(DEFAULT_PAYLOAD),
+        }
+    }
+}
+
+/// `[http]`
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawHttp {
+    /// Socket address of `/metrics`, `/healthz`, `/readyz`. Default [`DEFAULT_HTTP_LISTEN`].
+    pub listen: String,
+}
+
+impl Default for RawHttp {
+    fn default() -> Self {
+        RawHttp {
+            listen: s(DEFAULT_HTTP_LISTEN),
+        }
+    }
+}
+
+/// `[shutdown]`
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawShutdown {
+    /// Duration. Default [`DEFAULT_SHUTDOWN_GRACE_PERIOD`].
+    pub grace_period: String,
+}
+
+impl Default for RawShutdown {
+    fn default() -> Self {
+        RawShutdown {
+            grace_period: s(DEFAULT_SHUTDOWN_GRACE_PERIOD),
+        }
+    }
+}
+
+/// `[[watches]]`: one resource to list and watch.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawWatch {
+    /// Required, unique, `[A-Za-z0-9_-]{1,63}`: the `watch` label of metrics.
+    pub name: String,
+    /// Required; kubectl-style `plural[.version][.group]`.
+    pub resource: String,
+    /// DNS-1123 labels; `[]` = all namespaces.
+    pub namespaces: Vec<String>,
+    /// Kubernetes label selector; `""` = none.
+    pub label_selector: String,
+    /// Kubernetes field selector; `""` = none.
+    pub field_selector: String,
+    /// Non-empty subset of ADDED, MODIFIED, DELETED (any case). Default all three.
+    pub events: Vec<String>,
+    /// `added` or `skip`. Default [`DEFAULT_INITIAL_STATE`].
+    pub initial_state: String,
+    /// Subject template; `""` = `publish.subject`.
+    pub subject: String,
+    /// `event` or `object`; `""` = `publish.payload`.
+    pub payload: String,
+}
+
+impl Default for RawWatch {
+    fn default() -> Self {
+        RawWatch {
+            name: String::new(),
+            resource: String::new(),
+            namespaces: Vec::new(),
+            label_selector: String::new(),
+            field_selector: String::new(),
+            events: EventType::ALL.iter().map(|t| s(t.as_str())).collect(),
+            initial_state: s(DEFAULT_INITIAL_STATE),
+            subject: String::new(),
+            payload: String::new(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+/// One problem with the configuration: the key it concerns and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The key path (`watches[2].subject`), or the file for problems not tied to one key.
+    pub key: String,
+    /// What is wrong: the bad value and what is allowed.
+    pub message: String,
+}
+
+impl ConfigError {
+    fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.key, self.message)
+        }
+    }
+}
+
+/// Every problem found in one configuration; displays one line per problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl ConfigErrors {
+    pub fn iter(&self) -> impl Iterator<Item = &ConfigError> {
+        self.0.iter()
+    }
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+impl From<ConfigError> for ConfigErrors {
+    fn from(e: ConfigError) -> Self {
+        ConfigErrors(vec![e])
+    }
+}
+
+/// Turns an error of the `config` crate into one line naming its key (or file).
+fn from_source_error(err: config::ConfigError, file: Option<&Path>) -> ConfigError {
+    let file_key = || file.map(|p| p.display().to_string()).unwrap_or_default();
+    match err {
+        config::ConfigError::Type {
+            unexpected,
+            expected,
+            key,
+            ..
+        } => ConfigError::new(
+            key.unwrap_or_default(),
+            format!("invalid type: {unexpected}, expected {expected}"),
+        ),
+        config::ConfigError::At { error, key, .. } => {
+            ConfigError::new(key.unwrap_or_default(), error.to_string())
+        }
+        config::ConfigError::FileParse { cause, .. } => ConfigError::new(
+            file_key(),
+            format!("not a valid TOML file: {}", cause.to_string().trim()),
+        ),
+        config::ConfigError::NotFound(key) => ConfigError::new(key, "missing"),
+        other => ConfigError::new(file_key(), other.to_string()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+// ---------------------------------------------------------------------------------------------
+
+/// Loads and validates the configuration: `file` (TOML) if given, then the environment on top.
+///
+/// `env: None` reads the process environment; tests pass a map. Only variables named
+/// `KUBE2NATS__SECTION__KEY` are read (`KUBE2NATS__NATS__URL`, `KUBE2NATS__KUBERNETES__BACKOFF__MAX`);
+/// lists and `[[watches]]` come from the file only.
+pub fn load(
+    file: Option<&Path>,
+    env: Option<HashMap<String, String>>,
+) -> Result<Config, ConfigErrors> {
+    Config::try_from(load_raw(file, env)?)
+}
+
+/// Stage one of [`load`]: reads the file and the environment, checks the shape (unknown keys,
+/// types), fills in defaults; meaning is checked by `Config::try_from`.
+pub fn load_raw(
+    file: Option<&Path>,
+    env: Option<HashMap<String, String>>,
+) -> Result<RawConfig, ConfigErrors> {
+    let mut builder = config::Config::builder();
+    if let Some(path) = file {
+        builder = builder.add_source(
+            config::File::from(path)
+                .format(config::FileFormat::Toml)
+                .required(true),
+        );
+    }
+    let environment = config::Environment::with_prefix(ENV_PREFIX)
+        .prefix_separator(ENV_SEPARATOR)
+        .separator(ENV_SEPARATOR)
+        // Values stay strings (a token "007" must not become the number 7); typed fields convert.
+        .try_parsing(false)
+        .source(env);
+    let merged = builder
+        .add_source(environment)
+        .build()
+        .map_err(|e| from_source_error(e, file))?;
+
+    // serde's deny_unknown_fields stops at the first unknown key and does not say where it is;
+    // walking the tree against the schema names every one with its path.
+    let tree: serde_json::Value = merged
+        .clone()
+        .try_deserialize()
+        .map_err(|e| from_source_error(e, file))?;
+    let mut errors = Vec::new();
+    unknown_keys(&tree, &schema(), "", &mut errors);
+    if !errors.is_empty() {
+        return Err(ConfigErrors(errors));
+    }
+    merged
+        .try_deserialize::<RawConfig>()
+        .map_err(|e| from_source_error(e, file).into())
+}
+
+/// Every key a configuration may have, as a JSON tree with every optional part present.
+fn schema() -> serde_json::Value {
+    let mut sample = RawConfig::default();
+    sample.kubernetes.token_file = Some(String::new());
+    sample.kubernetes.ca_file = Some(String::new());
+    sample.kubernetes.namespace_file = Some(String::new());
+    sample.nats.jetstream.stream = Some(RawStream::default());
+    sample.watches.push(RawWatch::default());
+    serde_json::to_value(sample)
+        .expect("RawConfig serializes to JSON: it has only strings, numbers, lists and maps")
+}
+
+fn unknown_keys(
+    value: &serde_json::Value,
+    schema: &serde_json::Value,
+    path: &str,
+    out: &mut Vec<ConfigError>,
+) {
+    use serde_json::Value;
+    match (value, schema) {
+        (Value::Object(map), Value::Object(known)) => {
+            for (key, v) in map {
+                let full = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                match known.get(key) {
+                    Some(s) => unknown_keys(v, s, &full, out),
+                    None => {
+                        let allowed: Vec<&str> = known.keys().map(String::as_str).collect();
+                        out.push(ConfigError::new(
+                            full,
+                            format!("unknown key (allowed here: {})", allowed.join(", ")),
+                        ));
+                    }
+                }
+            }
+        }
+        (Value::Array(items), Value::Array(known)) if known.len() == 1 => {
+            for (i, v) in items.iter().enumerate() {
+                unknown_keys(v, &known[0], &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+impl RawConfig {
+    /// A copy with secrets replaced by [`REDACTED`]: `nats.token`, `nats.password` and credentials
+    /// inside `nats.url`.
+    pub fn redacted(&self) -> RawConfig {
+        let mut raw = self.clone();
+        if !raw.nats.token.is_empty() {
+            raw.nats.token = s(REDACTED);
+        }
+        if !raw.nats.password.is_empty() {
+            raw.nats.password = s(REDACTED);
+        }
+        raw.nats.url = raw
+            .nats
+            .url
+            .split(',')
+            .map(|u| redact_url(u.trim()))
+            .collect::<Vec<_>>()
+            .join(",");
+        raw
+    }
+
+    /// The effective configuration as TOML, secrets redacted: what `--check-config` prints.
+    pub fn to_redacted_toml(&self) -> String {
+        toml::to_string(&self.redacted())
+            .expect("RawConfig serializes to TOML: plain tables, no None in arrays")
+    }
+}
+
+/// `nats://user:secret@host` → `nats://user:redacted@host`; a lone user part is a token and is
+/// redacted too.
+fn redact_url(u: &str) -> String {
+    match url::Url::parse(u) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("redacted"));
+            parsed.to_string()
+        }
+        Ok(mut parsed) if !parsed.username().is_empty() => {
+            let _ = parsed.set_username("redacted");
+            parsed.to_string()
+        }
+        _ => u.to_owned(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stage two: validation into typed values.
+// ---------------------------------------------------------------------------------------------
+
+/// Collects problems; each check returns `None` after recording why.
+#[derive(Default)]
+struct Checker {
+    errors: Vec<ConfigError>,
+}
+
+impl Checker {
+    fn fail<T>(&mut self, key: impl Into<String>, message: impl Into<String>) -> Option<T> {
+        self.errors.push(ConfigError::new(key, message));
+        None
+    }
+
+    fn duration(&mut self, key: &str, value: &str) -> Option<Duration> {
+        match humantime::parse_duration(value.trim()) {
+            Ok(d) => Some(d),
+            Err(_) => self.fail(
+                key,
+                format!("invalid duration {value:?} (expected humantime like 30s, 5m)"),
+            ),
+        }
+    }
+
+    /// A duration of at least `min`.
+    fn duration_min(&mut self, key: &str, value: &str, min: Duration) -> Option<Duration> {
+        let d = self.duration(key, value)?;
+        if d < min {
+            let shown = if min == Duration::from_nanos(1) {
+                "> 0".to_owned()
+            } else {
+                format!(">= {}", humantime::format_duration(min))
+            };
+            return self.fail(key, format!("{value:?} is too short (allowed: {shown})"));
+        }
+        Some(d)
+    }
+
+    fn positive(&mut self, key: &str, value: &str) -> Option<Duration> {
+        self.duration_min(key, value, Duration::from_nanos(1))
+    }
+
+    fn one_of<T: Copy>(&mut self, key: &str, value: &str, allowed: &[(&str, T)]) -> Option<T> {
+        if let Some((_, t)) = allowed
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(value.trim()))
+        {
+            return Some(*t);
+        }
+        let names: Vec<&str> = allowed.iter().map(|(n, _)| *n).collect();
+        self.fail(
+            key,
+            format!("invalid value {value:?} (allowed: {})", names.join(", ")),
+        )
+    }
+
+    fn range<T: PartialOrd + fmt::Display + Copy>(
+        &mut self,
+        key: &str,
+        value: T,
+        min: T,
+        max: Option<T>,
+    ) -> Option<T> {
+        let ok = value >= min && max.is_none_or(|m| value <= m);
+        if ok {
+            return Some(value);
+        }
+        let allowed = match max {
+            Some(m) => format!("{min}..={m}"),
+            None => format!(">= {min}"),
+        };
+        self.fail(key, format!("{value} is out of range (allowed: {allowed})"))
+    }
+}
+
+fn non_empty(v: &str) -> Option<&str> {
+    let v = v.trim();
+    (!v.is_empty()).then_some(v)
+}
+
+impl TryFrom<RawConfig> for Config {
+    type Error = ConfigErrors;
+
+    /// Validates every key and reports every problem, not just the first.
+    fn try_from(raw: RawConfig) -> Result<Config, ConfigErrors> {
+        let RawConfig {
+            log,
+            kubernetes,
+            nats,
+            publish,
+            http,
+            shutdown,
+            watches,
+        } = raw;
+        let mut c = Checker::default();
+        let log = check_log(&mut c, &log);
+        let kubernetes = check_kubernetes(&mut c, &kubernetes);
+        let nats = check_nats(&mut c, &nats);
+        let watches = check_watches(&mut c, &publish, &watches);
+        let http = c.listen_addr(&http.listen);
+        let grace_period = c.duration("shutdown.grace_period", &shutdown.grace_period);
+        match (log, kubernetes, nats, watches, http, grace_period) {
+            (
+                Some(log),
+                Some(kubernetes),
+                Some(nats),
+                Some(watches),
+                Some(listen),
+                Some(grace_period),
+            ) if c.errors.is_empty() => Ok(Config {
+                log,
+                kubernetes,
+                nats,
+                http: HttpConfig { listen },
+                shutdown: ShutdownConfig { grace_period },
+                watches,
+            }),
+            _ => Err(ConfigErrors(c.errors)),
+        }
+    }
+}
+
+impl Checker {
+    fn listen_addr(&mut self, v: &str) -> Option<SocketAddr> {
+        match v.trim().parse() {
+            Ok(a) => Some(a),
+            Err(e) => self.fail(
+                "http.listen",
+                format!("invalid socket address {v:?}: {e} (expected ip:port, e.g. 0.0.0.0:9090)"),
+            ),
+        }
+    }
+}
+
+fn check_log(c: &mut Checker, log: &RawLog) -> Option<LogConfig> {
+    let format = c.one_of(
+        "log.format",
+        &log.format,
+        &[("text", LogFormat::Text), ("json", LogFormat::Json)],
+    );
+    let filter = match tracing_subscriber::EnvFilter::builder().parse(&log.filter) {
+        Ok(_) => Some(log.filter.clone()),
+        Err(e) => c.fail("log.filter", format!("invalid filter {:?}: {e} (expected RUST_LOG syntax, e.g. info or kube2nats=debug,info)", log.filter)),
+    };
+    Some(LogConfig {
+        filter: filter?,
+        format: format?,
+    })
+}
+
+fn check_kubernetes(c: &mut Checker, k: &RawKubernetes) -> Option<KubernetesConfig> {
+    let source = check_api_source(c, k);
+    let token_reload_interval =
+        c.positive("kubernetes.token_reload_interval", &k.token_reload_interval);
+    let request_timeout = c.positive("kubernetes.request_timeout", &k.request_timeout);
+    let list_page_size = c.range(
+        "kubernetes.list_page_size",
+        k.list_page_size,
+        1,
+        Some(MAX_LIST_PAGE_SIZE),
+    );
+    let watch_timeout = c.duration_min(
+        "kubernetes.watch_timeout",
+        &k.watch_timeout,
+        Duration::from_secs(1),
+    );
+    let max_line_bytes = c.range(
+        "kubernetes.max_line_bytes",
+        k.max_line_bytes,
+        MIN_MAX_LINE_BYTES,
+        None,
+    );
+    let rbac_check = c.one_of(
+        "kubernetes.rbac_check",
+        &k.rbac_check,
+        &[("warn", RbacCheck::Warn), ("fail", RbacCheck::Fail)],
+    );
+    let backoff = check_backoff(c, &k.backoff);
+    Some(KubernetesConfig {
+        source: source?,
+        insecure_skip_tls_verify: k.insecure_skip_tls_verify,
+        token_reload_interval: token_reload_interval?,
+        request_timeout: request_timeout?,
+        list_page_size: list_page_size?,
+        watch_timeout: watch_timeout?,
+        streaming_list: k.streaming_list,
+        max_line_bytes: max_line_bytes?,
+        backoff: backoff?,
+        rbac_check: rbac_check?,
+    })
+}
+
+fn check_api_source(c: &mut Checker, k: &RawKubernetes) -> Option<ApiSource> {
+    let path = |v: &Option<String>| v.as_deref().and_then(non_empty).map(PathBuf::from);
+    let api_url = non_empty(&k.api_url);
+    let kubeconfig = non_empty(&k.kubeconfig);
+    let context = non_empty(&k.context);
+    if context.is_some() && kubeconfig.is_none() {
+        c.fail::<()>("kubernetes.context", format!("{:?} is set but kubernetes.kubeconfig is empty (context only applies to a kubeconfig)", k.context));
+    }
+    match (api_url, kubeconfig) {
+        (Some(_), Some(_)) => c.fail(
+            "kubernetes.api_url",
+            "api_url and kubernetes.kubeconfig are both set (allowed: at most one; neither = in-cluster)",
+        ),
+        (Some(u), None) => {
+            let url = match url::Url::parse(u) {
+                Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => url,
+                Ok(_) => return c.fail("kubernetes.api_url", format!("invalid URL {u:?}: scheme must be http or https with a host (e.g. https://10.0.0.1:6443, http://127.0.0.1:8001)")),
+                Err(e) => return c.fail("kubernetes.api_url", format!("invalid URL {u:?}: {e} (e.g. https://10.0.0.1:6443, http://127.0.0.1:8001)")),
+            };
+            Some(ApiSource::Url { url, token_file: path(&k.token_file), ca_file: path(&k.ca_file) })
+        }
+        (None, Some(p)) => {
+            for (key, v) in [("token_file", &k.token_file), ("ca_file", &k.ca_file), ("namespace_file", &k.namespace_file)] {
+                if v.is_some() {
+                    c.fail::<()>(format!("kubernetes.{key}"), "not used with kubernetes.kubeconfig (the kubeconfig holds the credentials); remove it");
+                }
+            }
+            Some(ApiSource::Kubeconfig { path: PathBuf::from(p), context: context.map(str::to_owned) })
+        }
+        (None, None) => Some(ApiSource::InCluster {
+            token_file: path(&k.token_file).unwrap_or_else(|| PathBuf::from(DEFAULT_TOKEN_FILE)),
+            ca_file: path(&k.ca_file).unwrap_or_else(|| PathBuf::from(DEFAULT_CA_FILE)),
+            namespace_file: path(&k.namespace_file).unwrap_or_else(|| PathBuf::from(DEFAULT_NAMESPACE_FILE)),
+        }),
+    }
+}
+
+fn check_backoff(c: &mut Checker, b: &RawBackoff) -> Option<BackoffConfig> {
+    let initial = c.positive("kubernetes.backoff.initial", &b.initial);
+    let max = c.positive("kubernetes.backoff.max", &b.max);
+    let reset_after = c.duration("kubernetes.backoff.reset_after", &b.reset_after);
+    if let (Some(i), Some(m)) = (initial, max) {
+        if i > m {
+            c.fail::<()>(
+                "kubernetes.backoff.initial",
+                format!(
+                    "{:?} is greater than kubernetes.backoff.max {:?} (allowed: initial <= max)",
+                    b.initial, b.max
+                ),
+            );
+        }
+    }
+    let multiplier = if b.multiplier.is_finite() && b.multiplier >= 1.0 {
+        Some(b.multiplier)
+    } else {
+        c.fail(
+            "kubernetes.backoff.multiplier",
+            format!("{} is out of range (allowed: >= 1)", b.multiplier),
+        )
+    };
+    let jitter = if (0.0..=1.0).contains(&b.jitter) {
+        Some(b.jitter)
+    } else {
+        c.fail(
+            "kubernetes.backoff.jitter",
+            format!("{} is out of range (allowed: 0..=1)", b.jitter),
+        )
+    };
+    Some(BackoffConfig {
+        initial: initial?,
+        max: max?,
+        multiplier: multiplier?,
+        jitter: jitter?,
+        reset_after: reset_after?,
+    })
+}
+
+const NATS_SCHEMES: [&str; 4] = ["nats", "tls", "ws", "wss"];
+
+fn check_nats(c: &mut Checker, n: &RawNats) -> Option<NatsConfig> {
+    let servers = check_nats_urls(c, &n.url);
+    let name = match non_empty(&n.name) {
+        Some(v) => Some(v.to_owned()),
+        None => c.fail("nats.name", "must not be empty (default \"kube2nats\")"),
+    };
+    let auth = check_nats_auth(c, n);
+    let tls = check_nats_tls(c, n);
+    let connect_timeout = c.positive("nats.connect_timeout", &n.connect_timeout);
+    let queue_capacity = c.range("nats.queue_capacity", n.queue_capacity, 1, None);
+    let is_jetstream = c.one_of(
+        "nats.mode",
+        &n.mode,
+        &[("core", false), ("jetstream", true)],
+    );
+    let jetstream = check_jetstream(c, &n.jetstream);
+    let mode = if is_jetstream? {
+        NatsMode::JetStream(jetstream?)
+    } else {
+        NatsMode::Core
+    };
+    Some(NatsConfig {
+        servers: servers?,
+        name: name?,
+        auth: auth?,
+        tls: tls?,
+        connect_timeout: connect_timeout?,
+        mode,
+        queue_capacity: queue_capacity?,
+    })
+}
+
+fn check_nats_urls(c: &mut Checker, urls: &str) -> Option<Vec<String>> {
+    let mut servers = Vec::new();
+    let mut ok = true;
+    for u in urls.split(',').map(str::trim) {
+        let problem = match url::Url::parse(u) {
+            Err(e) => Some(e.to_string()),
+            Ok(p) if !NATS_SCHEMES.contains(&p.scheme()) => {
+                Some(format!("scheme {:?} is not supported", p.scheme()))
+            }
+            Ok(p) if !p.has_host() || p.host_str() == Some("") => Some("no host".to_owned()),
+            Ok(_) => None,
+        };
+        match problem {
+            Some(why) => {
+                ok = false;
+                c.fail::<()>("nats.url", format!("invalid URL {u:?}: {why} (expected comma-separated URLs like nats://host:4222; schemes nats, tls, ws, wss)"));
+            }
+            None => servers.push(u.to_owned()),
+        }
+    }
+    ok.then_some(servers)
+}
+
+fn check_nats_auth(c: &mut Checker, n: &RawNats) -> Option<NatsAuth> {
+    let user = non_empty(&n.user);
+    let password = non_empty(&n.password);
+    let mut methods = Vec::new();
+    if let Some(t) = non_empty(&n.token) {
+        methods.push(("nats.token", NatsAuth::Token(t.to_owned())));
+    }
+    match (user, password) {
+        (Some(u), Some(p)) => methods.push((
+            "nats.user",
+            NatsAuth::UserPassword {
+                user: u.to_owned(),
+                password: p.to_owned(),
+            },
+        )),
+        (Some(_), None) => return c.fail("nats.password", "required when nats.user is set"),
+        (None, Some(_)) => return c.fail("nats.user", "required when nats.password is set"),
+        (None, None) => {}
+    }
+    if let Some(p) = non_empty(&n.nkey_seed_file) {
+        methods.push((
+            "nats.nkey_seed_file",
+            NatsAuth::NKeySeedFile(PathBuf::from(p)),
+        ));
+    }
+    if let Some(p) = non_empty(&n.credentials_file) {
+        methods.push((
+            "nats.credentials_file",
+            NatsAuth::CredentialsFile(PathBuf::from(p)),
+        ));
+    }
+    if methods.len() > 1 {
+        let keys: Vec<&str> = methods.iter().map(|(k, _)| *k).collect();
+        return c.fail(
+            keys.join(", "),
+            "conflicting NATS authentication methods (allowed: at most one of token, user+password, nkey_seed_file, credentials_file)",
+        );
+    }
+    Some(methods.pop().map_or(NatsAuth::None, |(_, a)| a))
+}
+
+fn check_nats_tls(c: &mut Checker, n: &RawNats) -> Option<Option<NatsTls>> {
+    let ca_file = non_empty(&n.tls_ca_file).map(PathBuf::from);
+    let client_cert = match (non_empty(&n.tls_cert_file), non_empty(&n.tls_key_file)) {
+        (Some(cert), Some(key)) => Some((PathBuf::from(cert), PathBuf::from(key))),
+        (Some(_), None) => {
+            return c.fail(
+                "nats.tls_key_file",
+                "required when nats.tls_cert_file is set (both or neither)",
+            )
+        }
+        (None, Some(_)) => {
+            return c.fail(
+                "nats.tls_cert_file",
+                "required when nats.tls_key_file is set (both or neither)",
+            )
+        }
+        (None, None) => None,
+    };
+    if ca_file.is_none() && client_cert.is_none() {
+        return Some(None);
+    }
+    Some(Some(NatsTls {
+        ca_file,
+        client_cert,
+    }))
+}
+
+fn check_jetstream(c: &mut Checker, j: &RawJetStream) -> Option<JetStreamConfig> {
+    let ack_timeout = c.positive("nats.jetstream.ack_timeout", &j.ack_timeout);
+    let max_ack_inflight = c.range(
+        "nats.jetstream.max_ack_inflight",
+        j.max_ack_inflight,
+        1,
+        None,
+    );
+    let stream = match &j.stream {
+        Some(s) => Some(Some(check_stream(c, s)?)),
+        None => Some(None),
+    };
+    Some(JetStreamConfig {
+        ack_timeout: ack_timeout?,
+        max_ack_inflight: max_ack_inflight?,
+        stream: stream?,
+    })
+}
+
+fn check_stream(c: &mut Checker, s: &RawStream) -> Option<StreamConfig> {
+    const K: &str = "nats.jetstream.stream";
+    let name_ok = !s.name.is_empty()
+        && !s
+            .name
+            .chars()
+            .any(|ch| ch.is_whitespace() || ch.is_control() || ".*>/\\".contains(ch));
+    let name = if name_ok {
+        Some(s.name.clone())
+    } else {
+        c.fail(
+            format!("{K}.name"),
+            format!(
+                "invalid stream name {:?} (no whitespace, '.', '*', '>', '/', '\\'; not empty)",
+                s.name
+            ),
+        )
+    };
+    let mut subjects_ok = !s.subjects.is_empty();
+    if s.subjects.is_empty() {
+        c.fail::<()>(
+            format!("{K}.subjects"),
+            "must not be empty (e.g. [\"kube.>\"])",
+        );
+    }
+    for (i, subject) in s.subjects.iter().enumerate() {
+        if let Err(why) = check_subscription_subject(subject) {
+            subjects_ok = false;
+            c.fail::<()>(
+                format!("{K}.subjects[{i}]"),
+                format!("invalid subject {subject:?}: {why}"),
+            );
+        }
+    }
+    let retention = c.one_of(
+        &format!("{K}.retention"),
+        &s.retention,
+        &[
+            ("limits", Retention::Limits),
+            ("interest", Retention::Interest),
+            ("workqueue", Retention::WorkQueue),
+        ],
+    );
+    let storage = c.one_of(
+        &format!("{K}.storage"),
+        &s.storage,
+        &[("file", Storage::File), ("memory", Storage::Memory)],
+    );
+    let duplicate_window = c.positive(&format!("{K}.duplicate_window"), &s.duplicate_window);
+    let max_age = c.duration(&format!("{K}.max_age"), &s.max_age);
+    Some(StreamConfig {
+        name: name?,
+        subjects: subjects_ok.then(|| s.subjects.clone())?,
+        retention: retention?,
+        storage: storage?,
+        duplicate_window: duplicate_window?,
+        max_age: max_age?,
+    })
+}
+
+/// A subject a stream may bind: non-empty tokens, `*` and `>` only as whole tokens, `>` last.
+fn check_subscription_subject(subject: &str) -> Result<(), &'static str> {
+    let tokens: Vec<&str> = subject.split('.').collect();
+    for (i, t) in tokens.iter().enumerate() {
+        if t.is_empty() {
+            return Err("empty token");
+        }
+        if t.chars().any(|ch| ch.is_whitespace() || ch.is_control()) {
+            return Err("whitespace");
+        }
+        if t.len() > 1 && (t.contains('*') || t.contains('>')) {
+            return Err("wildcards must be whole tokens");
+        }
+        if *t == ">" && i + 1 != tokens.len() {
+            return Err("'>' must be the last token");
+        }
+    }
+    Ok(())
+}
+
+const PAYLOADS: [(&str, PayloadMode); 2] = [
+    ("event", PayloadMode::Event),
+    ("object", PayloadMode::Object),
+];
+
+fn check_watches(
+    c: &mut Checker,
+    publish: &RawPublish,
+    watches: &[RawWatch],
+) -> Option<Vec<WatchConfig>> {
+    let prefix = match validate_prefix(&publish.subject_prefix) {
+        Ok(()) => Some(publish.subject_prefix.clone()),
+        Err(why) => c.fail("publish.subject_prefix", why),
+    };
+    let default_subject = match SubjectTemplate::parse(&publish.subject) {
+        Ok(t) => Some(t),
+        Err(e) => c.fail("publish.subject", e.to_string()),
+    };
+    let default_payload = c.one_of("publish.payload", &publish.payload, &PAYLOADS);
+    if watches.is_empty() {
+        return c.fail(
+            "watches",
+            "no watch configured (add at least one [[watches]] table with name and resource)",
+        );
+    }
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut out = Vec::with_capacity(watches.len());
+    let mut default_needs_cluster = false;
+    for (i, w) in watches.iter().enumerate() {
+        let key = |field: &str| format!("watches[{i}].{field}");
+        if !w.name.is_empty() {
+            if let Some(first) = seen.insert(w.name.as_str(), i) {
+                c.fail::<()>(key("name"), format!("duplicate watch name {:?} (also watches[{first}].name; names must be unique)", w.name));
+            }
+        }
+        let name = match check_watch_name(&w.name) {
+            Ok(()) => Some(w.name.clone()),
+            Err(why) => c.fail(key("name"), why),
+        };
+        let resource = match check_resource(&w.resource) {
+            Ok(()) => Some(w.resource.clone()),
+            Err(why) => c.fail(key("resource"), why),
+        };
+        let namespaces = check_namespaces(c, &key("namespaces"), &w.namespaces);
+        let label_selector = match non_empty(&w.label_selector).map(check_label_selector) {
+            None => Some(None),
+            Some(Ok(())) => Some(Some(w.label_selector.trim().to_owned())),
+            Some(Err(why)) => c.fail(
+                key("label_selector"),
+                format!("invalid label selector {:?}: {why}", w.label_selector),
+            ),
+        };
+        let field_selector = match non_empty(&w.field_selector).map(check_field_selector) {
+            None => Some(None),
+            Some(Ok(())) => Some(Some(w.field_selector.trim().to_owned())),
+            Some(Err(why)) => c.fail(
+                key("field_selector"),
+                format!("invalid field selector {:?}: {why}", w.field_selector),
+            ),
+        };
+        let events = check_events(c, &key("events"), &w.events);
+        let initial_state = c.one_of(
+            &key("initial_state"),
+            &w.initial_state,
+            &[("added", InitialState::Added), ("skip", InitialState::Skip)],
+        );
+        let subject = match non_empty(&w.subject) {
+            None => {
+                default_needs_cluster |= default_subject
+                    .as_ref()
+                    .is_some_and(SubjectTemplate::uses_cluster);
+                default_subject.clone()
+            }
+            Some(t) => match SubjectTemplate::parse(t) {
+                Ok(t) if t.uses_cluster() && publish.cluster.is_empty() => c.fail(
+                    key("subject"),
+                    format!(
+                        "{:?} uses {{cluster}} but publish.cluster is empty (set publish.cluster)",
+                        w.subject
+                    ),
+                ),
+                Ok(t) => Some(t),
+                Err(e) => c.fail(key("subject"), e.to_string()),
+            },
+        };
+        let payload = match non_empty(&w.payload) {
+            None => default_payload,
+            Some(p) => c.one_of(&key("payload"), p, &PAYLOADS),
+        };
+        if let (
+            Some(name),
+            Some(resource),
+            Some(namespaces),
+            Some(label_selector),
+            Some(field_selector),
+            Some(events),
+            Some(initial_state),
+            Some(subject),
+            Some(payload),
+            Some(prefix),
+        ) = (
+            name,
+            resource,
+            namespaces,
+            label_selector,
+            field_selector,
+            events,
+            initial_state,
+            subject,
+            payload,
+            prefix.clone(),
+        ) {
+            out.push(WatchConfig {
+                name,
+                resource,
+                namespaces,
+                label_selector,
+                field_selector,
+                events,
+                initial_state,
+                subject,
+                subject_prefix: prefix,
+                cluster: publish.cluster.clone(),
+                payload,
+            });
+        }
+    }
+    if default_needs_cluster && publish.cluster.is_empty() {
+        c.fail::<()>(
+            "publish.subject",
+            format!(
+                "{:?} uses {{cluster}} but publish.cluster is empty (set publish.cluster)",
+                publish.subject
+            ),
+        );
+    }
+    (out.len() == watches.len()).then_some(out)
+}
+
+fn check_watch_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("required (a unique name of [A-Za-z0-9_-], 1 to 63 characters)".into());
+    }
+    if name.len() > 63
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(format!(
+            "invalid name {name:?} (allowed: [A-Za-z0-9_-], 1 to 63 characters)"
+        ));
+    }
+    Ok(())
+}
+
+/// kubectl's `plural[.version][.group]`: lower-case DNS-like segments; resolved by discovery later.
+fn check_resource(resource: &str) -> Result<(), String> {
+    if resource.is_empty() {
+        return Err("required (kubectl-style plural[.version][.group], e.g. pods, deployments.apps, widgets.v1.example.com)".into());
+    }
+    let ok = resource.len() <= 253 && resource.split('.').all(is_dns_label);
+    if !ok {
+        return Err(format!(
+            "invalid resource {resource:?} (expected kubectl-style plural[.version][.group] of lower-case DNS labels, e.g. pods, deployments.apps, widgets.v1.example.com)"
+        ));
+    }
+    Ok(())
+}
+
+/// A DNS-1123 label: 1–63 of `[a-z0-9-]`, starting and ending with an alphanumeric.
+fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+fn check_namespaces(c: &mut Checker, key: &str, namespaces: &[String]) -> Option<Vec<String>> {
+    let before = c.errors.len();
+    for (i, ns) in namespaces.iter().enumerate() {
+        if !is_dns_label(ns) {
+            c.fail::<()>(format!("{key}[{i}]"), format!("invalid namespace {ns:?} (expected a DNS-1123 label: [a-z0-9-], 1 to 63 characters)"));
+        } else if namespaces[..i].contains(ns) {
+            c.fail::<()>(format!("{key}[{i}]"), format!("duplicate namespace {ns:?}"));
+        }
+    }
+    (c.errors.len() == before).then(|| namespaces.to_vec())
+}
+
+fn check_events(c: &mut Checker, key: &str, events: &[String]) -> Option<Vec<EventType>> {
+    if events.is_empty() {
+        return c.fail(
+            key,
+            "must not be empty (allowed: a subset of ADDED, MODIFIED, DELETED)",
+        );
+    }
+    let before = c.errors.len();
+    let mut out = Vec::with_capacity(events.len());
+    for (i, e) in events.iter().enumerate() {
+        match e.trim().parse::<EventType>() {
+            Ok(t) if out.contains(&t) => {
+                c.fail::<()>(format!("{key}[{i}]"), format!("duplicate event type {e:?}"));
+            }
+            Ok(t) => out.push(t),
+            Err(why) => {
+                c.fail::<()>(format!("{key}[{i}]"), why);
+            }
+        }
+    }
+    (c.errors.len() == before).then_some(out)
+}
+
+/// Checks a label selector as the API server parses it: comma-separated requirements `k=v`,
+/// `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`.
+pub fn check_label_selector(selector: &str) -> Result<(), String> {
+    for requirement in split_top_level(selector)? {
+        check_label_requirement(requirement.trim())?;
+    }
+    Ok(())
+}
+
+/// Splits at commas outside parentheses.
+fn split_top_level(s: &str) -> Result<Vec<&str>, String> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (i, ch) in s.char_indices() {
+        match ch {
+            '(' if depth == 0 => depth = 1,
+            '(' => return Err("nested parenthesis".into()),
+            ')' if depth == 1 => depth = 0,
+            ')' => return Err("unbalanced ')'".into()),
+            ',' if depth == 0 => {
+                parts.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        return Err("unbalanced '('".into());
+    }
+    parts.push(&s[start..]);
+    Ok(parts)
+}
+
+fn check_label_requirement(r: &str) -> Result<(), String> {
+    if r.is_empty() {
+        return Err("empty requirement (a stray comma?)".into());
+    }
+    if let Some(key) = r.strip_prefix('!') {
+        return check_label_key(key.trim());
+    }
+    let key_end = r
+        .find(|ch: char| ch.is_whitespace() || "=!(".contains(ch))
+        .unwrap_or(r.len());
+    let (key, rest) = (&r[..key_end], r[key_end..].trim_start());
+    check_label_key(key)?;
+    if rest.is_empty() {
+        return Ok(());
+    }
+    for op in ["==", "!=", "="] {
+        if let Some(value) = rest.strip_prefix(op) {
+            return check_label_value(value.trim());
+        }
+    }
+    for op in ["notin", "in"] {
+        if let Some(set) = rest.strip_prefix(op) {
+            let set = set.trim();
+            let Some(inner) = set.strip_prefix('(').and_then(|s| s.strip_suffix(')')) else {
+                return Err(format!("expected a parenthesized list after {op} in {r:?}"));
+            };
+            if inner.trim().is_empty() {
+                return Err(format!("empty value list in {r:?}"));
+            }
+            return inner
+                .split(',')
+                .try_for_each(|v| check_label_value(v.trim()));
+        }
+    }
+    Err(format!(
+        "unknown operator in {r:?} (allowed: =, ==, !=, in, notin, exists, !)"
+    ))
+}
+
+/// `[prefix/]name`: prefix a DNS-1123 subdomain, name 1–63 of `[A-Za-z0-9-_.]` with alphanumeric ends.
+fn check_label_key(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix {
+        if p.is_empty() || p.len() > 253 || !p.split('.').all(is_dns_label) {
+            return Err(format!("invalid label key prefix {p:?} (expected a DNS subdomain such as app.kubernetes.io)"));
+        }
+    }
+    if name.is_empty() || !is_label_name(name) {
+        return Err(format!("invalid label key {key:?} (expected [prefix/]name, name 1 to 63 of [A-Za-z0-9-_.] starting and ending alphanumeric)"));
+    }
+    Ok(())
+}
+
+fn is_label_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() <= 63
+        && b.iter()
+            .all(|&c| c.is_ascii_alphanumeric() || b"-_.".contains(&c))
+        && b.first().is_some_and(u8::is_ascii_alphanumeric)
+        && b.last().is_some_and(u8::is_ascii_alphanumeric)
+}
+
+fn check_label_value(v: &str) -> Result<(), String> {
+    if v.is_empty() || is_label_name(v) {
+        Ok(())
+    } else {
+        Err(format!("invalid label value {v:?} (expected at most 63 of [A-Za-z0-9-_.] starting and ending alphanumeric, or empty)"))
+    }
+}
+
+/// Checks a field selector: comma-separated `k=v`, `k==v`, `k!=v` (e.g. `status.phase=Running`).
+pub fn check_field_selector(selector: &str) -> Result<(), String> {
+    for r in selector.split(',').map(str::trim) {
+        if r.is_empty() {
+            return Err("empty requirement (a stray comma?)".into());
+        }
+        let Some(i) = r.find(['=', '!']) else {
+            return Err(format!("no operator in {r:?} (allowed: =, ==, !=)"));
+        };
+        let (key, rest) = (r[..i].trim(), &r[i..]);
+        let value = ["==", "!=", "="]
+            .iter()
+            .find_map(|op| rest.strip_prefix(op));
+        let Some(value) = value else {
+            return Err(format!("unknown operator in {r:?} (allowed: =, ==, !=)"));
+        };
+        if key.is_empty()
+            || !key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+        {
+            return Err(format!(
+                "invalid field {key:?} in {r:?} (expected a field path such as metadata.name)"
+            ));
+        }
+        if value.trim().contains(['=', '!']) && !value.contains('\\') {
+            return Err(format!("unexpected operator in the value of {r:?}"));
+        }
+    }
+    Ok(())
 }
