@@ -785,10 +785,25 @@ fn from_source_error(err: config::ConfigError, file: Option<&Path>) -> ConfigErr
         }
         config::ConfigError::FileParse { cause, .. } => ConfigError::new(
             file_key(),
-            format!("not a valid TOML file: {}", cause.to_string().trim()),
+            format!("not a valid TOML file: {}", one_line(&cause.to_string())),
         ),
         config::ConfigError::NotFound(key) => ConfigError::new(key, "missing"),
         other => ConfigError::new(file_key(), other.to_string()),
+    }
+}
+
+/// The TOML parser draws the offending line with a caret over several lines; keep the position
+/// (first line) and the reason (last line) so each problem stays one line.
+fn one_line(message: &str) -> String {
+    let lines: Vec<&str> = message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    match lines.as_slice() {
+        [] => String::new(),
+        [only] => (*only).to_owned(),
+        [first, .., last] => format!("{first}: {last}"),
     }
 }
 
@@ -1146,7 +1161,7 @@ fn check_api_source(c: &mut Checker, k: &RawKubernetes) -> Option<ApiSource> {
     match (api_url, kubeconfig) {
         (Some(_), Some(_)) => c.fail(
             "kubernetes.api_url",
-            "api_url and kubernetes.kubeconfig are both set (allowed: at most one; neither = in-cluster)",
+            "set together with kubernetes.kubeconfig (allowed: at most one of api_url, kubeconfig; neither = in-cluster)",
         ),
         (Some(u), None) => {
             let url = match url::Url::parse(u) {

@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod app;
 pub mod config;
 pub mod event;
 pub mod publish;

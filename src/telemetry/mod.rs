@@ -1,1 +1,2 @@
 //! What operators see: logs, Prometheus metrics, health and readiness.
+pub mod logging;
