@@ -1803,3 +1803,679 @@ pub fn check_field_selector(selector: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::*;
+
+    const MINIMAL: &str = "[[watches]]\nname = \"pods\"\nresource = \"pods\"\n";
+
+    fn file(contents: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::Builder::new()
+            .suffix(".toml")
+            .tempfile()
+            .expect("temp file");
+        f.write_all(contents.as_bytes()).expect("write temp file");
+        f
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> Option<HashMap<String, String>> {
+        Some(
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        )
+    }
+
+    fn load_str(contents: &str) -> Result<Config, ConfigErrors> {
+        let f = file(contents);
+        load(Some(f.path()), env(&[]))
+    }
+
+    /// The error lines of a configuration made of `MINIMAL` plus `extra` before it.
+    fn errors(extra: &str) -> Vec<String> {
+        let err =
+            load_str(&format!("{extra}\n{MINIMAL}")).expect_err("configuration should be invalid");
+        err.iter().map(ToString::to_string).collect()
+    }
+
+    fn assert_error(extra: &str, want: &str) {
+        let lines = errors(extra);
+        assert!(
+            lines.iter().any(|l| l.contains(want)),
+            "no line containing {want:?} in {lines:#?}"
+        );
+    }
+
+    #[test]
+    fn defaults() {
+        let c = load_str(MINIMAL).unwrap();
+        assert_eq!(c.log.filter, "info");
+        assert_eq!(c.log.format, LogFormat::Text);
+        assert_eq!(
+            c.kubernetes.source,
+            ApiSource::InCluster {
+                token_file: DEFAULT_TOKEN_FILE.into(),
+                ca_file: DEFAULT_CA_FILE.into(),
+                namespace_file: DEFAULT_NAMESPACE_FILE.into()
+            }
+        );
+        assert_eq!(c.kubernetes.watch_timeout, Duration::from_secs(300));
+        assert_eq!(c.kubernetes.list_page_size, 500);
+        assert_eq!(c.kubernetes.max_line_bytes, 8 << 20);
+        assert_eq!(c.kubernetes.rbac_check, RbacCheck::Warn);
+        assert_eq!(
+            c.kubernetes.backoff,
+            BackoffConfig {
+                initial: Duration::from_millis(800),
+                max: Duration::from_secs(30),
+                multiplier: 2.0,
+                jitter: 0.5,
+                reset_after: Duration::from_secs(120)
+            }
+        );
+        assert_eq!(c.nats.servers, ["nats://127.0.0.1:4222"]);
+        assert_eq!(c.nats.auth, NatsAuth::None);
+        assert_eq!(c.nats.tls, None);
+        assert_eq!(c.nats.mode, NatsMode::Core);
+        assert_eq!(c.http.listen, "0.0.0.0:9090".parse().unwrap());
+        assert_eq!(c.shutdown.grace_period, Duration::from_secs(10));
+        let w = &c.watches[0];
+        assert_eq!(w.events, EventType::ALL);
+        assert_eq!(w.initial_state, InitialState::Added);
+        assert_eq!(w.subject, SubjectTemplate::default());
+        assert_eq!(w.subject_prefix, "kube");
+        assert_eq!(w.payload, PayloadMode::Event);
+        assert_eq!(
+            (w.label_selector.as_deref(), w.field_selector.as_deref()),
+            (None, None)
+        );
+    }
+
+    #[test]
+    fn no_file_means_defaults_and_needs_a_watch() {
+        let err = load(None, env(&[])).unwrap_err();
+        assert_eq!(err.0.len(), 1);
+        assert!(
+            err.to_string().starts_with("watches: no watch configured"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn file_overrides_defaults() {
+        let c = load_str(&format!(
+            "[kubernetes]\nwatch_timeout = \"10m\"\nlist_page_size = 50\n[kubernetes.backoff]\nmax = \"1m\"\n\
+             [nats]\nmode = \"jetstream\"\nurl = \"nats://a:4222, tls://b:4222\"\n\
+             [nats.jetstream.stream]\nname = \"K\"\n[publish]\npayload = \"object\"\n{MINIMAL}"
+        ))
+        .unwrap();
+        assert_eq!(c.kubernetes.watch_timeout, Duration::from_secs(600));
+        assert_eq!(c.kubernetes.list_page_size, 50);
+        assert_eq!(c.kubernetes.backoff.max, Duration::from_secs(60));
+        assert_eq!(c.nats.servers, ["nats://a:4222", "tls://b:4222"]);
+        let NatsMode::JetStream(js) = &c.nats.mode else {
+            panic!("expected jetstream: {:?}", c.nats.mode)
+        };
+        assert_eq!(js.max_ack_inflight, 256);
+        let stream = js.stream.as_ref().expect("stream configured");
+        assert_eq!(
+            (stream.name.as_str(), stream.subjects.as_slice()),
+            ("K", &["kube.>".to_owned()][..])
+        );
+        assert_eq!(c.watches[0].payload, PayloadMode::Object);
+    }
+
+    #[test]
+    fn environment_overrides_file() {
+        let f = file(&format!("[nats]\nurl = \"nats://file:4222\"\n{MINIMAL}"));
+        let c = load(
+            Some(f.path()),
+            env(&[
+                ("KUBE2NATS__NATS__URL", "nats://env:4222"),
+                ("KUBE2NATS__NATS__TOKEN", "007"),
+                ("KUBE2NATS__KUBERNETES__WATCH_TIMEOUT", "7m"),
+                ("KUBE2NATS__KUBERNETES__LIST_PAGE_SIZE", "42"),
+                ("KUBE2NATS__KUBERNETES__STREAMING_LIST", "true"),
+                ("KUBE2NATS__KUBERNETES__BACKOFF__MULTIPLIER", "1.5"),
+                ("KUBE2NATS_CONFIG", "/not/a/key"),
+                ("OTHER__NATS__URL", "nats://other:4222"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.nats.servers, ["nats://env:4222"]);
+        assert_eq!(c.nats.auth, NatsAuth::Token("007".into()));
+        assert_eq!(c.kubernetes.watch_timeout, Duration::from_secs(420));
+        assert_eq!(c.kubernetes.list_page_size, 42);
+        assert!(c.kubernetes.streaming_list);
+        assert_eq!(c.kubernetes.backoff.multiplier, 1.5);
+    }
+
+    #[test]
+    fn bad_environment_value_names_the_key() {
+        let f = file(MINIMAL);
+        let err = load(
+            Some(f.path()),
+            env(&[("KUBE2NATS__KUBERNETES__WATCH_TIMEOUT", "forever")]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "kubernetes.watch_timeout: invalid duration \"forever\" (expected humantime like 30s, 5m)"
+        );
+        let err = load(Some(f.path()), env(&[("KUBE2NATS__NATS__NOPE", "x")])).unwrap_err();
+        assert!(
+            err.to_string().starts_with("nats.nope: unknown key"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn example_config_is_valid_and_lists_every_key() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
+        let raw = load_raw(Some(&path), env(&[])).unwrap();
+        let c = Config::try_from(raw).unwrap();
+        let names: Vec<&str> = c.watches.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(names, ["pods", "deployments", "widgets"]);
+        // Every key of the schema appears in the example, written out or commented with its default.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut keys = Vec::new();
+        collect_keys(&schema(), &mut keys);
+        for key in keys {
+            assert!(
+                text.contains(&format!("{key} = ")),
+                "config.example.toml does not document {key}"
+            );
+        }
+    }
+
+    fn collect_keys(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    if !v.is_object()
+                        && !v
+                            .as_array()
+                            .is_some_and(|a| a.first().is_some_and(|x| x.is_object()))
+                    {
+                        out.push(k.clone());
+                    }
+                    collect_keys(v, out);
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|x| collect_keys(x, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn example_defaults_match_code_defaults() {
+        // The example documents the defaults: the parts that are not watches must equal them.
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
+        let mut raw = load_raw(Some(&path), env(&[])).unwrap();
+        raw.watches.clear();
+        raw.nats.jetstream.stream = None;
+        assert_eq!(raw, RawConfig::default());
+    }
+
+    #[test]
+    fn redacts_secrets() {
+        let f = file(&format!("[nats]\nurl = \"nats://u:hunter2@h:4222\"\nuser = \"u\"\npassword = \"hunter2\"\n{MINIMAL}"));
+        let out = load_raw(Some(f.path()), env(&[]))
+            .unwrap()
+            .to_redacted_toml();
+        assert!(!out.contains("hunter2"), "{out}");
+        assert!(out.contains("password = \"<redacted>\""), "{out}");
+        assert!(out.contains("user = \"u\""), "{out}");
+        // The output is itself a valid configuration file.
+        let again = file(&out);
+        assert!(load_raw(Some(again.path()), env(&[])).is_ok());
+    }
+
+    #[test]
+    fn collects_every_problem() {
+        let lines = errors("[kubernetes]\nwatch_timeout = \"x\"\nrequest_timeout = \"y\"\n[nats]\nurl = \"nats//x\"");
+        assert_eq!(lines.len(), 3, "{lines:#?}");
+    }
+
+    #[test]
+    fn unknown_keys() {
+        assert_error(
+            "[nats]\nurll = \"x\"",
+            "nats.urll: unknown key (allowed here: ",
+        );
+        assert_error(
+            "[kubernetes.backoff]\nfactor = 2",
+            "kubernetes.backoff.factor: unknown key",
+        );
+        assert_error("[surprise]\nx = 1", "surprise: unknown key");
+        let lines = errors("[[watches]]\nname = \"b\"\nresource = \"pods\"\nlabels = \"x\"");
+        assert_eq!(lines, ["watches[0].labels: unknown key (allowed here: events, field_selector, initial_state, label_selector, name, namespaces, payload, resource, subject)"]);
+    }
+
+    #[test]
+    fn bad_types_name_the_key() {
+        assert_error(
+            "[kubernetes]\nlist_page_size = \"many\"",
+            "kubernetes.list_page_size: invalid type",
+        );
+    }
+
+    #[test]
+    fn durations() {
+        assert_error(
+            "[kubernetes]\nwatch_timeout = \"soon\"",
+            "kubernetes.watch_timeout: invalid duration \"soon\" (expected humantime like 30s, 5m)",
+        );
+        assert_error(
+            "[kubernetes]\nwatch_timeout = \"500ms\"",
+            "kubernetes.watch_timeout: \"500ms\" is too short (allowed: >= 1s)",
+        );
+        assert_error(
+            "[shutdown]\ngrace_period = \"10\"",
+            "shutdown.grace_period: invalid duration \"10\"",
+        );
+        assert_error(
+            "[nats]\nconnect_timeout = \"0s\"",
+            "nats.connect_timeout: \"0s\" is too short (allowed: > 0)",
+        );
+    }
+
+    #[test]
+    fn numeric_ranges() {
+        assert_error(
+            "[kubernetes]\nlist_page_size = 0",
+            "kubernetes.list_page_size: 0 is out of range (allowed: 1..=10000)",
+        );
+        assert_error(
+            "[kubernetes]\nlist_page_size = 10001",
+            "kubernetes.list_page_size: 10001 is out of range",
+        );
+        assert_error(
+            "[kubernetes]\nmax_line_bytes = 100",
+            "kubernetes.max_line_bytes: 100 is out of range (allowed: >= 1024)",
+        );
+        assert_error(
+            "[nats]\nqueue_capacity = 0",
+            "nats.queue_capacity: 0 is out of range (allowed: >= 1)",
+        );
+        assert_error(
+            "[nats.jetstream]\nmax_ack_inflight = 0",
+            "nats.jetstream.max_ack_inflight: 0 is out of range",
+        );
+    }
+
+    #[test]
+    fn backoff() {
+        assert_error(
+            "[kubernetes.backoff]\ninitial = \"1m\"",
+            "kubernetes.backoff.initial: \"1m\" is greater than kubernetes.backoff.max \"30s\"",
+        );
+        assert_error(
+            "[kubernetes.backoff]\ninitial = \"0s\"",
+            "kubernetes.backoff.initial: \"0s\" is too short",
+        );
+        assert_error(
+            "[kubernetes.backoff]\nmultiplier = 0.5",
+            "kubernetes.backoff.multiplier: 0.5 is out of range (allowed: >= 1)",
+        );
+        assert_error(
+            "[kubernetes.backoff]\njitter = 1.5",
+            "kubernetes.backoff.jitter: 1.5 is out of range (allowed: 0..=1)",
+        );
+    }
+
+    #[test]
+    fn enums_list_allowed_values() {
+        assert_error(
+            "[log]\nformat = \"xml\"",
+            "log.format: invalid value \"xml\" (allowed: text, json)",
+        );
+        assert_error(
+            "[kubernetes]\nrbac_check = \"ignore\"",
+            "kubernetes.rbac_check: invalid value \"ignore\" (allowed: warn, fail)",
+        );
+        assert_error(
+            "[nats]\nmode = \"stream\"",
+            "nats.mode: invalid value \"stream\" (allowed: core, jetstream)",
+        );
+        assert_error(
+            "[publish]\npayload = \"raw\"",
+            "publish.payload: invalid value \"raw\" (allowed: event, object)",
+        );
+        assert_error(
+            "[nats.jetstream.stream]\nretention = \"forever\"",
+            "nats.jetstream.stream.retention: invalid value \"forever\" (allowed: limits, interest, workqueue)",
+        );
+        assert_error(
+            "[nats.jetstream.stream]\nstorage = \"disk\"",
+            "nats.jetstream.stream.storage: invalid value \"disk\" (allowed: file, memory)",
+        );
+        assert_error(
+            "[log]\nfilter = \"x=loud\"",
+            "log.filter: invalid filter \"x=loud\"",
+        );
+    }
+
+    #[test]
+    fn api_source() {
+        let c = load_str(&format!(
+            "[kubernetes]\napi_url = \"http://127.0.0.1:8001\"\n{MINIMAL}"
+        ))
+        .unwrap();
+        let ApiSource::Url {
+            url,
+            token_file,
+            ca_file,
+        } = c.kubernetes.source
+        else {
+            panic!("expected Url")
+        };
+        assert_eq!(
+            (url.as_str(), token_file, ca_file),
+            ("http://127.0.0.1:8001/", None, None)
+        );
+        let c = load_str(&format!(
+            "[kubernetes]\nkubeconfig = \"/k\"\ncontext = \"kind\"\n{MINIMAL}"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.kubernetes.source,
+            ApiSource::Kubeconfig {
+                path: "/k".into(),
+                context: Some("kind".into())
+            }
+        );
+        assert_error(
+            "[kubernetes]\napi_url = \"http://x\"\nkubeconfig = \"/k\"",
+            "kubernetes.api_url: set together with kubernetes.kubeconfig",
+        );
+        assert_error(
+            "[kubernetes]\napi_url = \"ftp://x\"",
+            "kubernetes.api_url: invalid URL \"ftp://x\": scheme must be http or https",
+        );
+        assert_error(
+            "[kubernetes]\napi_url = \"localhost:8001\"",
+            "kubernetes.api_url: invalid URL",
+        );
+        assert_error(
+            "[kubernetes]\ncontext = \"kind\"",
+            "kubernetes.context: \"kind\" is set but kubernetes.kubeconfig is empty",
+        );
+        assert_error(
+            "[kubernetes]\nkubeconfig = \"/k\"\ntoken_file = \"/t\"",
+            "kubernetes.token_file: not used with kubernetes.kubeconfig",
+        );
+    }
+
+    #[test]
+    fn nats_urls() {
+        assert_error(
+            "[nats]\nurl = \"nats//x\"",
+            "nats.url: invalid URL \"nats//x\": relative URL without a base",
+        );
+        assert_error(
+            "[nats]\nurl = \"http://x:4222\"",
+            "nats.url: invalid URL \"http://x:4222\": scheme \"http\" is not supported",
+        );
+        assert_error(
+            "[nats]\nurl = \"nats://a:4222,\"",
+            "nats.url: invalid URL \"\"",
+        );
+        let c = load_str(&format!("[nats]\nurl = \"wss://a:443,ws://b\"\n{MINIMAL}")).unwrap();
+        assert_eq!(c.nats.servers.len(), 2);
+    }
+
+    #[test]
+    fn nats_auth() {
+        assert_error(
+            "[nats]\ntoken = \"t\"\nuser = \"u\"\npassword = \"p\"",
+            "nats.token, nats.user: conflicting NATS authentication methods (allowed: at most one of token, user+password, nkey_seed_file, credentials_file)",
+        );
+        assert_error(
+            "[nats]\nnkey_seed_file = \"/n\"\ncredentials_file = \"/c\"",
+            "nats.nkey_seed_file, nats.credentials_file: conflicting",
+        );
+        assert_error(
+            "[nats]\nuser = \"u\"",
+            "nats.password: required when nats.user is set",
+        );
+        assert_error(
+            "[nats]\npassword = \"p\"",
+            "nats.user: required when nats.password is set",
+        );
+        let c = load_str(&format!("[nats]\ncredentials_file = \"/c\"\n{MINIMAL}")).unwrap();
+        assert_eq!(c.nats.auth, NatsAuth::CredentialsFile("/c".into()));
+    }
+
+    #[test]
+    fn nats_tls() {
+        assert_error(
+            "[nats]\ntls_cert_file = \"/c\"",
+            "nats.tls_key_file: required when nats.tls_cert_file is set",
+        );
+        assert_error(
+            "[nats]\ntls_key_file = \"/k\"",
+            "nats.tls_cert_file: required when nats.tls_key_file is set",
+        );
+        let c = load_str(&format!(
+            "[nats]\ntls_cert_file = \"/c\"\ntls_key_file = \"/k\"\n{MINIMAL}"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.nats.tls,
+            Some(NatsTls {
+                ca_file: None,
+                client_cert: Some(("/c".into(), "/k".into()))
+            })
+        );
+    }
+
+    #[test]
+    fn stream() {
+        assert_error(
+            "[nats.jetstream.stream]\nname = \"a.b\"",
+            "nats.jetstream.stream.name: invalid stream name \"a.b\"",
+        );
+        assert_error(
+            "[nats.jetstream.stream]\nsubjects = []",
+            "nats.jetstream.stream.subjects: must not be empty",
+        );
+        assert_error("[nats.jetstream.stream]\nsubjects = [\"a.>.b\"]", "nats.jetstream.stream.subjects[0]: invalid subject \"a.>.b\": '>' must be the last token");
+        assert_error(
+            "[nats.jetstream.stream]\nsubjects = [\"a..b\"]",
+            "nats.jetstream.stream.subjects[0]: invalid subject \"a..b\": empty token",
+        );
+    }
+
+    #[test]
+    fn publish_section() {
+        assert_error(
+            "[publish]\nsubject_prefix = \"a..b\"",
+            "publish.subject_prefix: empty token",
+        );
+        assert_error(
+            "[publish]\nsubject_prefix = \"k*\"",
+            "publish.subject_prefix: invalid token \"k*\"",
+        );
+        assert_error("[publish]\nsubject = \"{prefix}.{cluster}.{name}\"", "publish.subject: \"{prefix}.{cluster}.{name}\" uses {cluster} but publish.cluster is empty");
+        let c = load_str(&format!(
+            "[publish]\ncluster = \"eu\"\nsubject = \"{{prefix}}.{{cluster}}.{{name}}\"\n{MINIMAL}"
+        ))
+        .unwrap();
+        assert!(c.watches[0].subject.uses_cluster());
+        assert_eq!(c.watches[0].cluster, "eu");
+        assert_error(
+            "[http]\nlisten = \"9090\"",
+            "http.listen: invalid socket address \"9090\"",
+        );
+    }
+
+    fn watch_errors(body: &str) -> Vec<String> {
+        let err = load_str(&format!(
+            "[[watches]]\nname = \"w\"\nresource = \"pods\"\n{body}"
+        ))
+        .expect_err("invalid watch");
+        err.iter().map(ToString::to_string).collect()
+    }
+
+    fn assert_watch_error(body: &str, want: &str) {
+        let lines = watch_errors(body);
+        assert!(
+            lines.iter().any(|l| l.contains(want)),
+            "no line containing {want:?} in {lines:#?}"
+        );
+    }
+
+    #[test]
+    fn watches_list() {
+        let err = load_str("[log]\nformat = \"text\"").unwrap_err();
+        assert_eq!(err.to_string(), "watches: no watch configured (add at least one [[watches]] table with name and resource)");
+        let lines = errors("[[watches]]\nname = \"pods\"\nresource = \"pods\"\n[[watches]]\nname = \"x\"\nresource = \"services\"");
+        assert_eq!(lines, ["watches[2].name: duplicate watch name \"pods\" (also watches[0].name; names must be unique)"]);
+    }
+
+    #[test]
+    fn watch_name_and_resource() {
+        assert_error(
+            "[[watches]]\nresource = \"pods\"",
+            "watches[0].name: required",
+        );
+        assert_watch_error(
+            "[[watches]]\nname = \"a b\"\nresource = \"pods\"",
+            "watches[1].name: invalid name \"a b\"",
+        );
+        assert_error("[[watches]]\nname = \"x\"", "watches[0].resource: required");
+        for bad in ["Pods", "pods..apps", "pods.", "deployments/apps", "-pods"] {
+            assert_error(
+                &format!("[[watches]]\nname = \"x\"\nresource = \"{bad}\""),
+                &format!("watches[0].resource: invalid resource \"{bad}\""),
+            );
+        }
+        for good in [
+            "pods",
+            "deployments.apps",
+            "widgets.v1.example.com",
+            "horizontalpodautoscalers.v2.autoscaling",
+        ] {
+            load_str(&format!("[[watches]]\nname = \"x\"\nresource = \"{good}\"")).unwrap();
+        }
+    }
+
+    #[test]
+    fn watch_namespaces_and_events() {
+        assert_watch_error(
+            "namespaces = [\"Default\"]",
+            "watches[0].namespaces[0]: invalid namespace \"Default\"",
+        );
+        assert_watch_error(
+            "namespaces = [\"a\", \"a\"]",
+            "watches[0].namespaces[1]: duplicate namespace \"a\"",
+        );
+        assert_watch_error(
+            "events = []",
+            "watches[0].events: must not be empty (allowed: a subset of ADDED, MODIFIED, DELETED)",
+        );
+        assert_watch_error("events = [\"ADDED\", \"BOOKMARK\"]", "watches[0].events[1]: unknown event type \"BOOKMARK\" (allowed: ADDED, MODIFIED, DELETED)");
+        assert_watch_error(
+            "events = [\"added\", \"ADDED\"]",
+            "watches[0].events[1]: duplicate event type \"ADDED\"",
+        );
+        assert_watch_error(
+            "initial_state = \"all\"",
+            "watches[0].initial_state: invalid value \"all\" (allowed: added, skip)",
+        );
+        assert_watch_error(
+            "payload = \"cloudevent\"",
+            "watches[0].payload: invalid value \"cloudevent\" (allowed: event, object)",
+        );
+        let c = load_str("[[watches]]\nname = \"w\"\nresource = \"pods\"\nevents = [\"deleted\"]\ninitial_state = \"skip\"").unwrap();
+        assert_eq!(
+            (c.watches[0].events.as_slice(), c.watches[0].initial_state),
+            (&[EventType::Deleted][..], InitialState::Skip)
+        );
+    }
+
+    #[test]
+    fn watch_subject() {
+        assert_watch_error(
+            "subject = \"kube.{kind}.{name}\"",
+            "watches[0].subject: unknown placeholder {kind} in \"kube.{kind}.{name}\" (allowed: {prefix}, {cluster}, {group}, {version}, {resource}, {namespace}, {name}, {type})",
+        );
+        assert_watch_error("subject = \"kube.{cluster}.{name}\"", "watches[0].subject: \"kube.{cluster}.{name}\" uses {cluster} but publish.cluster is empty");
+        assert_watch_error("subject = \"kube.*\"", "watches[0].subject: wildcard");
+    }
+
+    #[test]
+    fn label_selectors() {
+        for good in [
+            "app=web",
+            "app==web",
+            "app!=web",
+            "tier in (a,b)",
+            "tier notin (a, b)",
+            "app",
+            "!app",
+            "app.kubernetes.io/name=x,env",
+            "a=",
+            "a in (x),b!=y",
+        ] {
+            assert_eq!(check_label_selector(good), Ok(()), "{good:?}");
+        }
+        for bad in [
+            "app=we b",
+            "app in a,b",
+            "app in ()",
+            "in (a",
+            ",app",
+            "app=x,",
+            "a b",
+            "Ex@mple=1",
+            "-a=b",
+            "example.com/=x",
+            "Example.com/a=b",
+            "a<b",
+        ] {
+            assert!(check_label_selector(bad).is_err(), "{bad:?}");
+        }
+        assert_watch_error(
+            "label_selector = \"a in (b\"",
+            "watches[0].label_selector: invalid label selector \"a in (b\": unbalanced '('",
+        );
+    }
+
+    #[test]
+    fn field_selectors() {
+        for good in [
+            "metadata.name=x",
+            "status.phase!=Running",
+            "spec.nodeName==n1,metadata.namespace!=kube-system",
+            "metadata.name=",
+        ] {
+            assert_eq!(check_field_selector(good), Ok(()), "{good:?}");
+        }
+        for bad in ["metadata.name", "=x", "a=b,", "a<b", "a b=c"] {
+            assert!(check_field_selector(bad).is_err(), "{bad:?}");
+        }
+        assert_watch_error(
+            "field_selector = \"status.phase\"",
+            "watches[0].field_selector: invalid field selector \"status.phase\": no operator",
+        );
+    }
+
+    #[test]
+    fn not_toml() {
+        let f = file("this is = = not toml");
+        let err = load(Some(f.path()), env(&[])).unwrap_err();
+        assert_eq!(err.0.len(), 1);
+        assert!(
+            err.to_string()
+                .contains("not a valid TOML file: TOML parse error at line 1"),
+            "{err}"
+        );
+        assert!(!err.to_string().contains('\n'), "one line: {err}");
+    }
+}
