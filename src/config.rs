@@ -362,7 +362,7 @@ fn s(v: &str) -> String {
 }
 
 /// The configuration file as written, plus environment overrides, before validation.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawConfig {
     pub log: RawLog,
@@ -374,20 +374,6 @@ pub struct RawConfig {
     pub shutdown: RawShutdown,
     /// At least one.
     pub watches: Vec<RawWatch>,
-}
-
-impl Default for RawConfig {
-    fn default() -> Self {
-        RawConfig {
-            log: RawLog::default(),
-            kubernetes: RawKubernetes::default(),
-            nats: RawNats::default(),
-            publish: RawPublish::default(),
-            http: RawHttp::default(),
-            shutdown: RawShutdown::default(),
-            watches: Vec::new(),
-        }
-    }
 }
 
 /// `[log]`
