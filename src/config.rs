@@ -39,12 +39,16 @@ pub struct Config {
 pub struct LogConfig {
     /// A `RUST_LOG`-style filter (`info`, `kube2nats=debug,info`).
     pub filter: String,
+    /// Text for people, JSON lines for log pipelines.
     pub format: LogFormat,
 }
 
+/// How log lines are written (to stderr).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
+    /// Human-readable lines.
     Text,
+    /// One JSON object per line: `timestamp`, `level`, `target` and the event's fields.
     Json,
 }
 
@@ -65,7 +69,9 @@ pub struct KubernetesConfig {
     pub streaming_list: bool,
     /// A watch line longer than this is a decode error that ends the stream.
     pub max_line_bytes: usize,
+    /// Delay between failed attempts of one watch.
     pub backoff: BackoffConfig,
+    /// What a missing permission found by the start-up self-check does.
     pub rbac_check: RbacCheck,
 }
 
@@ -120,7 +126,10 @@ pub struct NatsConfig {
     /// The connection name shown by the NATS server.
     pub name: String,
     pub auth: NatsAuth,
+    /// Present when a CA file or a client certificate is configured; `tls://` URLs without it use
+    /// the system roots.
     pub tls: Option<NatsTls>,
+    /// Timeout of one connection attempt.
     pub connect_timeout: Duration,
     pub mode: NatsMode,
     /// Capacity of the bounded queue of one watch towards NATS, in events.
@@ -130,10 +139,15 @@ pub struct NatsConfig {
 /// At most one NATS authentication method.
 #[derive(Clone, PartialEq, Eq)]
 pub enum NatsAuth {
+    /// No credentials (or credentials inside the URL).
     None,
+    /// `nats.token`.
     Token(String),
+    /// `nats.user` and `nats.password`.
     UserPassword { user: String, password: String },
+    /// `nats.nkey_seed_file`: path of an NKey seed.
     NKeySeedFile(PathBuf),
+    /// `nats.credentials_file`: path of a `.creds` file (JWT and seed).
     CredentialsFile(PathBuf),
 }
 
@@ -154,6 +168,7 @@ impl std::fmt::Debug for NatsAuth {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NatsTls {
+    /// CA bundle that verifies the servers; `None` = the system roots.
     pub ca_file: Option<PathBuf>,
     /// Client certificate and key, both or neither.
     pub client_cert: Option<(PathBuf, PathBuf)>,
@@ -179,25 +194,35 @@ pub struct JetStreamConfig {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamConfig {
+    /// Stream name (no whitespace, `.`, `*`, `>`, `/`, `\`).
     pub name: String,
+    /// Subjects the stream binds; wildcards allowed. Must cover the watches' subjects.
     pub subjects: Vec<String>,
     pub retention: Retention,
     pub storage: Storage,
+    /// Window in which JetStream drops a repeated `Nats-Msg-Id`.
     pub duplicate_window: Duration,
     /// Zero means unlimited.
     pub max_age: Duration,
 }
 
+/// JetStream retention policy of a managed stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retention {
+    /// Keep messages until a limit (age, count, size) removes them.
     Limits,
+    /// Keep a message while some consumer has not acknowledged it.
     Interest,
+    /// Remove a message once one consumer has acknowledged it.
     WorkQueue,
 }
 
+/// Where a managed stream keeps its messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Storage {
+    /// On disk; survives a restart of the NATS server.
     File,
+    /// In memory; faster, lost on restart.
     Memory,
 }
 
@@ -223,11 +248,15 @@ pub struct WatchConfig {
     pub resource: String,
     /// Empty means all namespaces (and is the only choice for cluster-scoped resources).
     pub namespaces: Vec<String>,
+    /// A label selector checked for syntax (`app=web,tier in (a,b)`); `None` = all objects.
     pub label_selector: Option<String>,
+    /// A field selector checked for syntax (`status.phase=Running`); `None` = all objects.
     pub field_selector: Option<String>,
     /// The event types published; others are dropped (counted as `filtered`).
     pub events: Vec<EventType>,
     pub initial_state: InitialState,
+    /// The watch's own template, or `publish.subject`; a template using `{cluster}` comes with a
+    /// non-empty `cluster`.
     pub subject: SubjectTemplate,
     /// `{prefix}` of the subject template.
     pub subject_prefix: String,
