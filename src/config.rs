@@ -835,7 +835,18 @@ pub fn load(
     file: Option<&Path>,
     env: Option<HashMap<String, String>>,
 ) -> Result<Config, ConfigErrors> {
-    Config::try_from(load_raw(file, env)?)
+    load_with_raw(file, env).map(|(_, config)| config)
+}
+
+/// [`load`], also returning the effective [`RawConfig`] (defaults filled in, environment applied)
+/// for `--check-config` to print with [`RawConfig::to_redacted_toml`].
+pub fn load_with_raw(
+    file: Option<&Path>,
+    env: Option<HashMap<String, String>>,
+) -> Result<(RawConfig, Config), ConfigErrors> {
+    let env = env.unwrap_or_else(process_environment);
+    let loaded = read_raw(file, &env).and_then(|raw| Ok((raw.clone(), Config::try_from(raw)?)));
+    loaded.map_err(|errors| name_env_sources(errors, &env))
 }
 
 /// Stage one of [`load`]: reads the file and the environment, checks the shape (unknown keys,
@@ -844,6 +855,49 @@ pub fn load_raw(
     file: Option<&Path>,
     env: Option<HashMap<String, String>>,
 ) -> Result<RawConfig, ConfigErrors> {
+    let env = env.unwrap_or_else(process_environment);
+    read_raw(file, &env).map_err(|errors| name_env_sources(errors, &env))
+}
+
+/// The variables of this process that could be overrides (non-Unicode ones cannot be).
+fn process_environment() -> HashMap<String, String> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| k.starts_with(ENV_PREFIX))
+        .collect()
+}
+
+/// The environment variable that overrides `key` (`kubernetes.watch_timeout` →
+/// `KUBE2NATS__KUBERNETES__WATCH_TIMEOUT`).
+pub fn env_var_name(key: &str) -> String {
+    format!(
+        "{ENV_PREFIX}{ENV_SEPARATOR}{}",
+        key.replace('.', ENV_SEPARATOR).to_uppercase()
+    )
+}
+
+/// A key's value may come from the environment rather than the file; say so, or the operator
+/// looks for the mistake in the wrong place.
+fn name_env_sources(mut errors: ConfigErrors, env: &HashMap<String, String>) -> ConfigErrors {
+    for e in &mut errors.0 {
+        let vars: Vec<String> = e
+            .key
+            .split(", ")
+            .map(env_var_name)
+            .filter(|v| env.keys().any(|k| k.eq_ignore_ascii_case(v)))
+            .collect();
+        if !vars.is_empty() {
+            e.message = format!(
+                "{} (set by environment variable {})",
+                e.message,
+                vars.join(", ")
+            );
+        }
+    }
+    errors
+}
+
+fn read_raw(file: Option<&Path>, env: &HashMap<String, String>) -> Result<RawConfig, ConfigErrors> {
     let mut builder = config::Config::builder();
     if let Some(path) = file {
         builder = builder.add_source(
@@ -857,7 +911,7 @@ pub fn load_raw(
         .separator(ENV_SEPARATOR)
         // Values stay strings (a token "007" must not become the number 7); typed fields convert.
         .try_parsing(false)
-        .source(env);
+        .source(Some(env.clone()));
     let merged = builder
         .add_source(environment)
         .build()
@@ -1979,11 +2033,27 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "kubernetes.watch_timeout: invalid duration \"forever\" (expected humantime like 30s, 5m)"
+            "kubernetes.watch_timeout: invalid duration \"forever\" (expected humantime like 30s, 5m) (set by environment variable KUBE2NATS__KUBERNETES__WATCH_TIMEOUT)"
         );
         let err = load(Some(f.path()), env(&[("KUBE2NATS__NATS__NOPE", "x")])).unwrap_err();
         assert!(
             err.to_string().starts_with("nats.nope: unknown key"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn env_var_names() {
+        assert_eq!(env_var_name("nats.url"), "KUBE2NATS__NATS__URL");
+        assert_eq!(
+            env_var_name("kubernetes.backoff.reset_after"),
+            "KUBE2NATS__KUBERNETES__BACKOFF__RESET_AFTER"
+        );
+        let f = file(MINIMAL);
+        let err = load(Some(f.path()), env(&[("KUBE2NATS__NATS__NOPE", "x")])).unwrap_err();
+        assert!(
+            err.to_string()
+                .ends_with("(set by environment variable KUBE2NATS__NATS__NOPE)"),
             "{err}"
         );
     }

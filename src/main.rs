@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Parser;
-use kube2nats::config::{self, Config, ConfigErrors};
+use kube2nats::config::{self, Config, ConfigErrors, LogFormat};
 use kube2nats::telemetry::logging;
 
 /// Exit code of an invalid configuration, as for a command-line usage error.
@@ -44,12 +44,17 @@ struct Cli {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let path = cli.config.as_deref();
-    let loaded = config::load_raw(path, None).and_then(|mut raw| {
+    let loaded = config::load_with_raw(path, None).map(|(mut raw, mut config)| {
+        // The flag wins over the file and the environment; clap has checked its value.
         if let Some(format) = &cli.log_format {
             raw.log.format.clone_from(format);
+            config.log.format = if format == "json" {
+                LogFormat::Json
+            } else {
+                LogFormat::Text
+            };
         }
-        let config = Config::try_from(raw.clone())?;
-        Ok((raw, config))
+        (raw, config)
     });
     let (raw, config) = match loaded {
         Ok(loaded) => loaded,

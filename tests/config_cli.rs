@@ -226,7 +226,7 @@ fn rejects_bad_environment_override() {
         .unwrap();
     assert_config_error(
         &out,
-        "kubernetes.watch_timeout: invalid duration \"forever\"",
+        "kubernetes.watch_timeout: invalid duration \"forever\" (expected humantime like 30s, 5m) (set by environment variable KUBE2NATS__KUBERNETES__WATCH_TIMEOUT)",
     );
 }
 
