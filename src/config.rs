@@ -8,10 +8,16 @@
 //! 1. [`load_raw`] reads the TOML file and the `KUBE2NATS__…` environment with the `config` crate
 //!    into [`RawConfig`], a mirror of the file in which every key has its default and meaningful
 //!    strings (durations, URLs, enum names, selectors, templates) are still strings. Unknown keys
-//!    and wrong types are reported here.
+//!    and wrong types are reported here (every unknown key at once; a wrong type stops at the
+//!    first, since nothing after it can be read reliably).
 //! 2. `Config::try_from(RawConfig)` checks every value and builds the typed [`Config`] below,
 //!    collecting every problem ([`ConfigErrors`], one line each, naming the key) rather than
 //!    stopping at the first, so one run of `--check-config` shows every mistake.
+//!
+//! Every key can be overridden by `KUBE2NATS__<SECTION>__<KEY>` (see [`env_var_name`]); an error
+//! about a key set that way names the variable. Lists and `[[watches]]` come from the file only.
+//! [`load_with_raw`] also returns the effective raw configuration, which
+//! [`RawConfig::to_redacted_toml`] prints for `--check-config`.
 //!
 //! The typed values come first: they are the contract with the rest of the crate.
 
@@ -1169,7 +1175,13 @@ fn check_log(c: &mut Checker, log: &RawLog) -> Option<LogConfig> {
     );
     let filter = match tracing_subscriber::EnvFilter::builder().parse(&log.filter) {
         Ok(_) => Some(log.filter.clone()),
-        Err(e) => c.fail("log.filter", format!("invalid filter {:?}: {e} (expected RUST_LOG syntax, e.g. info or kube2nats=debug,info)", log.filter)),
+        Err(e) => {
+            let why = format!(
+                "invalid filter {:?}: {e} (expected RUST_LOG syntax, e.g. info or kube2nats=debug,info)",
+                log.filter
+            );
+            c.fail("log.filter", why)
+        }
     };
     Some(LogConfig {
         filter: filter?,
@@ -1220,38 +1232,64 @@ fn check_kubernetes(c: &mut Checker, k: &RawKubernetes) -> Option<KubernetesConf
 }
 
 fn check_api_source(c: &mut Checker, k: &RawKubernetes) -> Option<ApiSource> {
+    const EXAMPLES: &str = "e.g. https://10.0.0.1:6443, http://127.0.0.1:8001";
     let path = |v: &Option<String>| v.as_deref().and_then(non_empty).map(PathBuf::from);
     let api_url = non_empty(&k.api_url);
     let kubeconfig = non_empty(&k.kubeconfig);
     let context = non_empty(&k.context);
     if context.is_some() && kubeconfig.is_none() {
-        c.fail::<()>("kubernetes.context", format!("{:?} is set but kubernetes.kubeconfig is empty (context only applies to a kubeconfig)", k.context));
+        let why = format!(
+            "{:?} is set but kubernetes.kubeconfig is empty (context only applies to a kubeconfig)",
+            k.context
+        );
+        c.fail::<()>("kubernetes.context", why);
     }
     match (api_url, kubeconfig) {
         (Some(_), Some(_)) => c.fail(
             "kubernetes.api_url",
-            "set together with kubernetes.kubeconfig (allowed: at most one of api_url, kubeconfig; neither = in-cluster)",
+            "set together with kubernetes.kubeconfig \
+             (allowed: at most one of api_url, kubeconfig; neither = in-cluster)",
         ),
         (Some(u), None) => {
-            let url = match url::Url::parse(u) {
-                Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => url,
-                Ok(_) => return c.fail("kubernetes.api_url", format!("invalid URL {u:?}: scheme must be http or https with a host (e.g. https://10.0.0.1:6443, http://127.0.0.1:8001)")),
-                Err(e) => return c.fail("kubernetes.api_url", format!("invalid URL {u:?}: {e} (e.g. https://10.0.0.1:6443, http://127.0.0.1:8001)")),
+            let why = match url::Url::parse(u) {
+                Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => {
+                    return Some(ApiSource::Url {
+                        url,
+                        token_file: path(&k.token_file),
+                        ca_file: path(&k.ca_file),
+                    });
+                }
+                Ok(_) => "scheme must be http or https with a host".to_owned(),
+                Err(e) => e.to_string(),
             };
-            Some(ApiSource::Url { url, token_file: path(&k.token_file), ca_file: path(&k.ca_file) })
+            c.fail(
+                "kubernetes.api_url",
+                format!("invalid URL {u:?}: {why} ({EXAMPLES})"),
+            )
         }
         (None, Some(p)) => {
-            for (key, v) in [("token_file", &k.token_file), ("ca_file", &k.ca_file), ("namespace_file", &k.namespace_file)] {
+            let files = [
+                ("token_file", &k.token_file),
+                ("ca_file", &k.ca_file),
+                ("namespace_file", &k.namespace_file),
+            ];
+            for (key, v) in files {
                 if v.is_some() {
-                    c.fail::<()>(format!("kubernetes.{key}"), "not used with kubernetes.kubeconfig (the kubeconfig holds the credentials); remove it");
+                    let why = "not used with kubernetes.kubeconfig \
+                               (the kubeconfig holds the credentials); remove it";
+                    c.fail::<()>(format!("kubernetes.{key}"), why);
                 }
             }
-            Some(ApiSource::Kubeconfig { path: PathBuf::from(p), context: context.map(str::to_owned) })
+            Some(ApiSource::Kubeconfig {
+                path: PathBuf::from(p),
+                context: context.map(str::to_owned),
+            })
         }
         (None, None) => Some(ApiSource::InCluster {
-            token_file: path(&k.token_file).unwrap_or_else(|| PathBuf::from(DEFAULT_TOKEN_FILE)),
-            ca_file: path(&k.ca_file).unwrap_or_else(|| PathBuf::from(DEFAULT_CA_FILE)),
-            namespace_file: path(&k.namespace_file).unwrap_or_else(|| PathBuf::from(DEFAULT_NAMESPACE_FILE)),
+            token_file: path(&k.token_file).unwrap_or_else(|| DEFAULT_TOKEN_FILE.into()),
+            ca_file: path(&k.ca_file).unwrap_or_else(|| DEFAULT_CA_FILE.into()),
+            namespace_file: path(&k.namespace_file)
+                .unwrap_or_else(|| DEFAULT_NAMESPACE_FILE.into()),
         }),
     }
 }
@@ -1551,8 +1589,17 @@ fn check_watches(
     for (i, w) in watches.iter().enumerate() {
         let key = |field: &str| format!("watches[{i}].{field}");
         if !w.name.is_empty() {
-            if let Some(first) = seen.insert(w.name.as_str(), i) {
-                c.fail::<()>(key("name"), format!("duplicate watch name {:?} (also watches[{first}].name; names must be unique)", w.name));
+            match seen.get(w.name.as_str()) {
+                Some(first) => {
+                    let why = format!(
+                        "duplicate watch name {:?} (also watches[{first}].name; names must be unique)",
+                        w.name
+                    );
+                    c.fail::<()>(key("name"), why);
+                }
+                None => {
+                    seen.insert(w.name.as_str(), i);
+                }
             }
         }
         let name = match check_watch_name(&w.name) {
