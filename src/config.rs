@@ -1383,7 +1383,13 @@ fn check_nats_urls(c: &mut Checker, urls: &str) -> Option<Vec<String>> {
         match problem {
             Some(why) => {
                 ok = false;
-                c.fail::<()>("nats.url", format!("invalid URL {u:?}: {why} (expected comma-separated URLs like nats://host:4222; schemes nats, tls, ws, wss)"));
+                // Credentials in a URL must not reach the logs, even from a broken URL.
+                let shown = redact_url(u);
+                let why = format!(
+                    "invalid URL {shown:?}: {why} \
+                     (expected comma-separated URLs like nats://host:4222; schemes nats, tls, ws, wss)"
+                );
+                c.fail::<()>("nats.url", why);
             }
             None => servers.push(u.to_owned()),
         }
@@ -1751,7 +1757,10 @@ fn check_namespaces(c: &mut Checker, key: &str, namespaces: &[String]) -> Option
     let before = c.errors.len();
     for (i, ns) in namespaces.iter().enumerate() {
         if !is_dns_label(ns) {
-            c.fail::<()>(format!("{key}[{i}]"), format!("invalid namespace {ns:?} (expected a DNS-1123 label: [a-z0-9-], 1 to 63 characters)"));
+            let why = format!(
+                "invalid namespace {ns:?} (expected a DNS-1123 label: [a-z0-9-], 1 to 63 characters)"
+            );
+            c.fail::<()>(format!("{key}[{i}]"), why);
         } else if namespaces[..i].contains(ns) {
             c.fail::<()>(format!("{key}[{i}]"), format!("duplicate namespace {ns:?}"));
         }
@@ -2359,6 +2368,13 @@ mod tests {
         );
         let c = load_str(&format!("[nats]\nurl = \"wss://a:443,ws://b\"\n{MINIMAL}")).unwrap();
         assert_eq!(c.nats.servers.len(), 2);
+    }
+
+    #[test]
+    fn nats_url_errors_do_not_show_credentials() {
+        let lines = errors("[nats]\nurl = \"http://me:hunter2@x:4222\"");
+        assert_eq!(lines.len(), 1);
+        assert!(!lines[0].contains("hunter2"), "{}", lines[0]);
     }
 
     #[test]
