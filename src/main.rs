@@ -1,1 +1,118 @@
-fn main() {}
+//! The `kube2nats` command: parses flags, loads the configuration, installs logging and signal
+//! handling, and runs [`kube2nats::app::run`] until SIGTERM or SIGINT.
+//!
+//! Exit codes: `0` clean stop (or a valid `--check-config`), `1` runtime error (the error chain is
+//! printed), `2` invalid configuration or command line (one line per problem on stderr, printed
+//! before anything starts).
+//!
+//! The modules, one stage each (see DESIGN.md for the data flow):
+//! - `config`: the TOML file and `KUBE2NATS__…` environment, validated into typed values;
+//! - `event`: the small values passed between stages;
+//! - `publish`: subjects (`publish::subject`), headers, payloads and NATS publishing;
+//! - `telemetry`: logging (`telemetry::logging`), metrics, health endpoints;
+//! - `app`: the wiring of all of the above, with graceful shutdown.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Parser;
+use kube2nats::config::{self, Config, ConfigErrors, LogFormat};
+use kube2nats::telemetry::logging;
+
+/// Exit code of an invalid configuration, as for a command-line usage error.
+const EXIT_CONFIG: u8 = 2;
+/// Exit code of an error at run time.
+const EXIT_RUNTIME: u8 = 1;
+
+/// Turns the Kubernetes watch API into NATS messages.
+#[derive(Debug, Parser)]
+#[command(name = "kube2nats", version, about)]
+struct Cli {
+    /// The TOML configuration file; without it, defaults and KUBE2NATS__* variables only.
+    #[arg(long, value_name = "PATH", env = "KUBE2NATS_CONFIG")]
+    config: Option<PathBuf>,
+    /// Validate the configuration, print it (secrets redacted) and exit: 0 if valid, 2 if not.
+    #[arg(long)]
+    check_config: bool,
+    /// Overrides log.format.
+    #[arg(long, value_name = "FORMAT", value_parser = ["text", "json"])]
+    log_format: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let path = cli.config.as_deref();
+    let loaded = config::load_with_raw(path, None).map(|(mut raw, mut config)| {
+        // The flag wins over the file and the environment; clap has checked its value.
+        if let Some(format) = &cli.log_format {
+            raw.log.format.clone_from(format);
+            config.log.format = if format == "json" {
+                LogFormat::Json
+            } else {
+                LogFormat::Text
+            };
+        }
+        (raw, config)
+    });
+    let (raw, config) = match loaded {
+        Ok(loaded) => loaded,
+        Err(errors) => return config_error(path, &errors),
+    };
+    if cli.check_config {
+        print!("{}", raw.to_redacted_toml());
+        return ExitCode::SUCCESS;
+    }
+    match run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "kube2nats stopped on an error");
+            eprintln!("kube2nats: error: {e:#}");
+            ExitCode::from(EXIT_RUNTIME)
+        }
+    }
+}
+
+/// Prints every problem, one line each, and returns exit code 2.
+fn config_error(path: Option<&std::path::Path>, errors: &ConfigErrors) -> ExitCode {
+    match path {
+        Some(p) => eprintln!("kube2nats: invalid configuration ({}):", p.display()),
+        None => eprintln!("kube2nats: invalid configuration:"),
+    }
+    eprintln!("{errors}");
+    ExitCode::from(EXIT_CONFIG)
+}
+
+fn run(config: Config) -> anyhow::Result<()> {
+    logging::init(&config.log.filter, config.log.format)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(async {
+        let shutdown = shutdown_signal().context("installing signal handlers")?;
+        tracing::info!(
+            version = env!("CARGO_PKG_VERSION"),
+            watches = config.watches.len(),
+            "kube2nats starting"
+        );
+        kube2nats::app::run(config, shutdown).await
+    })
+}
+
+/// A future that resolves on SIGTERM (what Kubernetes sends to stop a pod) or SIGINT (Ctrl-C),
+/// logging which. The handlers are installed before this returns, so a signal arriving before the
+/// future is first polled is not lost (nor does it kill the process).
+fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        tracing::info!(signal = name, "shutdown requested");
+    })
+}

@@ -1,68 +1,501 @@
-//! Subject templates and the token escaping rule. (Temporary stand-in with the agreed interface;
-//! replaced by the full implementation on the config branch.)
+//! Subject templates and the token escaping rule.
+//!
+//! A watch publishes each change to a subject built from a template such as the default
+//! `{prefix}.{group}.{version}.{resource}.{namespace}.{name}.{type}`. The template is parsed once,
+//! at start-up ([`SubjectTemplate::parse`]); on the hot path [`SubjectTemplate::render`] only appends
+//! to a reused buffer.
+//!
+//! # Placeholders
+//!
+//! | placeholder   | value                                                           |
+//! |---------------|-----------------------------------------------------------------|
+//! | `{prefix}`    | `publish.subject_prefix`, inserted verbatim (may hold dots)     |
+//! | `{cluster}`   | `publish.cluster`                                               |
+//! | `{group}`     | the API group, `core` for the core group                        |
+//! | `{version}`   | the API version (`v1`)                                          |
+//! | `{resource}`  | the plural resource name (`pods`)                               |
+//! | `{namespace}` | the object's namespace, `_` for cluster-scoped objects          |
+//! | `{name}`      | the object's name                                               |
+//! | `{type}`      | `added`, `modified` or `deleted`                                |
+//!
+//! # The escaping rule
+//!
+//! Every placeholder value except `{prefix}` and `{type}` becomes exactly one subject token, escaped
+//! by [`escape_token`] so that distinct values always give distinct tokens (the rule is injective)
+//! and no value can add a token or a wildcard:
+//!
+//! - `A`–`Z`, `a`–`z`, `0`–`9`, `-` and `:` pass through unchanged;
+//! - `.` becomes `_` (dots are common in Kubernetes names, so they get a short, readable form);
+//! - every other character — including `_` itself, `%`, `*`, `>`, whitespace and any non-ASCII
+//!   character — becomes `%XX` for each byte of its UTF-8 encoding, `XX` in upper-case hex;
+//! - the empty string becomes `%` alone (no other value produces a lone `%`, since every other `%` is
+//!   followed by two hex digits; Kubernetes names are never empty, so this is a safety net).
+//!
+//! Examples:
+//!
+//! | value                 | token                     |
+//! |-----------------------|---------------------------|
+//! | `nginx`               | `nginx`                   |
+//! | `web-7d4b9c`          | `web-7d4b9c`              |
+//! | `example.com`         | `example_com`             |
+//! | `system:node:worker1` | `system:node:worker1`     |
+//! | `my_name`             | `my%5Fname`               |
+//! | `a b`                 | `a%20b`                   |
+//! | `50%`                 | `50%25`                   |
+//! | `*` / `>`             | `%2A` / `%3E`             |
+//! | `é`                   | `%C3%A9`                  |
+//!
+//! So the object `nginx` in namespace `default` of `pods` (core `v1`) is published, with the default
+//! template and prefix, to `kube.core.v1.pods.default.nginx.modified`, and the cluster-scoped
+//! `ClusterRole` `system:controller:foo.bar` to
+//! `kube.rbac_authorization_k8s_io.v1.clusterroles._.system:controller:foo_bar.added`.
+//!
+//! A cluster-scoped object's `{namespace}` is `_`. That cannot collide with a real namespace: `_` is
+//! the escape of `.` only, and a namespace is a DNS-1123 label, which never contains a dot
+//! (nor an underscore), so no namespace escapes to `_`.
+//!
+//! To subscribe to one object, escape its fields with the rule above; to decode a token, read it
+//! left to right: `_` is `.`, `%XX` is one byte, a lone `%` is the empty string, anything else is
+//! itself.
+
+use std::fmt;
 
 use crate::event::EventType;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubjectTemplate {
-    raw: String,
+/// The placeholders a template may use, in the order the error message lists them.
+pub const PLACEHOLDERS: [&str; 8] = [
+    "prefix",
+    "cluster",
+    "group",
+    "version",
+    "resource",
+    "namespace",
+    "name",
+    "type",
+];
+
+/// The default subject template.
+pub const DEFAULT_TEMPLATE: &str =
+    "{prefix}.{group}.{version}.{resource}.{namespace}.{name}.{type}";
+
+/// One named slot of a template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placeholder {
+    Prefix,
+    Cluster,
+    Group,
+    Version,
+    Resource,
+    Namespace,
+    Name,
+    Type,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("bad template")]
-pub struct TemplateError;
+impl Placeholder {
+    fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "prefix" => Placeholder::Prefix,
+            "cluster" => Placeholder::Cluster,
+            "group" => Placeholder::Group,
+            "version" => Placeholder::Version,
+            "resource" => Placeholder::Resource,
+            "namespace" => Placeholder::Namespace,
+            "name" => Placeholder::Name,
+            "type" => Placeholder::Type,
+            _ => return None,
+        })
+    }
+}
 
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Literal(Box<str>),
+    Placeholder(Placeholder),
+}
+
+/// A parsed subject template such as `{prefix}.{group}.{version}.{resource}.{namespace}.{name}.{type}`.
+///
+/// A parsed template always renders a valid NATS subject for a publish: no empty token, no wildcard,
+/// no whitespace (given a prefix checked by [`validate_prefix`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubjectTemplate {
+    source: Box<str>,
+    parts: Vec<Part>,
+}
+
+/// Why a template was rejected. Messages quote the template and say what is allowed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    #[error("empty subject template")]
+    Empty,
+    #[error("unknown placeholder {{{name}}} in {template:?} (allowed: {{prefix}}, {{cluster}}, {{group}}, {{version}}, {{resource}}, {{namespace}}, {{name}}, {{type}})")]
+    UnknownPlaceholder { name: String, template: String },
+    #[error("unbalanced brace at byte {position} in {template:?}")]
+    UnbalancedBrace { position: usize, template: String },
+    #[error("empty token in {template:?} (no leading, trailing or doubled dots)")]
+    EmptyToken { template: String },
+    #[error("wildcard {wildcard:?} in {template:?} (a published subject cannot contain * or >)")]
+    Wildcard { wildcard: char, template: String },
+    #[error("whitespace or control character in {template:?}")]
+    Whitespace { template: String },
+}
+
+impl SubjectTemplate {
+    /// Parses a template: literal text and `{placeholder}`s, tokens separated by dots.
+    pub fn parse(template: &str) -> Result<SubjectTemplate, TemplateError> {
+        if template.is_empty() {
+            return Err(TemplateError::Empty);
+        }
+        let err_template = || template.to_owned();
+        let mut parts = Vec::new();
+        let mut literal = String::new();
+        // The template with every placeholder replaced by `x`, to check tokens afterwards: a
+        // placeholder always renders at least one character (see `escape_token`).
+        let mut shape = String::with_capacity(template.len());
+        let mut chars = template.char_indices();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '{' => {
+                    let rest = &template[i + 1..];
+                    let end = rest
+                        .find(['{', '}'])
+                        .filter(|&j| rest.as_bytes()[j] == b'}');
+                    let Some(end) = end else {
+                        return Err(TemplateError::UnbalancedBrace {
+                            position: i,
+                            template: err_template(),
+                        });
+                    };
+                    let name = &rest[..end];
+                    let Some(p) = Placeholder::from_name(name) else {
+                        return Err(TemplateError::UnknownPlaceholder {
+                            name: name.to_owned(),
+                            template: err_template(),
+                        });
+                    };
+                    if !literal.is_empty() {
+                        parts.push(Part::Literal(std::mem::take(&mut literal).into_boxed_str()));
+                    }
+                    parts.push(Part::Placeholder(p));
+                    shape.push('x');
+                    // Skip the name and the closing brace.
+                    for _ in 0..name.chars().count() + 1 {
+                        chars.next();
+                    }
+                }
+                '}' => {
+                    return Err(TemplateError::UnbalancedBrace {
+                        position: i,
+                        template: err_template(),
+                    })
+                }
+                '*' | '>' => {
+                    return Err(TemplateError::Wildcard {
+                        wildcard: c,
+                        template: err_template(),
+                    })
+                }
+                c if c.is_whitespace() || c.is_control() => {
+                    return Err(TemplateError::Whitespace {
+                        template: err_template(),
+                    })
+                }
+                c => {
+                    literal.push(c);
+                    shape.push(c);
+                }
+            }
+        }
+        if !literal.is_empty() {
+            parts.push(Part::Literal(literal.into_boxed_str()));
+        }
+        if shape.split('.').any(str::is_empty) {
+            return Err(TemplateError::EmptyToken {
+                template: err_template(),
+            });
+        }
+        Ok(SubjectTemplate {
+            source: template.into(),
+            parts,
+        })
+    }
+
+    /// The template as written.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether the template uses `{cluster}` (which then must not be empty).
+    pub fn uses_cluster(&self) -> bool {
+        self.parts
+            .contains(&Part::Placeholder(Placeholder::Cluster))
+    }
+
+    /// Appends the subject for `fields` to `out`. Allocates nothing beyond growing `out`.
+    pub fn render(&self, fields: &SubjectFields<'_>, out: &mut String) {
+        for part in &self.parts {
+            match part {
+                Part::Literal(s) => out.push_str(s),
+                Part::Placeholder(p) => match p {
+                    Placeholder::Prefix => out.push_str(fields.prefix),
+                    Placeholder::Cluster => escape_token(fields.cluster, out),
+                    Placeholder::Group => escape_token(fields.group, out),
+                    Placeholder::Version => escape_token(fields.version, out),
+                    Placeholder::Resource => escape_token(fields.resource, out),
+                    Placeholder::Namespace => match fields.namespace {
+                        Some(ns) => escape_token(ns, out),
+                        None => out.push('_'),
+                    },
+                    Placeholder::Name => escape_token(fields.name, out),
+                    Placeholder::Type => out.push_str(fields.event_type.as_subject_token()),
+                },
+            }
+        }
+    }
+}
+
+impl fmt::Display for SubjectTemplate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.source)
+    }
+}
+
+impl Default for SubjectTemplate {
+    fn default() -> Self {
+        SubjectTemplate::parse(DEFAULT_TEMPLATE).expect("the default template is valid")
+    }
+}
+
+/// The values a template is rendered with, borrowed from the event and the watch's config.
+#[derive(Debug, Clone, Copy)]
 pub struct SubjectFields<'a> {
+    /// Inserted verbatim; checked by [`validate_prefix`] at start-up.
     pub prefix: &'a str,
     pub cluster: &'a str,
+    /// Already `core` for the core group.
     pub group: &'a str,
     pub version: &'a str,
     pub resource: &'a str,
+    /// `None` for cluster-scoped objects; renders as `_`.
     pub namespace: Option<&'a str>,
     pub name: &'a str,
     pub event_type: EventType,
 }
 
-impl SubjectTemplate {
-    pub fn parse(s: &str) -> Result<SubjectTemplate, TemplateError> {
-        Ok(SubjectTemplate { raw: s.into() })
-    }
+/// Whether `b` stands for itself in a token.
+#[inline]
+fn passes_through(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'-' || b == b':'
+}
 
-    pub fn render(&self, f: &SubjectFields, out: &mut String) {
-        let mut tok = String::new();
-        let mut esc = |s: &str| {
-            tok.clear();
-            escape_token(s, &mut tok);
-            tok.clone()
-        };
-        let s = self
-            .raw
-            .replace("{prefix}", f.prefix)
-            .replace("{cluster}", &esc(f.cluster))
-            .replace("{group}", &esc(f.group))
-            .replace("{version}", &esc(f.version))
-            .replace("{resource}", &esc(f.resource))
-            .replace(
-                "{namespace}",
-                &f.namespace.map_or("_".to_string(), &mut esc),
-            )
-            .replace("{name}", &esc(f.name))
-            .replace("{type}", f.event_type.as_subject_token());
-        out.push_str(&s);
+/// Appends `token` to `out` as exactly one subject token, by the rule in the module docs:
+/// `[A-Za-z0-9-:]` as is, `.` as `_`, every other byte as `%XX`, and the empty string as `%`.
+pub fn escape_token(token: &str, out: &mut String) {
+    if token.is_empty() {
+        out.push('%');
+        return;
+    }
+    // Fast path: most names need no escaping at all.
+    if token.bytes().all(passes_through) {
+        out.push_str(token);
+        return;
+    }
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    out.reserve(token.len());
+    for b in token.bytes() {
+        if passes_through(b) {
+            out.push(b as char);
+        } else if b == b'.' {
+            out.push('_');
+        } else {
+            out.push('%');
+            out.push(HEX[usize::from(b >> 4)] as char);
+            out.push(HEX[usize::from(b & 0xF)] as char);
+        }
     }
 }
 
-pub fn escape_token(token: &str, out: &mut String) {
-    for c in token.chars() {
-        match c {
-            'A'..='Z' | 'a'..='z' | '0'..='9' | '-' | ':' => out.push(c),
-            '.' => out.push('_'),
-            _ => {
-                let mut buf = [0u8; 4];
-                for b in c.encode_utf8(&mut buf).bytes() {
-                    out.push_str(&format!("%{b:02X}"));
+/// Checks a subject prefix: one or more tokens of `[A-Za-z0-9_-]` separated by dots.
+pub fn validate_prefix(prefix: &str) -> Result<(), String> {
+    if prefix.is_empty() {
+        return Err(
+            "empty prefix (expected tokens of [A-Za-z0-9_-] separated by dots, e.g. kube)".into(),
+        );
+    }
+    for token in prefix.split('.') {
+        if token.is_empty() {
+            return Err(format!(
+                "empty token in {prefix:?} (expected tokens of [A-Za-z0-9_-] separated by dots)"
+            ));
+        }
+        if !token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(format!("invalid token {token:?} in {prefix:?} (expected tokens of [A-Za-z0-9_-] separated by dots)"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn esc(s: &str) -> String {
+        let mut out = String::new();
+        escape_token(s, &mut out);
+        out
+    }
+
+    /// Inverse of `escape_token`: the proof that the rule is injective.
+    fn unescape(token: &str) -> Option<String> {
+        if token == "%" {
+            return Some(String::new());
+        }
+        let b = token.as_bytes();
+        let mut bytes = Vec::new();
+        let mut i = 0;
+        while i < b.len() {
+            match b[i] {
+                b'_' => bytes.push(b'.'),
+                b'%' => {
+                    let hex = token.get(i + 1..i + 3)?;
+                    bytes.push(u8::from_str_radix(hex, 16).ok()?);
+                    i += 2;
                 }
+                c if passes_through(c) => bytes.push(c),
+                _ => return None,
             }
+            i += 1;
+        }
+        String::from_utf8(bytes).ok()
+    }
+
+    #[test]
+    fn escape_table() {
+        let table = [
+            ("nginx", "nginx"),
+            ("web-7d4b9c", "web-7d4b9c"),
+            ("example.com", "example_com"),
+            ("a..b", "a__b"),
+            (".", "_"),
+            ("_", "%5F"),
+            ("my_name", "my%5Fname"),
+            ("system:node:w1", "system:node:w1"),
+            ("*", "%2A"),
+            (">", "%3E"),
+            ("a b", "a%20b"),
+            ("tab\t", "tab%09"),
+            ("50%", "50%25"),
+            ("%2A", "%252A"),
+            ("é", "%C3%A9"),
+            ("日本", "%E6%97%A5%E6%9C%AC"),
+            ("", "%"),
+            ("UPPER", "UPPER"),
+        ];
+        for (input, want) in table {
+            assert_eq!(esc(input), want, "escape of {input:?}");
+            assert_eq!(
+                unescape(want).as_deref(),
+                Some(input),
+                "unescape of {want:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn escape_appends() {
+        let mut out = String::from("x.");
+        escape_token("a.b", &mut out);
+        assert_eq!(out, "x.a_b");
+    }
+
+    fn fields(namespace: Option<&str>) -> SubjectFields<'_> {
+        SubjectFields {
+            prefix: "kube",
+            cluster: "prod-eu",
+            group: "core",
+            version: "v1",
+            resource: "pods",
+            namespace,
+            name: "nginx.1",
+            event_type: EventType::Modified,
+        }
+    }
+
+    #[test]
+    fn renders_default_template() {
+        let t = SubjectTemplate::default();
+        let mut out = String::new();
+        t.render(&fields(Some("default")), &mut out);
+        assert_eq!(out, "kube.core.v1.pods.default.nginx_1.modified");
+        out.clear();
+        t.render(&fields(None), &mut out);
+        assert_eq!(out, "kube.core.v1.pods._.nginx_1.modified");
+        assert!(!t.uses_cluster());
+    }
+
+    #[test]
+    fn renders_literals_and_cluster() {
+        let t = SubjectTemplate::parse("{prefix}.c-{cluster}.{resource}.x{name}y").unwrap();
+        assert!(t.uses_cluster());
+        let mut out = String::new();
+        let f = SubjectFields {
+            prefix: "a.b",
+            ..fields(None)
+        };
+        t.render(&f, &mut out);
+        assert_eq!(out, "a.b.c-prod-eu.pods.xnginx_1y");
+    }
+
+    #[test]
+    fn rejects_bad_templates() {
+        let bad = [
+            ("", "empty subject template"),
+            ("kube.{kind}.{name}", "unknown placeholder {kind} in \"kube.{kind}.{name}\" (allowed: {prefix}, {cluster}, {group}, {version}, {resource}, {namespace}, {name}, {type})"),
+            ("kube.{name", "unbalanced brace"),
+            ("kube.name}", "unbalanced brace"),
+            ("kube.{{name}}", "unbalanced brace"),
+            ("kube..{name}", "empty token"),
+            (".kube.{name}", "empty token"),
+            ("kube.{name}.", "empty token"),
+            ("kube.*.{name}", "wildcard '*'"),
+            ("kube.{name}.>", "wildcard '>'"),
+            ("kube {name}", "whitespace"),
+        ];
+        for (template, want) in bad {
+            let err = SubjectTemplate::parse(template).unwrap_err().to_string();
+            assert!(err.contains(want), "{template:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn validates_prefix() {
+        assert!(validate_prefix("kube").is_ok());
+        assert!(validate_prefix("org_1.kube-a").is_ok());
+        for bad in ["", "a..b", ".a", "a.", "a*", "a>", "a b", "é"] {
+            assert!(validate_prefix(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn escape_is_injective_and_one_token(a in any::<String>(), b in any::<String>()) {
+            let (ea, eb) = (esc(&a), esc(&b));
+            prop_assert_eq!(unescape(&ea), Some(a.clone()));
+            if a != b {
+                prop_assert_ne!(&ea, &eb);
+            }
+            prop_assert!(!ea.is_empty());
+            prop_assert!(ea.bytes().all(|c| passes_through(c) || c == b'_' || c == b'%'));
+        }
+
+        #[test]
+        fn escape_of_tricky_alphabet_round_trips(s in "[a-z._%:*> -]{0,12}") {
+            prop_assert_eq!(unescape(&esc(&s)), Some(s));
         }
     }
 }
