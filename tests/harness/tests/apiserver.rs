@@ -741,3 +741,40 @@ async fn stop_and_resume_serving_keep_the_store() {
     let mut w = Watch::open(&srv, &format!("/api/v1/pods?watch=1&resourceVersion={n}")).await;
     assert_eq!(event(&w.next().await), ("ADDED".into(), "b".into()));
 }
+
+/// Over TLS the server negotiates HTTP/2 like kube-apiserver; watches and faults work there too.
+#[tokio::test]
+async fn http2_watch_over_tls() {
+    let srv = server_with(ApiServerOptions {
+        tls: true,
+        ..Default::default()
+    })
+    .await;
+    let pem = std::fs::read(srv.ca_file().expect("CA file")).expect("CA readable");
+    let h2 = reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("PEM"))
+        .build()
+        .expect("client");
+    let resp = h2
+        .get(format!("{}/api/v1/pods?watch=1", srv.url()))
+        .bearer_auth("test-token")
+        .send()
+        .await
+        .expect("watch over TLS");
+    assert_eq!(resp.version(), reqwest::Version::HTTP_2);
+    let mut body = resp.bytes_stream();
+    srv.create("pods", None, pod("over-h2"));
+    let chunk = tokio::time::timeout(PROMPT, body.next())
+        .await
+        .expect("event arrives")
+        .expect("stream open")
+        .expect("data");
+    let e: Value = serde_json::from_slice(&chunk).expect("one JSON line per chunk");
+    assert_eq!(event(&e), ("ADDED".into(), "over-h2".into()));
+    srv.drop_watches();
+    let end = tokio::time::timeout(PROMPT, body.next())
+        .await
+        .expect("end arrives");
+    assert!(matches!(end, Some(Err(_))), "stream reset, not a clean end");
+}

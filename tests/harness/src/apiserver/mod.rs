@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
 use serde_json::Value;
 use tokio::net::TcpListener;
@@ -600,7 +600,7 @@ impl ApiServer {
     }
 }
 
-/// Accepts connections and serves each with hyper's HTTP/1 server, over TLS if configured.
+/// Accepts connections and serves each with hyper (HTTP/1.1 or HTTP/2), over TLS if configured.
 /// Connection tasks live in a `JoinSet`, so aborting this task (on drop) aborts them all.
 async fn accept_loop(
     listener: TcpListener,
@@ -621,7 +621,8 @@ async fn accept_loop(
         let service = TowerToHyperService::new(router.clone());
         let tls = tls.clone();
         connections.spawn(async move {
-            let builder = hyper::server::conn::http1::Builder::new();
+            // HTTP/1.1 or HTTP/2 (ALPN over TLS, prior knowledge in clear), like kube-apiserver.
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             let result = match tls {
                 Some(acceptor) => match acceptor.accept(stream).await {
                     Ok(tls_stream) => {

@@ -36,7 +36,7 @@ pub fn acceptor() -> anyhow::Result<(tokio_rustls::TlsAcceptor, String)> {
         .context("signing the server certificate")?;
 
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_single_cert(
@@ -44,5 +44,8 @@ pub fn acceptor() -> anyhow::Result<(tokio_rustls::TlsAcceptor, String)> {
             PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(server_key.serialize_der())),
         )
         .context("building the TLS server config")?;
+    // Offer HTTP/2 first, as kube-apiserver does: clients that support it will multiplex
+    // their watches over one connection, and tests should see what production sees.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok((tokio_rustls::TlsAcceptor::from(Arc::new(config)), ca_pem))
 }
