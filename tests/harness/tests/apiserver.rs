@@ -778,3 +778,26 @@ async fn http2_watch_over_tls() {
         .expect("end arrives");
     assert!(matches!(end, Some(Err(_))), "stream reset, not a clean end");
 }
+
+/// The kubeconfig names the server, the CA file and the token file.
+#[tokio::test]
+async fn kubeconfig_points_at_the_server() {
+    let srv = server_with(ApiServerOptions {
+        tls: true,
+        ..Default::default()
+    })
+    .await;
+    let path = srv.write_kubeconfig().expect("kubeconfig written");
+    let config: Value =
+        serde_json::from_slice(&std::fs::read(path).expect("readable")).expect("JSON");
+    let cluster = &config["clusters"][0]["cluster"];
+    assert_eq!(cluster["server"], srv.url());
+    assert_eq!(
+        cluster["certificate-authority"],
+        srv.ca_file().expect("CA").to_string_lossy().as_ref()
+    );
+    assert_eq!(
+        config["users"][0]["user"]["tokenFile"],
+        srv.token_file().to_string_lossy().as_ref()
+    );
+}

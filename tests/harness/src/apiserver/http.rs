@@ -303,10 +303,7 @@ fn self_subject_access_review(shared: &Shared, token: Option<&str>, review: Valu
             field("resource"),
             namespace,
         );
-    let mut status = json!({ "allowed": is_allowed });
-    if !is_allowed {
-        status["denied"] = json!(false);
-    }
+    let status = json!({ "allowed": is_allowed });
     json_response(
         StatusCode::CREATED,
         &json!({

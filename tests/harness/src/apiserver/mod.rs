@@ -8,13 +8,19 @@
 //! the real server's paths, JSON shapes and status codes, plus knobs to trigger each fault.
 //!
 //! Layout:
-//! - [`store`](self): objects, the global revision and the bounded history (etcd + watch cache);
+//! - `store`: objects, the global revision and the bounded history (etcd + watch cache);
 //! - `http`: routing, auth, RBAC, list/watch/CRUD handlers and discovery;
 //! - `watch`: one task per open watch, writing NDJSON and misbehaving on request;
 //! - `selector`, `status`, `resources`, `tls`: the parts those share.
 //!
 //! Everything a test can do over HTTP (create, update, delete, get, list, watch) it can also do
-//! directly through [`ApiServer`]'s methods, which is shorter in test code.
+//! directly through [`ApiServer`]'s methods, which is shorter in test code. Where those take a
+//! `namespace: Option<&str>`, `None` means `default` for namespaced resources and is ignored for
+//! cluster-scoped ones.
+//!
+//! Deliberate simplifications: JSON only (no protobuf or CBOR), no PATCH, no field selectors
+//! beyond `metadata.name`/`metadata.namespace`, namespaces need not exist before objects are
+//! created in them, and deletes are immediate (no finalizers or graceful deletion).
 
 mod http;
 mod resources;
@@ -278,8 +284,8 @@ pub struct ApiServer {
     serving: Mutex<Option<JoinHandle<()>>>,
     /// Background tasks (periodic bookmarks).
     tasks: Vec<JoinHandle<()>>,
-    /// Holds the token, valid-token and CA files; removed on drop.
-    _dir: tempfile::TempDir,
+    /// Holds the token, valid-token, CA and kubeconfig files; removed on drop.
+    dir: tempfile::TempDir,
 }
 
 impl Drop for ApiServer {
@@ -371,7 +377,7 @@ impl ApiServer {
             tls: tls_acceptor,
             serving: Mutex::new(Some(serving)),
             tasks,
-            _dir: dir,
+            dir,
         })
     }
 
@@ -433,6 +439,29 @@ impl ApiServer {
     /// [`set_valid_tokens`](Self::set_valid_tokens) rewrites it with the first new token.
     pub fn token_file(&self) -> PathBuf {
         self.shared.token_file.clone()
+    }
+
+    /// Writes a kubeconfig (JSON, which is valid YAML) pointing at this server, with the CA
+    /// file (TLS only) and `tokenFile` set to [`token_file`](Self::token_file), so token
+    /// rotation is visible to a client that re-reads it. Context, cluster and user are all
+    /// named `harness`. The file lives as long as the server.
+    pub fn write_kubeconfig(&self) -> anyhow::Result<PathBuf> {
+        let mut cluster = serde_json::json!({ "server": self.url });
+        if let Some(ca) = &self.ca_file {
+            cluster["certificate-authority"] = Value::String(ca.to_string_lossy().into_owned());
+        }
+        let config = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "harness",
+            "clusters": [{ "name": "harness", "cluster": cluster }],
+            "users": [{ "name": "harness", "user": { "tokenFile": self.shared.token_file } }],
+            "contexts": [{ "name": "harness", "context": { "cluster": "harness", "user": "harness", "namespace": "default" } }],
+        });
+        let path = self.dir.path().join("kubeconfig");
+        std::fs::write(&path, serde_json::to_vec_pretty(&config)?)
+            .context("writing the kubeconfig")?;
+        Ok(path)
     }
 
     /// Replaces the accepted tokens (the server re-reads them on every request) and writes the
