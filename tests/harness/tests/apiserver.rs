@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use kube2nats_harness::apiserver::{
-    ApiServer, ApiServerOptions, Auth, Failure, RequestFilter, Rule,
+    ApiServer, ApiServerOptions, Auth, Failure, Framing, RequestFilter, Rule,
 };
 use serde_json::{json, Value};
 
@@ -800,4 +800,48 @@ async fn kubeconfig_points_at_the_server() {
         config["users"][0]["user"]["tokenFile"],
         srv.token_file().to_string_lossy().as_ref()
     );
+}
+
+/// Framing knobs: a burst of lines in one chunk, or a line split over many chunks.
+#[tokio::test]
+async fn framing_coalesces_or_splits_lines() {
+    let srv = server().await;
+    srv.create("pods", None, pod("a"));
+    srv.create("pods", None, pod("b"));
+    srv.set_framing(Framing::Coalesce);
+    let resp = client()
+        .get(format!("{}/api/v1/pods?watch=1", srv.url()))
+        .bearer_auth("test-token")
+        .send()
+        .await
+        .expect("watch");
+    let mut chunks = resp.bytes_stream();
+    let first = tokio::time::timeout(PROMPT, chunks.next())
+        .await
+        .expect("chunk")
+        .expect("open")
+        .expect("data");
+    assert_eq!(
+        first.iter().filter(|b| **b == b'\n').count(),
+        2,
+        "both initial events in one chunk"
+    );
+
+    srv.set_framing(Framing::Split(7));
+    srv.create("pods", None, pod("c"));
+    let mut line = Vec::new();
+    let mut pieces = 0;
+    while !line.ends_with(b"\n") {
+        let chunk = tokio::time::timeout(PROMPT, chunks.next())
+            .await
+            .expect("chunk")
+            .expect("open")
+            .expect("data");
+        assert!(chunk.len() <= 7);
+        line.extend_from_slice(&chunk);
+        pieces += 1;
+    }
+    assert!(pieces > 1);
+    let e: Value = serde_json::from_slice(&line).expect("the pieces make one JSON line");
+    assert_eq!(event(&e), ("ADDED".into(), "c".into()));
 }

@@ -598,7 +598,7 @@ fn start_watch(
         initial,
         rx,
         tx,
-        shared.stream_delay.clone(),
+        shared.stream_settings.clone(),
     ));
     Ok(stream_response(Body::from_stream(ReceiverStream::new(
         body_rx,

@@ -45,6 +45,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 pub use status::ApiError;
 use store::{Store, WatchFault, WatchMsg};
+pub use watch::Framing;
 
 /// The user RBAC messages name: the service account kube2nats runs as in the deploy manifests.
 pub const USER: &str = "system:serviceaccount:default:kube2nats";
@@ -235,7 +236,7 @@ struct Shared {
     token_file: PathBuf,
     rules: Mutex<HashMap<String, Vec<Rule>>>,
     failures: Mutex<Option<PendingFailures>>,
-    stream_delay: Arc<Mutex<Duration>>,
+    stream_settings: Arc<Mutex<watch::StreamSettings>>,
     requests: Mutex<Vec<RequestRecord>>,
     server_address: String,
 }
@@ -345,7 +346,7 @@ impl ApiServer {
             token_file,
             rules: Mutex::new(HashMap::new()),
             failures: Mutex::new(None),
-            stream_delay: Arc::new(Mutex::new(Duration::ZERO)),
+            stream_settings: Arc::new(Mutex::new(watch::StreamSettings::default())),
             requests: Mutex::new(Vec::new()),
             server_address: addr.to_string(),
         });
@@ -589,7 +590,12 @@ impl ApiServer {
 
     /// Sleeps `d` before each event written to a watch (bookmarks are not delayed).
     pub fn set_stream_delay(&self, d: Duration) {
-        *lock(&self.shared.stream_delay) = d;
+        lock(&self.shared.stream_settings).delay = d;
+    }
+
+    /// Sets how watch lines are cut into chunks, for open and future watches.
+    pub fn set_framing(&self, framing: Framing) {
+        lock(&self.shared.stream_settings).framing = framing;
     }
 
     /// Sends a BOOKMARK at the current revision to every watch that allowed bookmarks.

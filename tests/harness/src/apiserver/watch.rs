@@ -105,6 +105,29 @@ enum Flow {
     End,
 }
 
+/// How watch lines are cut into HTTP chunks (HTTP/2 data frames). A real server flushes after
+/// each event, but proxies and TCP re-chunk freely, so a client must not assume one line per
+/// chunk; these modes make both failure modes of such an assumption show up in tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Framing {
+    /// Each line is its own chunk (what kube-apiserver does).
+    #[default]
+    PerLine,
+    /// Lines that are ready together (the initial events, a burst of changes) go out as one chunk.
+    Coalesce,
+    /// Each line is cut into chunks of at most this many bytes (0 is treated as 1).
+    Split(usize),
+}
+
+/// Stream settings a test may change while watches are open.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StreamSettings {
+    /// Sleep before each event.
+    pub delay: Duration,
+    /// Chunking of lines.
+    pub framing: Framing,
+}
+
 /// Runs one watch until the client goes away, the timeout passes, or a fault ends it.
 /// `initial` lines are written first; then messages from the store.
 pub async fn run(
@@ -112,13 +135,14 @@ pub async fn run(
     initial: Vec<Bytes>,
     mut rx: mpsc::UnboundedReceiver<WatchMsg>,
     body: BodyTx,
-    stream_delay: Arc<Mutex<Duration>>,
+    settings: Arc<Mutex<StreamSettings>>,
 ) {
     let deadline = spec.timeout.map(|t| tokio::time::Instant::now() + t);
     let mut writer = Writer {
         body,
         cut: None,
-        stream_delay,
+        settings,
+        pending: Vec::new(),
     };
     for line in initial {
         if let Flow::End = writer.write_event(line).await {
@@ -126,13 +150,23 @@ pub async fn run(
         }
     }
     loop {
+        // Coalesced lines go out once nothing else is ready.
+        if rx.is_empty() {
+            if let Flow::End = writer.flush().await {
+                return;
+            }
+        }
         let msg = tokio::select! {
             msg = rx.recv() => msg,
-            _ = sleep_until(deadline) => return,
+            _ = sleep_until(deadline) => None,
             _ = writer.body.closed() => return,
         };
         let flow = match msg {
-            None => Flow::End,
+            // Timeout, or the server is gone: end cleanly with whatever was pending.
+            None => {
+                let _ = writer.flush().await;
+                Flow::End
+            }
             Some(WatchMsg::Change(change)) => match spec.event_for(&change) {
                 Some(line) => writer.write_event(line).await,
                 None => Flow::Continue,
@@ -159,38 +193,73 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 struct Writer {
     body: BodyTx,
     cut: Option<Cut>,
-    stream_delay: Arc<Mutex<Duration>>,
+    settings: Arc<Mutex<StreamSettings>>,
+    /// Lines held back by [`Framing::Coalesce`].
+    pending: Vec<u8>,
 }
 
 impl Writer {
+    fn settings(&self) -> StreamSettings {
+        self.settings.lock().map(|s| *s).unwrap_or_default()
+    }
+
     /// Writes an event line after the configured stream delay.
     async fn write_event(&mut self, line: Bytes) -> Flow {
-        let delay = self
-            .stream_delay
-            .lock()
-            .map(|d| *d)
-            .unwrap_or(Duration::ZERO);
+        let delay = self.settings().delay;
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
         self.write_line(line).await
     }
 
-    /// Writes one line as its own chunk, or half of it if a cut is pending.
+    /// Sends one chunk.
+    async fn send(&mut self, chunk: Bytes) -> Flow {
+        match self.body.send(Ok(chunk)).await {
+            Ok(()) => Flow::Continue,
+            Err(_) => Flow::End,
+        }
+    }
+
+    /// Sends the coalesced lines, if any.
+    async fn flush(&mut self) -> Flow {
+        if self.pending.is_empty() {
+            return Flow::Continue;
+        }
+        let chunk = Bytes::from(std::mem::take(&mut self.pending));
+        self.send(chunk).await
+    }
+
+    /// Writes one line framed as configured, or half of it if a cut is pending.
     async fn write_line(&mut self, line: Bytes) -> Flow {
-        match self.cut.take() {
-            None => match self.body.send(Ok(line)).await {
-                Ok(()) => Flow::Continue,
-                Err(_) => Flow::End,
-            },
-            Some(cut) => {
-                let half = line.slice(..line.len() / 2);
-                let _ = self.body.send(Ok(half)).await;
-                if cut == Cut::Abort {
-                    self.wait_until_written().await;
-                    let _ = self.body.send(Err(aborted())).await;
+        if let Some(cut) = self.cut.take() {
+            if let Flow::End = self.flush().await {
+                return Flow::End;
+            }
+            let half = line.slice(..line.len() / 2);
+            let _ = self.body.send(Ok(half)).await;
+            if cut == Cut::Abort {
+                self.wait_until_written().await;
+                let _ = self.body.send(Err(aborted())).await;
+            }
+            return Flow::End;
+        }
+        match self.settings().framing {
+            Framing::PerLine => self.send(line).await,
+            Framing::Coalesce => {
+                self.pending.extend_from_slice(&line);
+                Flow::Continue
+            }
+            Framing::Split(n) => {
+                let n = n.max(1);
+                let mut start = 0;
+                while start < line.len() {
+                    let end = (start + n).min(line.len());
+                    if let Flow::End = self.send(line.slice(start..end)).await {
+                        return Flow::End;
+                    }
+                    start = end;
                 }
-                Flow::End
+                Flow::Continue
             }
         }
     }
