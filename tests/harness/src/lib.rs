@@ -10,6 +10,28 @@
 //!   be stopped and restarted on the same port with its JetStream store intact.
 //!
 //! Both are used by kube2nats' integration tests and by the demo.
+//!
+//! ```no_run
+//! use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions, Failure};
+//! use kube2nats_harness::nats::NatsServer;
+//! use serde_json::json;
+//!
+//! # async fn example() -> anyhow::Result<()> {
+//! let api = ApiServer::start(ApiServerOptions { tls: true, ..Default::default() }).await?;
+//! let nats = NatsServer::start().await?;
+//! // Point kube2nats at api.url() with api.ca_file() and api.token_file() (or
+//! // api.write_kubeconfig()), and at nats.url(); then drive the cluster:
+//! api.create("pods", Some("default"), json!({ "metadata": { "name": "web" } }));
+//! api.drop_watches_mid_line();
+//! api.update("pods", Some("default"), "web", |pod| pod["spec"] = json!({ "nodeName": "n1" }));
+//! api.fail_next(2, Failure::TooManyRequests { retry_after_secs: 1 });
+//! api.compact();
+//! // ...and assert on what kube2nats asked for:
+//! let resumed = api.requests().iter().any(|r| r.is_watch() && r.param("resourceVersion").is_some());
+//! # let _ = (resumed, nats);
+//! # Ok(())
+//! # }
+//! ```
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

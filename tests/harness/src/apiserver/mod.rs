@@ -620,11 +620,12 @@ impl ApiServer {
         self.shared.store().open_watches()
     }
 
-    /// Waits until at least `n` watches are open, for at most `timeout`; returns whether they are.
+    /// Waits until exactly `n` watches are open, for at most `timeout`; returns whether they
+    /// are. Use it to know a client has (re)connected, or has let go of its old stream.
     pub async fn wait_for_watches(&self, n: usize, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            if self.open_watches() >= n {
+            if self.open_watches() == n {
                 return true;
             }
             if tokio::time::Instant::now() >= deadline {
