@@ -313,7 +313,7 @@ mod tests {
             ("", "v1", "Pod", true)
         );
         assert_eq!(d.resolve("po").unwrap().plural, "pods");
-        assert_eq!(d.resolve("ns").unwrap().namespaced, false);
+        assert!(!d.resolve("ns").unwrap().namespaced);
         assert_eq!(d.resolve("deployments.apps").unwrap().group, "apps");
         assert_eq!(d.resolve("deployments.v1.apps").unwrap().version, "v1");
         assert_eq!(d.resolve("deploy").unwrap().kind, "Deployment");

@@ -104,7 +104,10 @@ pub async fn connect(cfg: &NatsConfig, connected: IntGauge) -> Result<Nats, Conn
                 .timeout(js.ack_timeout)
                 .max_ack_inflight(CONNECTION_ACK_WINDOW)
                 .build(client.clone());
-            Nats::JetStream { client, context }
+            Nats::JetStream {
+                client,
+                context: Box::new(context),
+            }
         }
     })
 }

@@ -37,7 +37,8 @@ pub enum Nats {
     Core(Client),
     JetStream {
         client: Client,
-        context: jetstream::Context,
+        /// Boxed: a JetStream context is several times the size of a client.
+        context: Box<jetstream::Context>,
     },
 }
 

@@ -1,0 +1,350 @@
+//! Shared helpers of the integration tests: a kube2nats API client or a whole daemon pointed at
+//! the simulated API server, a recorder of what the watch state machine emits, and a collector of
+//! NATS messages.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use kube2nats::config::BackoffConfig;
+use kube2nats::event::ResourceInfo;
+use kube2nats::kube::credentials::{Endpoint, TokenSource};
+use kube2nats::kube::ApiClient;
+use kube2nats::watcher::backoff::Backoff;
+use kube2nats::watcher::machine::{Machine, Outcome, Target};
+use kube2nats_harness::apiserver::ApiServer;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+/// How long a test waits for something that should happen promptly.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// Backoff short enough for tests, with no jitter so delays are predictable.
+pub const FAST_BACKOFF: BackoffConfig = BackoffConfig {
+    initial: Duration::from_millis(50),
+    max: Duration::from_secs(2),
+    multiplier: 2.0,
+    jitter: 0.0,
+    reset_after: Duration::from_secs(120),
+};
+
+pub fn pod(name: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}
+    })
+}
+
+/// A file holding `token`, as a mounted service-account token.
+pub fn token_file(dir: &Path, token: &str) -> PathBuf {
+    let path = dir.join("token");
+    std::fs::write(&path, token).expect("writing the test token file");
+    path
+}
+
+pub fn pods() -> ResourceInfo {
+    ResourceInfo {
+        group: String::new(),
+        version: "v1".into(),
+        plural: "pods".into(),
+        kind: "Pod".into(),
+        namespaced: true,
+    }
+}
+
+/// A client for `sim` that reads its token from `token_file` (re-read every `reload`).
+pub fn client(sim: &ApiServer, token_file: Option<PathBuf>, reload: Duration) -> Arc<ApiClient> {
+    let endpoint = Endpoint {
+        base_url: sim.url().parse().expect("simulator URL"),
+        ca_pem: sim
+            .ca_file()
+            .map(|p| std::fs::read(p).expect("reading the simulator CA")),
+        identity_pem: None,
+        token: token_file.map(|p| TokenSource::file(p, reload)),
+        insecure_skip_tls_verify: false,
+    };
+    let counter = prometheus::IntCounterVec::new(
+        prometheus::Opts::new("api_requests_total", "test"),
+        &["verb", "code"],
+    )
+    .expect("counter");
+    Arc::new(ApiClient::new(endpoint, Duration::from_secs(5), counter).expect("API client"))
+}
+
+pub fn target(resource: ResourceInfo, namespace: Option<&str>) -> Target {
+    Target {
+        watch: "test".into(),
+        resource,
+        namespace: namespace.map(str::to_owned),
+        label_selector: None,
+        field_selector: None,
+        page_size: 500,
+        watch_timeout: Duration::from_secs(60),
+        streaming_list: false,
+        max_line_bytes: 1 << 20,
+    }
+}
+
+/// Runs a watch state machine in the background and records each outcome as a short line, so a
+/// test states the exact sequence it expects.
+pub struct Recorder {
+    rx: mpsc::UnboundedReceiver<(String, Outcome)>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Recorder {
+    pub fn start(client: Arc<ApiClient>, target: Target) -> Recorder {
+        let mut machine = Machine::new(client, Arc::new(target), Backoff::new(FAST_BACKOFF));
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            let mut state = machine.start();
+            loop {
+                let (outcome, next) = machine.step(state).await;
+                state = next;
+                if !matches!(outcome, Outcome::Idle)
+                    && tx.send((describe(&outcome), outcome)).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        Recorder { rx, task }
+    }
+
+    /// The next outcome, described.
+    pub async fn next(&mut self) -> String {
+        self.next_outcome().await.0
+    }
+
+    pub async fn next_outcome(&mut self) -> (String, Outcome) {
+        match tokio::time::timeout(WAIT, self.rx.recv()).await {
+            Ok(Some(o)) => o,
+            Ok(None) => panic!("the watch machine stopped"),
+            Err(_) => panic!("no outcome from the watch machine within {WAIT:?}"),
+        }
+    }
+
+    /// Skips outcomes until one starting with `prefix`; returns it and what was skipped.
+    pub async fn until(&mut self, prefix: &str) -> (String, Vec<String>) {
+        let mut skipped = Vec::new();
+        loop {
+            let next = self.next().await;
+            if next.starts_with(prefix) {
+                return (next, skipped);
+            }
+            skipped.push(next);
+        }
+    }
+
+    /// Asserts nothing is emitted for `d`.
+    pub async fn quiet_for(&mut self, d: Duration) {
+        if let Ok(Some((o, _))) = tokio::time::timeout(d, self.rx.recv()).await {
+            panic!("expected no outcome, got {o}");
+        }
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// `list start:initial [a b] complete:12`, `ADDED a 13`, `bookmark 14`, `opened 14`,
+/// `restart transport`.
+pub fn describe(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::ListPage {
+            started,
+            items,
+            complete,
+        } => {
+            let mut s = "list".to_owned();
+            if let Some(r) = started {
+                s += &format!(" start:{}", r.as_str());
+            }
+            let names: Vec<&str> = items.iter().map(|i| i.meta.name.as_str()).collect();
+            s += &format!(" [{}]", names.join(" "));
+            if let Some(rv) = complete {
+                s += &format!(" complete:{rv}");
+            }
+            s
+        }
+        Outcome::Event(e) => format!(
+            "{} {} {}",
+            e.event_type, e.meta.name, e.meta.resource_version
+        ),
+        Outcome::Bookmark(rv) => format!("bookmark {rv}"),
+        Outcome::WatchOpened(rv) => format!("opened {rv}"),
+        Outcome::Restart(r) => format!("restart {}", r.reason.as_str()),
+        Outcome::Idle => "idle".into(),
+    }
+}
+
+/// The resourceVersion of a simulator object.
+pub fn rv(obj: &Value) -> String {
+    obj["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("object has a resourceVersion")
+        .to_owned()
+}
+
+/// A NATS message as a test looks at it.
+#[derive(Debug, Clone)]
+pub struct Got {
+    pub subject: String,
+    pub headers: HashMap<String, String>,
+    pub payload: Value,
+}
+
+impl Got {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+
+    /// `ADDED web-1`: the event type and name, the usual thing to compare.
+    pub fn short(&self) -> String {
+        format!(
+            "{} {}",
+            self.header("Kube-Event-Type").unwrap_or("?"),
+            self.header("Kube-Name").unwrap_or("?")
+        )
+    }
+}
+
+pub fn got(msg: async_nats::Message) -> Got {
+    let headers = msg
+        .headers
+        .as_ref()
+        .map(|h| {
+            h.iter()
+                .map(|(k, v)| {
+                    (
+                        k.to_string(),
+                        v.first().map(|v| v.as_str().to_owned()).unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let payload = serde_json::from_slice(&msg.payload)
+        .unwrap_or_else(|e| panic!("payload on {} is not JSON: {e}", msg.subject));
+    Got {
+        subject: msg.subject.to_string(),
+        headers,
+        payload,
+    }
+}
+
+/// Collects messages from a subscription.
+pub struct Inbox {
+    sub: async_nats::Subscriber,
+}
+
+impl Inbox {
+    pub async fn subscribe(nc: &async_nats::Client, subject: &str) -> Inbox {
+        let sub = nc.subscribe(subject.to_owned()).await.expect("subscribing");
+        nc.flush().await.expect("flushing the subscription");
+        Inbox { sub }
+    }
+
+    pub async fn next(&mut self) -> Got {
+        match tokio::time::timeout(WAIT, self.sub.next()).await {
+            Ok(Some(m)) => got(m),
+            Ok(None) => panic!("subscription closed"),
+            Err(_) => panic!("no NATS message within {WAIT:?}"),
+        }
+    }
+
+    /// The next `n` messages.
+    pub async fn take(&mut self, n: usize) -> Vec<Got> {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(self.next().await);
+        }
+        out
+    }
+
+    /// Asserts that nothing more arrives for `d`.
+    pub async fn quiet_for(&mut self, d: Duration) {
+        if let Ok(Some(m)) = tokio::time::timeout(d, self.sub.next()).await {
+            panic!("unexpected extra message: {:?}", got(m).short());
+        }
+    }
+}
+
+/// Loads a kube2nats configuration from TOML text, with no environment.
+pub fn config_from(toml: &str) -> kube2nats::config::Config {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("kube2nats.toml");
+    std::fs::write(&path, toml).expect("writing config");
+    kube2nats::config::load(Some(&path), Some(HashMap::new()))
+        .unwrap_or_else(|e| panic!("test config invalid:\n{e}\n---\n{toml}"))
+}
+
+/// The `[kubernetes]` and `[http]` sections pointing at `sim` with fast timings for tests.
+pub fn kube_section(sim: &ApiServer, token_file: &Path) -> String {
+    let ca = sim
+        .ca_file()
+        .map(|p| format!("ca_file = {:?}\n", p.display().to_string()))
+        .unwrap_or_default();
+    format!(
+        r#"
+[kubernetes]
+api_url = "{url}"
+token_file = {token:?}
+{ca}watch_timeout = "30s"
+[kubernetes.backoff]
+initial = "50ms"
+max = "1s"
+jitter = 0.0
+[http]
+listen = "127.0.0.1:0"
+[shutdown]
+grace_period = "5s"
+"#,
+        url = sim.url(),
+        token = token_file.display().to_string(),
+    )
+}
+
+/// Waits until `f` holds, polling.
+pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !f() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The value of a sample in a Prometheus text exposition, e.g.
+/// `metric(&text, "kube2nats_events_published_total", &[("watch", "pods"), ("type", "ADDED")])`.
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric_name, label_text) = match series.split_once('{') {
+                Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            if metric_name != name {
+                return None;
+            }
+            let all = labels
+                .iter()
+                .all(|(k, v)| label_text.split(',').any(|kv| kv == format!("{k}=\"{v}\"")));
+            if all {
+                value.parse().ok()
+            } else {
+                None
+            }
+        })
+}

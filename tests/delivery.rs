@@ -1,0 +1,615 @@
+//! Delivery end to end: the simulated API server, kube2nats, and a real nats-server. Each test
+//! names the promise to subscribers it pins: which messages arrive, on which subjects, with which
+//! headers, exactly once and in order.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use kube2nats::app::Daemon;
+use kube2nats_harness::apiserver::{
+    ApiServer, ApiServerOptions, Failure, RequestFilter, Rule, INITIAL_TOKEN,
+};
+use kube2nats_harness::nats::{NatsAuth, NatsOptions, NatsServer};
+use serde_json::json;
+
+struct Env {
+    sim: ApiServer,
+    nats: NatsServer,
+    daemon: Option<Daemon>,
+    nc: async_nats::Client,
+    _dir: tempfile::TempDir,
+}
+
+impl Env {
+    /// Starts the simulator, nats-server and kube2nats with `extra` appended to the generated
+    /// configuration (`[nats]` options, `[[watches]]`).
+    async fn start(nats_section: &str, watches: &str) -> Env {
+        let sim = ApiServer::start(ApiServerOptions::default())
+            .await
+            .expect("simulated API server");
+        let nats = NatsServer::start().await.expect("nats-server");
+        Env::start_with(sim, nats, nats_section, watches).await
+    }
+
+    async fn start_with(
+        sim: ApiServer,
+        nats: NatsServer,
+        nats_section: &str,
+        watches: &str,
+    ) -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let token = token_file(dir.path(), INITIAL_TOKEN);
+        let toml = format!(
+            "{}\n[nats]\nurl = \"{}\"\n{nats_section}\n{watches}",
+            kube_section(&sim, &token),
+            nats.url()
+        );
+        let config = config_from(&toml);
+        let nc = async_nats::connect(nats.url())
+            .await
+            .expect("test subscriber connects");
+        let daemon = kube2nats::app::start(config)
+            .await
+            .expect("kube2nats starts");
+        Env {
+            sim,
+            nats,
+            daemon: Some(daemon),
+            nc,
+            _dir: dir,
+        }
+    }
+
+    fn daemon(&self) -> &Daemon {
+        self.daemon.as_ref().expect("daemon running")
+    }
+
+    async fn get(&self, path: &str) -> (u16, String) {
+        let url = format!("http://{}{path}", self.daemon().http_addr);
+        let response = reqwest::get(&url).await.expect("kube2nats HTTP endpoint");
+        (
+            response.status().as_u16(),
+            response.text().await.unwrap_or_default(),
+        )
+    }
+
+    async fn wait_ready(&self) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let (code, body) = self.get("/readyz").await;
+            if code == 200 {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "kube2nats not ready: {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn metrics(&self) -> String {
+        self.daemon().metrics.render()
+    }
+
+    async fn stop(&mut self) {
+        if let Some(d) = self.daemon.take() {
+            d.shutdown();
+            d.wait().await.expect("kube2nats stops cleanly");
+        }
+    }
+}
+
+const PODS_WATCH: &str = r#"
+[[watches]]
+name = "pods"
+resource = "pods"
+namespaces = ["default"]
+"#;
+
+fn assert_headers(m: &Got, event_type: &str, obj: &serde_json::Value) {
+    let meta = &obj["metadata"];
+    let uid = meta["uid"].as_str().unwrap();
+    let rv = meta["resourceVersion"].as_str().unwrap();
+    assert_eq!(m.header("Kube-Event-Type"), Some(event_type));
+    assert_eq!(m.header("Kube-Resource-Version"), Some(rv));
+    assert_eq!(m.header("Kube-Uid"), Some(uid));
+    assert_eq!(m.header("Kube-Namespace"), meta["namespace"].as_str());
+    assert_eq!(m.header("Kube-Name"), meta["name"].as_str());
+    assert_eq!(
+        m.header("Nats-Msg-Id"),
+        Some(format!("{uid}:{rv}:{event_type}").as_str())
+    );
+}
+
+/// A create, an update and a delete arrive as exactly ADDED, MODIFIED, DELETED, in order, on the
+/// documented subjects, with every header, and the payload is the watch event as sent.
+#[tokio::test]
+async fn create_update_delete_arrive_in_order_with_headers() {
+    let env = Env::start("", PODS_WATCH).await;
+    let mut inbox = Inbox::subscribe(&env.nc, "kube.>").await;
+    env.wait_ready().await;
+
+    let created = env.sim.create("pods", Some("default"), pod("web"));
+    let updated = env.sim.update("pods", Some("default"), "web", |o| {
+        o["metadata"]["labels"]["tier"] = "front".into()
+    });
+    let deleted = env
+        .sim
+        .delete("pods", Some("default"), "web")
+        .expect("deleted");
+    let got = inbox.take(3).await;
+    let subjects: Vec<&str> = got.iter().map(|m| m.subject.as_str()).collect();
+    assert_eq!(
+        subjects,
+        [
+            "kube.core.v1.pods.default.web.added",
+            "kube.core.v1.pods.default.web.modified",
+            "kube.core.v1.pods.default.web.deleted"
+        ]
+    );
+    for (m, (t, obj)) in got.iter().zip([
+        ("ADDED", &created),
+        ("MODIFIED", &updated),
+        ("DELETED", &deleted),
+    ]) {
+        assert_headers(m, t, obj);
+        assert_eq!(m.header("Kube-Kind"), Some("Pod"));
+        assert_eq!(m.header("Kube-Api-Version"), Some("v1"));
+        assert_eq!(
+            m.header("Kube-Synthesized"),
+            None,
+            "received, not synthesized"
+        );
+        assert_eq!(m.payload["type"], t);
+        assert_eq!(
+            m.payload["object"], *obj,
+            "payload is the event as the API server sent it"
+        );
+    }
+    inbox.quiet_for(Duration::from_millis(300)).await;
+    let metrics = env.metrics();
+    assert_eq!(
+        metric(
+            &metrics,
+            "kube2nats_events_published_total",
+            &[("watch", "pods"), ("type", "MODIFIED")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            "kube2nats_events_received_total",
+            &[("watch", "pods"), ("type", "DELETED")]
+        ),
+        Some(1.0)
+    );
+}
+
+/// `payload = "object"` publishes the object alone; list-derived events carry apiVersion and kind
+/// like received ones.
+#[tokio::test]
+async fn object_payload_mode() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let listed = sim.create("pods", Some("default"), pod("listed"));
+    let nats = NatsServer::start().await.unwrap();
+    let watches = format!("{PODS_WATCH}payload = \"object\"\n");
+    let env = Env::start_with(sim, nats, "", &watches).await;
+    let mut inbox = Inbox::subscribe(&env.nc, "kube.>").await;
+    env.wait_ready().await;
+    // The initial list may have been published before the subscription: force a fresh one.
+    let created = env.sim.create("pods", Some("default"), pod("web"));
+    let mut m = inbox.next().await;
+    if m.header("Kube-Name") == Some("listed") {
+        assert_eq!(m.payload["kind"], "Pod");
+        assert_eq!(m.payload["apiVersion"], "v1");
+        assert_eq!(m.payload["metadata"], listed["metadata"]);
+        assert_eq!(m.header("Kube-Synthesized"), Some("relist"));
+        m = inbox.next().await;
+    }
+    assert_eq!(m.subject, "kube.core.v1.pods.default.web.added");
+    assert_eq!(m.payload, created, "payload is the object alone");
+    assert_headers(&m, "ADDED", &created);
+}
+
+/// Dropped connections (also mid-line) and server-side timeouts resume the watch without
+/// publishing anything twice.
+#[tokio::test]
+async fn dropped_and_timed_out_watches_publish_no_duplicate() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let nats = NatsServer::start().await.unwrap();
+    let mut env = Env::start_with(sim, nats, "", PODS_WATCH).await;
+    let mut inbox = Inbox::subscribe(&env.nc, "kube.>").await;
+    env.wait_ready().await;
+    let mut expected = Vec::new();
+    for round in 0..4 {
+        let name = format!("p{round}");
+        env.sim.create("pods", Some("default"), pod(&name));
+        env.sim.update("pods", Some("default"), &name, |o| {
+            o["metadata"]["labels"]["round"] = round.into()
+        });
+        let got: Vec<String> = inbox.take(2).await.iter().map(Got::short).collect();
+        assert_eq!(got, [format!("ADDED {name}"), format!("MODIFIED {name}")]);
+        expected.extend(got);
+        // Faults hit the watch that is open now; mid-line and truncation act on its next line.
+        assert!(env.sim.wait_for_watches(1, WAIT).await, "watch reopened");
+        match round {
+            0 => env.sim.drop_watches(),
+            1 => env.sim.drop_watches_mid_line(),
+            2 => env.sim.inject_garbage_line(),
+            _ => env.sim.truncate_watches(),
+        }
+    }
+    env.sim.delete("pods", Some("default"), "p0");
+    assert_eq!(inbox.next().await.short(), "DELETED p0");
+    inbox.quiet_for(Duration::from_millis(500)).await;
+    let restarts = env.metrics();
+    assert!(
+        metric(
+            &restarts,
+            "kube2nats_watch_restarts_total",
+            &[("watch", "pods"), ("reason", "decode_error")]
+        )
+        .unwrap_or(0.0)
+            >= 2.0
+    );
+    assert_eq!(
+        metric(
+            &restarts,
+            "kube2nats_decode_errors_total",
+            &[("watch", "pods")]
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        metric(
+            &restarts,
+            "kube2nats_relists_total",
+            &[("watch", "pods"), ("reason", "initial")]
+        ),
+        Some(1.0)
+    );
+    env.stop().await;
+}
+
+/// The server's watch timeout ends streams every second here; the resumed watches publish each
+/// change once.
+#[tokio::test]
+async fn server_side_timeouts_publish_no_duplicate() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token = token_file(dir.path(), INITIAL_TOKEN);
+    let toml = format!(
+        "{}\n[nats]\nurl = \"{}\"\n{PODS_WATCH}",
+        kube_section(&sim, &token),
+        nats.url()
+    )
+    .replace("watch_timeout = \"30s\"", "watch_timeout = \"1s\"");
+    let nc = async_nats::connect(nats.url()).await.unwrap();
+    let mut inbox = Inbox::subscribe(&nc, "kube.>").await;
+    let daemon = kube2nats::app::start(config_from(&toml)).await.unwrap();
+    let mut expected = Vec::new();
+    for i in 0..6 {
+        let name = format!("t{i}");
+        sim.create("pods", Some("default"), pod(&name));
+        expected.push(format!("ADDED {name}"));
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    let got: Vec<String> = inbox
+        .take(expected.len())
+        .await
+        .iter()
+        .map(Got::short)
+        .collect();
+    assert_eq!(got, expected);
+    inbox.quiet_for(Duration::from_millis(300)).await;
+    let ended = metric(
+        &daemon.metrics.render(),
+        "kube2nats_watch_restarts_total",
+        &[("watch", "pods"), ("reason", "stream_ended")],
+    )
+    .unwrap_or(0.0);
+    assert!(
+        ended >= 1.0,
+        "the server timed out at least one watch ({ended})"
+    );
+    daemon.shutdown();
+    daemon.wait().await.unwrap();
+}
+
+/// Changes made while the watch was cut off past the history window (410) arrive after the
+/// relist as MODIFIED / ADDED / synthesized DELETED; unchanged objects are not republished; a
+/// deleted-and-recreated name is a DELETED of the old uid and an ADDED of the new one.
+#[tokio::test]
+async fn relist_after_410_publishes_the_difference() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let a = sim.create("pods", Some("default"), pod("a"));
+    sim.create("pods", Some("default"), pod("b"));
+    let c = sim.create("pods", Some("default"), pod("c"));
+    let old_e = sim.create("pods", Some("default"), pod("e"));
+    let nats = NatsServer::start().await.unwrap();
+    let nc = async_nats::connect(nats.url()).await.unwrap();
+    let mut inbox = Inbox::subscribe(&nc, "kube.>").await;
+    let env = Env::start_with(sim, nats, "", PODS_WATCH).await;
+    let initial: Vec<String> = inbox.take(4).await.iter().map(Got::short).collect();
+    assert_eq!(initial, ["ADDED a", "ADDED b", "ADDED c", "ADDED e"]);
+    env.wait_ready().await;
+
+    // Cut the watch off, change things, and let the history forget them.
+    env.sim
+        .fail_next_matching(3, RequestFilter::Watch, Failure::Internal);
+    env.sim.drop_watches();
+    let b2 = env.sim.update("pods", Some("default"), "b", |o| {
+        o["metadata"]["labels"]["v"] = "2".into()
+    });
+    env.sim.delete("pods", Some("default"), "c");
+    let d = env.sim.create("pods", Some("default"), pod("d"));
+    env.sim.delete("pods", Some("default"), "e");
+    let new_e = env.sim.create("pods", Some("default"), pod("e"));
+    env.sim.compact();
+
+    let got = inbox.take(5).await;
+    let short: Vec<String> = got.iter().map(Got::short).collect();
+    assert_eq!(
+        short,
+        ["MODIFIED b", "ADDED d", "ADDED e", "DELETED c", "DELETED e"],
+        "list order, then the vanished"
+    );
+    assert!(got
+        .iter()
+        .all(|m| m.header("Kube-Synthesized") == Some("relist")));
+    assert_headers(&got[0], "MODIFIED", &b2);
+    assert_headers(&got[1], "ADDED", &d);
+    assert_headers(&got[2], "ADDED", &new_e);
+    assert_eq!(got[3].header("Kube-Uid"), c["metadata"]["uid"].as_str());
+    assert_eq!(got[4].header("Kube-Uid"), old_e["metadata"]["uid"].as_str());
+    assert_eq!(got[3].subject, "kube.core.v1.pods.default.c.deleted");
+    let gone = &got[3].payload["object"];
+    assert_eq!(gone["kind"], "Pod");
+    assert_eq!(gone["apiVersion"], "v1");
+    assert_eq!(gone["metadata"]["name"], "c");
+    assert_eq!(gone["metadata"]["namespace"], "default");
+    assert_eq!(gone["metadata"]["uid"], c["metadata"]["uid"]);
+    inbox.quiet_for(Duration::from_millis(500)).await;
+    let _ = a;
+    let metrics = env.metrics();
+    assert_eq!(
+        metric(
+            &metrics,
+            "kube2nats_relists_total",
+            &[("watch", "pods"), ("reason", "expired")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            "kube2nats_events_synthesized_total",
+            &[("watch", "pods"), ("type", "DELETED")]
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        metric(&metrics, "kube2nats_tracked_objects", &[("watch", "pods")]),
+        Some(4.0)
+    );
+}
+
+/// `initial_state = "skip"` publishes only changes after start.
+#[tokio::test]
+async fn initial_state_skip_publishes_only_later_changes() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    sim.create("pods", Some("default"), pod("old"));
+    let nats = NatsServer::start().await.unwrap();
+    let nc = async_nats::connect(nats.url()).await.unwrap();
+    let mut inbox = Inbox::subscribe(&nc, "kube.>").await;
+    let env = Env::start_with(
+        sim,
+        nats,
+        "",
+        &format!("{PODS_WATCH}initial_state = \"skip\"\n"),
+    )
+    .await;
+    env.wait_ready().await;
+    env.sim.create("pods", Some("default"), pod("new"));
+    env.sim.update("pods", Some("default"), "old", |o| {
+        o["metadata"]["labels"]["x"] = "y".into()
+    });
+    let got: Vec<String> = inbox.take(2).await.iter().map(Got::short).collect();
+    assert_eq!(got, ["ADDED new", "MODIFIED old"]);
+}
+
+/// The event filter publishes only the configured types and counts the rest as filtered.
+#[tokio::test]
+async fn event_filter() {
+    let env = Env::start("", &format!("{PODS_WATCH}events = [\"DELETED\"]\n")).await;
+    let mut inbox = Inbox::subscribe(&env.nc, "kube.>").await;
+    env.wait_ready().await;
+    env.sim.create("pods", Some("default"), pod("x"));
+    env.sim.update("pods", Some("default"), "x", |o| {
+        o["metadata"]["labels"]["x"] = "y".into()
+    });
+    env.sim.delete("pods", Some("default"), "x");
+    let got: Vec<String> = inbox.take(1).await.iter().map(Got::short).collect();
+    assert_eq!(got, ["DELETED x"]);
+    inbox.quiet_for(Duration::from_millis(300)).await;
+    assert_eq!(
+        metric(
+            &env.metrics(),
+            "kube2nats_events_dropped_total",
+            &[("watch", "pods"), ("reason", "filtered")]
+        ),
+        Some(2.0)
+    );
+}
+
+/// Names with dots, and tokens NATS reserves, are escaped into single subject tokens.
+#[tokio::test]
+async fn subject_tokens_are_escaped() {
+    let watches = r#"
+[[watches]]
+name = "configmaps"
+resource = "configmaps"
+namespaces = ["kube-system"]
+"#;
+    let env = Env::start("", watches).await;
+    let mut inbox = Inbox::subscribe(&env.nc, "kube.core.v1.configmaps.kube-system.*.added").await;
+    env.wait_ready().await;
+    env.sim.create(
+        "configmaps",
+        Some("kube-system"),
+        json!({"metadata": {"name": "my.app.config"}, "data": {"k": "v"}}),
+    );
+    let m = inbox.next().await;
+    assert_eq!(
+        m.subject,
+        "kube.core.v1.configmaps.kube-system.my_app_config.added"
+    );
+    assert_eq!(m.header("Kube-Name"), Some("my.app.config"));
+}
+
+/// Cluster-scoped objects use `_` as the namespace token and carry no Kube-Namespace header;
+/// custom resources use their group.
+#[tokio::test]
+async fn cluster_scoped_and_custom_resources() {
+    let watches = r#"
+[[watches]]
+name = "namespaces"
+resource = "namespaces"
+
+[[watches]]
+name = "widgets"
+resource = "widgets.example.com"
+"#;
+    let env = Env::start("", watches).await;
+    let mut inbox = Inbox::subscribe(&env.nc, "kube.>").await;
+    env.wait_ready().await;
+    env.sim
+        .create("namespaces", None, json!({"metadata": {"name": "team-a"}}));
+    let ns = inbox.next().await;
+    assert_eq!(ns.subject, "kube.core.v1.namespaces._.team-a.added");
+    assert_eq!(ns.header("Kube-Namespace"), None);
+    env.sim.create(
+        "widgets",
+        Some("team-a"),
+        json!({"metadata": {"name": "w1"}, "spec": {"size": 3}}),
+    );
+    let w = inbox.next().await;
+    assert_eq!(w.subject, "kube.example_com.v1.widgets.team-a.w1.added");
+    assert_eq!(w.header("Kube-Kind"), Some("Widget"));
+    assert_eq!(w.header("Kube-Api-Version"), Some("example.com/v1"));
+}
+
+/// Several watches run independently: one refused by RBAC does not stall the others, and
+/// readiness names it.
+#[tokio::test]
+async fn one_failing_watch_does_not_stall_the_others() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    sim.set_rules(
+        INITIAL_TOKEN,
+        vec![Rule::new(&["get", "list", "watch"], &[""], &["*"], &[])],
+    );
+    let nats = NatsServer::start().await.unwrap();
+    let watches = r#"
+[[watches]]
+name = "pods"
+resource = "pods"
+namespaces = ["default", "other"]
+
+[[watches]]
+name = "deployments"
+resource = "deployments.apps"
+"#;
+    let env = Env::start_with(sim, nats, "", watches).await;
+    let mut inbox = Inbox::subscribe(&env.nc, "kube.>").await;
+    eventually("pods synced", || {
+        metric(
+            &env.metrics(),
+            "kube2nats_watch_synced",
+            &[("watch", "pods")],
+        ) == Some(1.0)
+    })
+    .await;
+    env.sim.create("pods", Some("other"), pod("o"));
+    env.sim.create(
+        "deployments",
+        Some("default"),
+        json!({"metadata": {"name": "d"}, "spec": {"replicas": 1}}),
+    );
+    env.sim.create("pods", Some("default"), pod("p"));
+    // Namespaces are independent targets: order is kept per object, not across them.
+    let mut got: Vec<String> = inbox.take(2).await.iter().map(Got::short).collect();
+    got.sort();
+    assert_eq!(got, ["ADDED o", "ADDED p"]);
+    let (code, body) = env.get("/readyz").await;
+    assert_eq!(code, 503);
+    assert!(body.contains("watch deployments: not synced"), "{body}");
+    assert!(!body.contains("watch pods"), "{body}");
+    let forbidden = metric(
+        &env.metrics(),
+        "kube2nats_watch_restarts_total",
+        &[("watch", "deployments"), ("reason", "forbidden")],
+    )
+    .unwrap_or(0.0);
+    assert!(forbidden >= 1.0);
+}
+
+/// NATS authentication by token and by user/password.
+#[tokio::test]
+async fn nats_auth_by_token_and_user_password() {
+    for (auth, section) in [
+        (NatsAuth::Token("s3cret".into()), "token = \"s3cret\""),
+        (
+            NatsAuth::UserPassword("kube2nats".into(), "pa55".into()),
+            "user = \"kube2nats\"\npassword = \"pa55\"",
+        ),
+    ] {
+        let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+        let nats = NatsServer::start_with(NatsOptions {
+            jetstream: false,
+            auth: auth.clone(),
+        })
+        .await
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let token = token_file(dir.path(), INITIAL_TOKEN);
+        let toml = format!(
+            "{}\n[nats]\nurl = \"{}\"\n{section}\n{PODS_WATCH}",
+            kube_section(&sim, &token),
+            nats.url()
+        );
+        let options = match &auth {
+            NatsAuth::Token(t) => async_nats::ConnectOptions::with_token(t.clone()),
+            NatsAuth::UserPassword(u, p) => {
+                async_nats::ConnectOptions::with_user_and_password(u.clone(), p.clone())
+            }
+            NatsAuth::None => unreachable!(),
+        };
+        let nc = options
+            .connect(nats.url())
+            .await
+            .expect("test subscriber authenticates");
+        let mut inbox = Inbox::subscribe(&nc, "kube.>").await;
+        let daemon = kube2nats::app::start(config_from(&toml)).await.unwrap();
+        sim.create("pods", Some("default"), pod("authed"));
+        assert_eq!(inbox.next().await.short(), "ADDED authed", "{auth:?}");
+        daemon.shutdown();
+        daemon.wait().await.unwrap();
+
+        // Wrong credentials: never connected, never ready.
+        let wrong = toml.replace("s3cret", "wrong").replace("pa55", "wrong");
+        let daemon = kube2nats::app::start(config_from(&wrong)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            metric(&daemon.metrics.render(), "kube2nats_nats_connected", &[]),
+            Some(0.0),
+            "{auth:?}"
+        );
+        daemon.shutdown();
+        let _ = daemon.wait().await;
+    }
+}
