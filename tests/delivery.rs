@@ -16,7 +16,8 @@ use serde_json::json;
 
 struct Env {
     sim: ApiServer,
-    nats: NatsServer,
+    /// Kept alive for the test; dropping it stops nats-server.
+    _nats: NatsServer,
     daemon: Option<Daemon>,
     nc: async_nats::Client,
     _dir: tempfile::TempDir,
