@@ -56,7 +56,7 @@ impl Env {
             .expect("kube2nats starts");
         Env {
             sim,
-            nats,
+            _nats: nats,
             daemon: Some(daemon),
             nc,
             _dir: dir,
