@@ -138,7 +138,9 @@ pub struct NatsConfig {
     /// Timeout of one connection attempt.
     pub connect_timeout: Duration,
     pub mode: NatsMode,
-    /// Capacity of the bounded queue of one watch towards NATS, in events.
+    /// Capacity of the bounded queue between kube2nats and the NATS connection, in messages.
+    /// When it is full (NATS slow or down) publishing waits, and the watches stop reading the API
+    /// server: the outage costs bounded memory.
     pub queue_capacity: usize,
 }
 
@@ -358,8 +360,8 @@ pub const DEFAULT_NATS_NAME: &str = "kube2nats";
 pub const DEFAULT_NATS_MODE: &str = "core";
 /// `nats.connect_timeout`: async-nats' default.
 pub const DEFAULT_NATS_CONNECT_TIMEOUT: &str = "5s";
-/// `nats.queue_capacity`: events buffered per watch before the watch is slowed down; small, so a
-/// NATS outage costs bounded memory (the API server keeps the history, not kube2nats).
+/// `nats.queue_capacity`: messages queued towards the NATS connection before publishing waits;
+/// small, so a NATS outage costs bounded memory (the API server keeps the history, not kube2nats).
 pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
 /// `nats.jetstream.ack_timeout`: async-nats' default request timeout.
 pub const DEFAULT_ACK_TIMEOUT: &str = "5s";
@@ -2120,7 +2122,7 @@ mod tests {
         let raw = load_raw(Some(&path), env(&[])).unwrap();
         let c = Config::try_from(raw).unwrap();
         let names: Vec<&str> = c.watches.iter().map(|w| w.name.as_str()).collect();
-        assert_eq!(names, ["pods", "deployments", "widgets"]);
+        assert_eq!(names, ["pods", "deployments"]);
         // Every key of the schema appears in the example, written out or commented with its default.
         let text = std::fs::read_to_string(&path).unwrap();
         let mut keys = Vec::new();

@@ -33,9 +33,10 @@ struct Cli {
     /// The TOML configuration file; without it, defaults and KUBE2NATS__* variables only.
     #[arg(long, value_name = "PATH", env = "KUBE2NATS_CONFIG")]
     config: Option<PathBuf>,
-    /// Validate the configuration, print it (secrets redacted) and exit: 0 if valid, 2 if not.
-    #[arg(long)]
-    check_config: bool,
+    /// Validate the configuration (the file given here, or --config), print it with secrets
+    /// redacted and exit: 0 if valid, 2 if not.
+    #[arg(long, value_name = "PATH")]
+    check_config: Option<Option<PathBuf>>,
     /// Overrides log.format.
     #[arg(long, value_name = "FORMAT", value_parser = ["text", "json"])]
     log_format: Option<String>,
@@ -43,7 +44,11 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let path = cli.config.as_deref();
+    // `--check-config FILE` names the file to check; a bare `--check-config` checks `--config`.
+    let path = match &cli.check_config {
+        Some(Some(file)) => Some(file.as_path()),
+        _ => cli.config.as_deref(),
+    };
     let loaded = config::load_with_raw(path, None).map(|(mut raw, mut config)| {
         // The flag wins over the file and the environment; clap has checked its value.
         if let Some(format) = &cli.log_format {
@@ -60,7 +65,7 @@ fn main() -> ExitCode {
         Ok(loaded) => loaded,
         Err(errors) => return config_error(path, &errors),
     };
-    if cli.check_config {
+    if cli.check_config.is_some() {
         print!("{}", raw.to_redacted_toml());
         return ExitCode::SUCCESS;
     }

@@ -81,7 +81,7 @@ fn check_config_accepts_the_example_and_prints_it() {
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        stdout.contains("[[watches]]") && stdout.contains("resource = \"widgets.example.com\""),
+        stdout.contains("[[watches]]") && stdout.contains("resource = \"deployments.apps\""),
         "{stdout}"
     );
 }
@@ -250,15 +250,29 @@ fn reports_every_problem_in_one_run() {
     assert_config_error(&out, "watches[0].resource: invalid resource \"Pods\"");
 }
 
-/// A normal start logs, runs until SIGTERM, logs which signal stopped it and exits 0.
+/// A normal start logs, runs until SIGTERM, logs which signal stopped it and exits 0 — even while
+/// the API server is still unreachable and discovery is being retried.
 #[test]
 fn sigterm_stops_a_normal_run_cleanly() {
     use std::io::{BufRead as _, BufReader};
     use std::process::Stdio;
 
+    let unreachable = config_file(
+        r#"
+[kubernetes]
+api_url = "http://127.0.0.1:9"
+[nats]
+url = "nats://127.0.0.1:9"
+[http]
+listen = "127.0.0.1:0"
+[[watches]]
+name = "pods"
+resource = "pods"
+"#,
+    );
     let mut child = kube2nats()
         .args(["--log-format", "json", "--config"])
-        .arg(example())
+        .arg(unreachable.path())
         .env("RUST_LOG", "info")
         .stderr(Stdio::piped())
         .spawn()
@@ -281,4 +295,14 @@ fn sigterm_stops_a_normal_run_cleanly() {
         rest.iter().any(|l| l.contains("\"signal\":\"SIGTERM\"")),
         "{rest:?}"
     );
+}
+
+/// `--check-config FILE` checks that file, as the README and CI use it.
+#[test]
+fn check_config_takes_the_file_as_its_value() {
+    let out = kube2nats().arg("--check-config").arg(example()).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let bad = config_file("[[watches]]\nname = \"x\"\nresource = \"pods\"\nunknown = 1\n");
+    let out = kube2nats().arg("--check-config").arg(bad.path()).output().unwrap();
+    assert_config_error(&out, "watches[0].unknown");
 }

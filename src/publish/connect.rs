@@ -53,6 +53,7 @@ pub async fn connect(cfg: &NatsConfig, connected: IntGauge) -> Result<Nats, Conn
         .name(&cfg.name)
         .connection_timeout(cfg.connect_timeout)
         .retry_on_initial_connect()
+        .client_capacity(cfg.queue_capacity)
         .max_reconnects(None)
         .reconnect_delay_callback(|attempts| {
             let exp = Duration::from_millis(100).saturating_mul(1u32 << attempts.min(10));
