@@ -300,9 +300,17 @@ resource = "pods"
 /// `--check-config FILE` checks that file, as the README and CI use it.
 #[test]
 fn check_config_takes_the_file_as_its_value() {
-    let out = kube2nats().arg("--check-config").arg(example()).output().unwrap();
+    let out = kube2nats()
+        .arg("--check-config")
+        .arg(example())
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     let bad = config_file("[[watches]]\nname = \"x\"\nresource = \"pods\"\nunknown = 1\n");
-    let out = kube2nats().arg("--check-config").arg(bad.path()).output().unwrap();
+    let out = kube2nats()
+        .arg("--check-config")
+        .arg(bad.path())
+        .output()
+        .unwrap();
     assert_config_error(&out, "watches[0].unknown");
 }
