@@ -16,11 +16,13 @@ use anyhow::Context;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, NatsMode};
+use crate::config::{Config, NatsMode, RbacCheck, WatchConfig};
+use crate::event::ResourceInfo;
 use crate::kube::credentials;
 use crate::kube::discovery::Discovery;
 use crate::kube::ApiClient;
 use crate::publish::{connect, MessageBuilder, Nats, Outbox};
+use crate::rbac;
 use crate::telemetry::http::{self, Readiness};
 use crate::telemetry::metrics::Metrics;
 use crate::watcher::backoff::Backoff;
@@ -48,15 +50,17 @@ impl Daemon {
     }
 }
 
-/// Runs kube2nats until `shutdown` resolves (SIGTERM in production, anything in tests).
+/// Runs kube2nats until `shutdown` resolves (SIGTERM in production, anything in tests), or until
+/// a fatal error (an unknown resource, a refused RBAC check with `rbac_check = "fail"`) stops it.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let daemon = start(config).await?;
-    let stop = daemon.shutdown.clone();
+    let mut daemon = start(config).await?;
     tokio::select! {
-        () = shutdown => stop.cancel(),
-        () = stop.cancelled() => {}
+        () = shutdown => {
+            daemon.shutdown();
+            daemon.wait().await
+        }
+        stopped = &mut daemon.main => stopped.context("kube2nats main task panicked")?,
     }
-    daemon.wait().await
 }
 
 /// Starts every stage; returns once the HTTP endpoints are bound.
@@ -149,32 +153,23 @@ async fn run_watches(
     let Some(discovery) = discover(&client, &config, &shutdown).await? else {
         return Ok(());
     };
+    let plans = plan(&config, &discovery)?;
+    check_rbac(&client, &config, &plans).await?;
+
     let mut tasks = JoinSet::new();
     let mut all_watch_metrics = Vec::new();
-    for watch in &config.watches {
-        let resource = discovery
-            .resolve(&watch.resource)
-            .with_context(|| format!("watch {:?}", watch.name))?;
-        let namespaces: Vec<Option<String>> = if !resource.namespaced || watch.namespaces.is_empty()
-        {
-            if !resource.namespaced && !watch.namespaces.is_empty() {
-                tracing::warn!(watch = %watch.name, resource = %resource.plural, "resource is cluster-scoped; ignoring the configured namespaces");
-            }
-            vec![None]
-        } else {
-            watch.namespaces.iter().cloned().map(Some).collect()
-        };
-        let watch_metrics = metrics.for_watch(&watch.name, namespaces.len());
+    let max_in_flight = match &config.nats.mode {
+        NatsMode::Core => 1,
+        NatsMode::JetStream(js) => js.max_ack_inflight,
+    };
+    for plan in plans {
+        let watch = plan.watch;
+        let watch_metrics = metrics.for_watch(&watch.name, plan.namespaces.len());
         all_watch_metrics.push(watch_metrics.clone());
-        tracing::info!(watch = %watch.name, group = %resource.group, version = %resource.version, resource = %resource.plural, kind = %resource.kind, namespaced = resource.namespaced, "resolved");
-        let max_in_flight = match &config.nats.mode {
-            NatsMode::Core => 1,
-            NatsMode::JetStream(js) => js.max_ack_inflight,
-        };
-        for namespace in namespaces {
+        for namespace in plan.namespaces {
             let target = Arc::new(Target {
                 watch: watch.name.as_str().into(),
-                resource: resource.clone(),
+                resource: plan.resource.clone(),
                 namespace,
                 label_selector: watch.label_selector.clone(),
                 field_selector: watch.field_selector.clone(),
@@ -192,7 +187,7 @@ async fn run_watches(
                 watch.subject.clone(),
                 watch.subject_prefix.clone(),
                 watch.cluster.clone(),
-                resource.clone(),
+                plan.resource.clone(),
                 watch.payload,
             );
             let outbox = Outbox::new(nats.clone(), max_in_flight, watch_metrics.clone());
@@ -226,6 +221,59 @@ async fn run_watches(
     }
     tracing::info!("all watches stopped; in-flight messages published");
     Ok(())
+}
+
+/// One configured watch, resolved: what it watches and in which namespaces (`None`: all, or
+/// cluster-scoped).
+struct WatchPlan<'a> {
+    watch: &'a WatchConfig,
+    resource: ResourceInfo,
+    namespaces: Vec<Option<String>>,
+}
+
+/// Resolves every watch through discovery; an unknown resource is fatal (a configuration error
+/// the server revealed).
+fn plan<'a>(config: &'a Config, discovery: &Discovery) -> anyhow::Result<Vec<WatchPlan<'a>>> {
+    config
+        .watches
+        .iter()
+        .map(|watch| {
+            let resource = discovery.resolve(&watch.resource).with_context(|| format!("watch {:?}", watch.name))?;
+            if !resource.namespaced && !watch.namespaces.is_empty() {
+                tracing::warn!(watch = %watch.name, resource = %resource.plural, "resource is cluster-scoped; ignoring the configured namespaces");
+            }
+            let namespaces = if !resource.namespaced || watch.namespaces.is_empty() {
+                vec![None]
+            } else {
+                watch.namespaces.iter().cloned().map(Some).collect()
+            };
+            tracing::info!(watch = %watch.name, group = %resource.group, version = %resource.version, resource = %resource.plural, kind = %resource.kind, namespaced = resource.namespaced, "resolved");
+            Ok(WatchPlan { watch, resource, namespaces })
+        })
+        .collect()
+}
+
+/// The start-up RBAC self-check; with `rbac_check = "fail"` a refusal stops kube2nats.
+async fn check_rbac(
+    client: &ApiClient,
+    config: &Config,
+    plans: &[WatchPlan<'_>],
+) -> anyhow::Result<()> {
+    let accesses: Vec<rbac::Access> = plans
+        .iter()
+        .flat_map(|p| {
+            p.namespaces.iter().map(move |ns| rbac::Access {
+                watch: &p.watch.name,
+                resource: &p.resource,
+                namespace: ns.as_deref(),
+            })
+        })
+        .collect();
+    let refusals = rbac::self_check(client, &accesses).await;
+    match config.kubernetes.rbac_check {
+        RbacCheck::Fail if !refusals.is_empty() => Err(rbac::RbacDenied(refusals).into()),
+        _ => Ok(()),
+    }
 }
 
 /// Fetches discovery, retrying with backoff while the API server is unreachable. `None` if

@@ -176,6 +176,8 @@ impl Dedupe {
     }
 
     /// The list is complete: every tracked object it did not contain has vanished and is forgotten.
+    /// The vanished come in namespace and name order, so the deletions a relist announces are
+    /// reproducible.
     pub fn end_list(&mut self) -> Vec<Vanished> {
         let epoch = self.list_epoch;
         let gone: Vec<UidKey> = self
@@ -184,7 +186,7 @@ impl Dedupe {
             .filter(|(_, t)| t.list_epoch != epoch)
             .map(|(k, _)| k.clone())
             .collect();
-        let vanished = gone
+        let mut vanished = gone
             .into_iter()
             .filter_map(|key| {
                 let tracked = self.objects.remove(&key)?;
@@ -197,8 +199,11 @@ impl Dedupe {
                     },
                 })
             })
-            .collect();
+            .collect::<Vec<_>>();
         self.namespaces.retain(|ns, _| Arc::strong_count(ns) > 1);
+        vanished.sort_by(|a, b| {
+            (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name))
+        });
         vanished
     }
 

@@ -25,6 +25,8 @@ use kube2nats::telemetry::logging;
 const EXIT_CONFIG: u8 = 2;
 /// Exit code of an error at run time.
 const EXIT_RUNTIME: u8 = 1;
+/// The start-up RBAC self-check found a missing permission and `kubernetes.rbac_check = "fail"`.
+const EXIT_RBAC: u8 = 3;
 
 /// Turns the Kubernetes watch API into NATS messages.
 #[derive(Debug, Parser)]
@@ -74,7 +76,11 @@ fn main() -> ExitCode {
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "kube2nats stopped on an error");
             eprintln!("kube2nats: error: {e:#}");
-            ExitCode::from(EXIT_RUNTIME)
+            if e.downcast_ref::<kube2nats::rbac::RbacDenied>().is_some() {
+                ExitCode::from(EXIT_RBAC)
+            } else {
+                ExitCode::from(EXIT_RUNTIME)
+            }
         }
     }
 }

@@ -88,12 +88,16 @@ impl Outbox {
     /// Waits until everything handed over is acknowledged (JetStream) or has reached the server
     /// (core: a flush round trip). After it returns, the watch may checkpoint.
     pub async fn settle(&mut self) {
-        while !self.in_flight.is_empty() {
-            self.complete_oldest().await;
-        }
-        if let Nats::Core(client) = &self.nats {
-            if let Err(e) = client.flush().await {
-                tracing::debug!(watch = %self.metrics.watch, error = %e, "flush to NATS failed; messages stay queued in the client");
+        match self.nats.clone() {
+            Nats::JetStream { context, .. } => {
+                while !self.in_flight.is_empty() {
+                    self.complete_oldest(&context).await;
+                }
+            }
+            Nats::Core(client) => {
+                if let Err(e) = client.flush().await {
+                    tracing::debug!(watch = %self.metrics.watch, error = %e, "flush to NATS failed; messages stay queued in the client");
+                }
             }
         }
     }
@@ -121,7 +125,10 @@ impl Outbox {
                         .observe(started.elapsed().as_secs_f64());
                     return;
                 }
-                Err(e) => self.failed(&msg, &e).await,
+                Err(e) if e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded => {
+                    return self.too_large(&msg, &e)
+                }
+                Err(e) => self.pause_after_failure(&msg, &e).await,
             }
         }
     }
@@ -133,38 +140,46 @@ impl Outbox {
                 .iter()
                 .any(|f| f.msg.object_key == msg.object_key)
         {
-            self.complete_oldest().await;
+            self.complete_oldest(context).await;
         }
         let sent_at = Instant::now();
-        let ack = self.send(context, &msg).await;
-        self.in_flight.push_back(InFlight { msg, ack, sent_at });
+        if let Some(ack) = self.send(context, &msg).await {
+            self.in_flight.push_back(InFlight { msg, ack, sent_at });
+        }
         self.metrics.queue_depth.set(self.in_flight.len() as i64);
     }
 
-    /// Sends one JetStream publish, retrying until the client accepts it.
-    async fn send(&mut self, context: &jetstream::Context, msg: &OutMessage) -> PublishAckFuture {
+    /// Sends one JetStream publish, retrying until the client accepts it; `None` for a message
+    /// that can never be published (larger than the server's `max_payload`).
+    async fn send(
+        &mut self,
+        context: &jetstream::Context,
+        msg: &OutMessage,
+    ) -> Option<PublishAckFuture> {
         loop {
             let publish = jetstream::message::PublishMessage::build()
                 .payload(msg.payload.clone())
                 .headers(msg.headers.clone());
             match context.send_publish(msg.subject.clone(), publish).await {
-                Ok(ack) => return ack,
-                Err(e) => self.failed(msg, &e).await,
+                Ok(ack) => return Some(ack),
+                Err(e) if e.kind() == jetstream::context::PublishErrorKind::MaxPayloadExceeded => {
+                    self.too_large(msg, &e);
+                    return None;
+                }
+                Err(e) => self.pause_after_failure(msg, &e).await,
             }
         }
     }
 
-    /// Awaits the oldest acknowledgement, publishing that message again until it is acknowledged.
-    async fn complete_oldest(&mut self) {
+    /// Awaits the oldest acknowledgement; on failure publishes it, and the rest of the window,
+    /// again until it is acknowledged.
+    async fn complete_oldest(&mut self, context: &jetstream::Context) {
         let Some(InFlight {
             msg,
             mut ack,
             sent_at,
         }) = self.in_flight.pop_front()
         else {
-            return;
-        };
-        let Nats::JetStream { context, .. } = self.nats.clone() else {
             return;
         };
         loop {
@@ -181,17 +196,45 @@ impl Outbox {
                     break;
                 }
                 Err(e) => {
-                    self.failed(&msg, &e).await;
-                    ack = self.send(&context, &msg).await;
+                    self.pause_after_failure(&msg, &e).await;
+                    let Some(again) = self.send(context, &msg).await else {
+                        break;
+                    };
+                    ack = again;
+                    self.resend_window(context).await;
                 }
             }
         }
         self.metrics.queue_depth.set(self.in_flight.len() as i64);
     }
 
+    /// After a failed acknowledgement the rest of the window has most likely failed too (NATS
+    /// restarted, the stream was not there yet): publish all of it again now, in order, so one
+    /// outage costs one pause rather than one per message. Messages the stream already holds come
+    /// back flagged duplicate and are not stored twice.
+    async fn resend_window(&mut self, context: &jetstream::Context) {
+        let window = std::mem::take(&mut self.in_flight);
+        for InFlight { msg, sent_at, .. } in window {
+            if let Some(ack) = self.send(context, &msg).await {
+                self.in_flight.push_back(InFlight { msg, ack, sent_at });
+            }
+        }
+    }
+
+    /// A message over the server's `max_payload` can never be published: counted, logged, skipped.
+    fn too_large(&self, msg: &OutMessage, error: &dyn std::error::Error) {
+        self.metrics.publish_errors.inc();
+        self.metrics.dropped_too_large.inc();
+        tracing::error!(watch = %self.metrics.watch, subject = %msg.subject, bytes = msg.payload.len(), error = %error, "message exceeds the NATS server's max_payload; not published (raise max_payload, or publish objects with a smaller payload mode)");
+    }
+
     /// Counts and logs a failed attempt, then waits before the next: until the connection is
     /// back if it is down, else a growing backoff.
-    async fn failed(&mut self, msg: &OutMessage, error: &(dyn std::error::Error + Send + Sync)) {
+    async fn pause_after_failure(
+        &mut self,
+        msg: &OutMessage,
+        error: &(dyn std::error::Error + Send + Sync),
+    ) {
         self.metrics.publish_errors.inc();
         let delay = self.retry.next_delay();
         let error = error.to_string();

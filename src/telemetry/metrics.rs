@@ -67,7 +67,7 @@ impl Metrics {
             "Events published to NATS (acknowledged in JetStream mode), by event type.",
             &["watch", "type"],
         )?;
-        let events_dropped = counter("events_dropped_total", "Events not published: duplicate (already published), stale (older than published), filtered (event type not configured).", &["watch", "reason"])?;
+        let events_dropped = counter("events_dropped_total", "Events not published: duplicate (already published), stale (older than published), filtered (event type not configured), too_large (over the NATS max_payload).", &["watch", "reason"])?;
         let events_synthesized = counter(
             "events_synthesized_total",
             "Events derived from a list rather than received from a watch, by event type.",
@@ -178,6 +178,7 @@ impl Metrics {
             dropped_duplicate: self.events_dropped.with_label_values(&[watch, "duplicate"]),
             dropped_stale: self.events_dropped.with_label_values(&[watch, "stale"]),
             dropped_filtered: self.events_dropped.with_label_values(&[watch, "filtered"]),
+            dropped_too_large: self.events_dropped.with_label_values(&[watch, "too_large"]),
             publish_errors: self.publish_errors.with_label_values(&[watch]),
             publish_duration: self.publish_duration.with_label_values(&[watch]),
             decode_errors: self.decode_errors.with_label_values(&[watch]),
@@ -216,6 +217,8 @@ pub struct WatchMetrics {
     pub dropped_duplicate: IntCounter,
     pub dropped_stale: IntCounter,
     pub dropped_filtered: IntCounter,
+    /// Larger than the NATS server's `max_payload`: can never be published.
+    pub dropped_too_large: IntCounter,
     pub publish_errors: IntCounter,
     pub publish_duration: Histogram,
     pub decode_errors: IntCounter,

@@ -1,0 +1,592 @@
+//! What an operator relies on: metrics that move with what happens, an exposition promtool
+//! accepts, readiness that follows sync and NATS, an RBAC self-check that names the rule to add,
+//! and a graceful shutdown that loses nothing it read.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write as _};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::*;
+use kube2nats_harness::apiserver::{
+    ApiServer, ApiServerOptions, Failure, RequestFilter, Rule, INITIAL_TOKEN,
+};
+use kube2nats_harness::nats::NatsServer;
+
+const PODS_WATCH: &str =
+    "[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"default\"]\n";
+
+fn config_text(sim: &ApiServer, nats: &NatsServer, dir: &tempfile::TempDir, extra: &str) -> String {
+    let token = token_file(dir.path(), INITIAL_TOKEN);
+    format!(
+        "{}\n[nats]\nurl = \"{}\"\n{extra}",
+        kube_section(sim, &token),
+        nats.url()
+    )
+}
+
+async fn get(daemon: &kube2nats::app::Daemon, path: &str) -> (u16, String) {
+    let response = reqwest::get(format!("http://{}{path}", daemon.http_addr))
+        .await
+        .expect("kube2nats HTTP endpoint");
+    (
+        response.status().as_u16(),
+        response.text().await.unwrap_or_default(),
+    )
+}
+
+fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    metric(text, name, labels).unwrap_or_else(|| panic!("no sample {name}{labels:?} in:\n{text}"))
+}
+
+/// Counters and gauges move with events, filtered drops, decode errors, API errors and relists,
+/// by the exact amounts.
+#[tokio::test]
+async fn metrics_count_what_happens() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    sim.create("pods", Some("default"), pod("a"));
+    sim.create("pods", Some("default"), pod("b"));
+    let nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let text = config_text(
+        &sim,
+        &nats,
+        &dir,
+        &format!("{PODS_WATCH}events = [\"ADDED\", \"MODIFIED\"]\n"),
+    );
+    let daemon = kube2nats::app::start(config_from(&text)).await.unwrap();
+    let m = || daemon.metrics.render();
+    let w = ("watch", "pods");
+    eventually("synced", || {
+        metric(&m(), "kube2nats_watch_synced", &[w]) == Some(1.0)
+    })
+    .await;
+    assert!(sim.wait_for_watches(1, WAIT).await);
+    assert_eq!(
+        value(
+            &m(),
+            "kube2nats_events_synthesized_total",
+            &[w, ("type", "ADDED")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        value(&m(), "kube2nats_relists_total", &[w, ("reason", "initial")]),
+        1.0
+    );
+    assert_eq!(value(&m(), "kube2nats_tracked_objects", &[w]), 2.0);
+
+    sim.create("pods", Some("default"), pod("c"));
+    sim.update("pods", Some("default"), "c", |o| {
+        o["metadata"]["labels"]["x"] = "1".into()
+    });
+    sim.delete("pods", Some("default"), "c");
+    eventually("the delete received", || {
+        metric(
+            &m(),
+            "kube2nats_events_received_total",
+            &[w, ("type", "DELETED")],
+        ) == Some(1.0)
+    })
+    .await;
+    let now = m();
+    assert_eq!(
+        value(
+            &now,
+            "kube2nats_events_received_total",
+            &[w, ("type", "ADDED")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &now,
+            "kube2nats_events_published_total",
+            &[w, ("type", "ADDED")]
+        ),
+        3.0
+    );
+    assert_eq!(
+        value(
+            &now,
+            "kube2nats_events_published_total",
+            &[w, ("type", "MODIFIED")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &now,
+            "kube2nats_events_published_total",
+            &[w, ("type", "DELETED")]
+        ),
+        0.0
+    );
+    assert_eq!(
+        value(
+            &now,
+            "kube2nats_events_dropped_total",
+            &[w, ("reason", "filtered")]
+        ),
+        1.0
+    );
+    assert_eq!(value(&now, "kube2nats_tracked_objects", &[w]), 2.0);
+    assert!(value(&now, "kube2nats_publish_duration_seconds_count", &[w]) >= 4.0);
+    assert!(value(&now, "kube2nats_watch_last_event_timestamp_seconds", &[w]) > 1.7e9);
+    assert_eq!(value(&now, "kube2nats_nats_connected", &[]), 1.0);
+    assert_eq!(
+        value(
+            &now,
+            "kube2nats_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        ),
+        1.0
+    );
+    assert!(value(&now, "process_resident_memory_bytes", &[]) > 0.0);
+
+    sim.inject_garbage_line();
+    eventually("decode error counted", || {
+        metric(&m(), "kube2nats_decode_errors_total", &[w]) == Some(1.0)
+    })
+    .await;
+    assert_eq!(
+        value(
+            &m(),
+            "kube2nats_watch_restarts_total",
+            &[w, ("reason", "decode_error")]
+        ),
+        1.0
+    );
+
+    assert!(sim.wait_for_watches(1, WAIT).await);
+    sim.fail_next_matching(2, RequestFilter::Watch, Failure::Internal);
+    sim.drop_watches();
+    sim.create("pods", Some("default"), pod("gap"));
+    sim.compact();
+    eventually("relist after 410", || {
+        metric(&m(), "kube2nats_relists_total", &[w, ("reason", "expired")]) == Some(1.0)
+    })
+    .await;
+    eventually("synced again", || {
+        metric(&m(), "kube2nats_watch_synced", &[w]) == Some(1.0)
+    })
+    .await;
+    let now = m();
+    assert_eq!(
+        value(
+            &now,
+            "kube2nats_api_requests_total",
+            &[("verb", "watch"), ("code", "500")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        value(
+            &now,
+            "kube2nats_watch_restarts_total",
+            &[w, ("reason", "server_error")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        value(
+            &now,
+            "kube2nats_watch_restarts_total",
+            &[w, ("reason", "expired")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &now,
+            "kube2nats_events_synthesized_total",
+            &[w, ("type", "ADDED")]
+        ),
+        3.0,
+        "the gap's pod came from the relist"
+    );
+    assert_eq!(value(&now, "kube2nats_tracked_objects", &[w]), 3.0);
+    daemon.shutdown();
+    daemon.wait().await.unwrap();
+}
+
+/// `promtool check metrics` accepts a real scrape.
+#[tokio::test]
+async fn promtool_accepts_the_exposition() {
+    let promtool = std::env::var("PROMTOOL_BIN").unwrap_or_else(|_| "promtool".into());
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    sim.create("pods", Some("default"), pod("a"));
+    let nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = kube2nats::app::start(config_from(&config_text(&sim, &nats, &dir, PODS_WATCH)))
+        .await
+        .unwrap();
+    eventually("synced", || {
+        metric(
+            &daemon.metrics.render(),
+            "kube2nats_watch_synced",
+            &[("watch", "pods")],
+        ) == Some(1.0)
+    })
+    .await;
+    let (code, scrape) = get(&daemon, "/metrics").await;
+    assert_eq!(code, 200);
+    let mut child = Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {promtool}: {e}; install it with `apt-get install prometheus` or run scripts/test, which installs it"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(scrape.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && report.trim().is_empty(),
+        "promtool check metrics:\n{report}"
+    );
+}
+
+/// `/readyz` is 503 before the first sync and while NATS is down, 200 otherwise; `/healthz` is
+/// 200 throughout.
+#[tokio::test]
+async fn readiness_follows_sync_and_nats() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let mut nats = NatsServer::start().await.unwrap();
+    nats.stop().await;
+    sim.fail_next_matching(
+        3,
+        RequestFilter::List,
+        Failure::Unavailable {
+            retry_after_secs: 1,
+        },
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = kube2nats::app::start(config_from(&config_text(&sim, &nats, &dir, PODS_WATCH)))
+        .await
+        .unwrap();
+    let (code, body) = get(&daemon, "/readyz").await;
+    assert_eq!(code, 503);
+    assert!(body.contains("NATS: not connected"), "{body}");
+    assert!(body.contains("watch"), "{body}");
+    assert_eq!(get(&daemon, "/healthz").await.0, 200);
+
+    nats.restart().await.unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (code, body) = get(&daemon, "/readyz").await;
+        if code == 200 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never ready: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    nats.stop().await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (code, body) = get(&daemon, "/readyz").await;
+        if code == 503 {
+            assert_eq!(body.trim(), "NATS: not connected");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still ready with NATS down"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(get(&daemon, "/healthz").await.0, 200);
+    nats.restart().await.unwrap();
+    eventually_ready(&daemon).await;
+    daemon.shutdown();
+    daemon.wait().await.unwrap();
+}
+
+async fn eventually_ready(daemon: &kube2nats::app::Daemon) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while get(daemon, "/readyz").await.0 != 200 {
+        assert!(tokio::time::Instant::now() < deadline, "never ready again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The real binary, its stderr lines collected in the background.
+struct Process {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    _config: tempfile::NamedTempFile,
+}
+
+impl Process {
+    fn spawn(config: &str) -> Process {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(config.as_bytes()).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kube2nats"))
+            .arg("--config")
+            .arg(file.path())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting kube2nats");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Process {
+            child,
+            lines,
+            _config: file,
+        }
+    }
+
+    /// Waits for a line containing every one of `needles`.
+    fn line_with(&self, needles: &[&str]) -> String {
+        let deadline = std::time::Instant::now() + WAIT;
+        let mut seen = Vec::new();
+        while std::time::Instant::now() < deadline {
+            if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(100)) {
+                if needles.iter().all(|n| line.contains(n)) {
+                    return line;
+                }
+                seen.push(line);
+            }
+        }
+        panic!("no log line with {needles:?}; saw:\n{}", seen.join("\n"));
+    }
+
+    fn rest(&self) -> String {
+        self.lines.try_iter().collect::<Vec<_>>().join("\n")
+    }
+
+    fn terminate(&self) {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+
+    /// Waits for exit; returns the code and how long it took.
+    fn wait_exit(&mut self, within: Duration) -> (Option<i32>, Duration) {
+        let started = std::time::Instant::now();
+        while started.elapsed() < within {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return (status.code(), started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        panic!(
+            "kube2nats did not exit within {within:?}; log:\n{}",
+            self.rest()
+        );
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The start-up RBAC self-check reports a refused `watch` with the rule to add; with
+/// `rbac_check = "fail"` kube2nats exits with code 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_self_check_names_the_rule_to_add() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    sim.set_rules(
+        INITIAL_TOKEN,
+        vec![Rule::new(&["get", "list"], &[""], &["pods"], &["default"])],
+    );
+    let nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let warn = config_text(&sim, &nats, &dir, PODS_WATCH);
+    let process = Process::spawn(&warn);
+    let line = process.line_with(&["RBAC does not allow watch on pods"]);
+    assert!(line.contains(r#"add to a Role in namespace "default" (bound to kube2nats' ServiceAccount): {apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"]}"#), "{line}");
+    assert!(
+        !process.rest().contains("RBAC does not allow list"),
+        "list is allowed"
+    );
+    let reviews: Vec<_> = sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("selfsubjectaccessreviews"))
+        .collect();
+    assert_eq!(reviews.len(), 2, "list and watch asked once each");
+    drop(process);
+
+    let fail = warn.replace("[kubernetes]", "[kubernetes]\nrbac_check = \"fail\"");
+    let mut process = Process::spawn(&fail);
+    let (code, _) = process.wait_exit(WAIT);
+    assert_eq!(code, Some(3), "log:\n{}", process.rest());
+}
+
+/// SIGTERM during a busy stream: exit 0 within the grace period, and every event read from the
+/// API server was published (JetStream-acknowledged) before exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_during_a_busy_stream_publishes_everything_read() {
+    let sim = std::sync::Arc::new(
+        ApiServer::start(ApiServerOptions {
+            history_limit: 100_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap(),
+    );
+    let nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let js_section =
+        "mode = \"jetstream\"\n[nats.jetstream.stream]\nname = \"KUBE\"\nsubjects = [\"kube.>\"]\n";
+    let text = config_text(&sim, &nats, &dir, &format!("{js_section}{PODS_WATCH}"));
+    let daemon = kube2nats::app::start(config_from(&text)).await.unwrap();
+    eventually("synced", || {
+        metric(
+            &daemon.metrics.render(),
+            "kube2nats_watch_synced",
+            &[("watch", "pods")],
+        ) == Some(1.0)
+    })
+    .await;
+    let producer = {
+        let sim = sim.clone();
+        tokio::spawn(async move {
+            for i in 0..100_000 {
+                sim.create("pods", Some("default"), pod(&format!("busy-{i}")));
+                if i % 20 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        })
+    };
+    eventually("a busy stream", || {
+        metric(
+            &daemon.metrics.render(),
+            "kube2nats_events_published_total",
+            &[("watch", "pods"), ("type", "ADDED")],
+        )
+        .unwrap_or(0.0)
+            > 300.0
+    })
+    .await;
+    let started = tokio::time::Instant::now();
+    daemon.shutdown();
+    let metrics = daemon.metrics.clone();
+    daemon.wait().await.expect("clean shutdown");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "within the grace period: {:?}",
+        started.elapsed()
+    );
+    producer.abort();
+    let text = metrics.render();
+    let received = value(
+        &text,
+        "kube2nats_events_received_total",
+        &[("watch", "pods"), ("type", "ADDED")],
+    );
+    let published = value(
+        &text,
+        "kube2nats_events_published_total",
+        &[("watch", "pods"), ("type", "ADDED")],
+    );
+    assert_eq!(
+        received, published,
+        "every event read was published before exit"
+    );
+    let nc = async_nats::connect(nats.url()).await.unwrap();
+    let mut stream = async_nats::jetstream::new(nc)
+        .get_stream("KUBE")
+        .await
+        .unwrap();
+    assert_eq!(
+        stream.info().await.unwrap().state.messages as f64,
+        published,
+        "and acknowledged by the stream"
+    );
+}
+
+/// SIGTERM to the real process during a busy stream: exit 0 within the grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_busy_stream_exits_0_within_the_grace_period() {
+    let sim = std::sync::Arc::new(
+        ApiServer::start(ApiServerOptions {
+            history_limit: 100_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap(),
+    );
+    let nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut process = Process::spawn(&config_text(&sim, &nats, &dir, PODS_WATCH));
+    process.line_with(&["synced"]);
+    let producer = {
+        let sim = sim.clone();
+        tokio::spawn(async move {
+            for i in 0..100_000 {
+                sim.create("pods", Some("default"), pod(&format!("busy-{i}")));
+                if i % 20 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    process.terminate();
+    let (code, took) = process.wait_exit(Duration::from_secs(10));
+    producer.abort();
+    assert_eq!(code, Some(0), "log:\n{}", process.rest());
+    assert!(
+        took < Duration::from_secs(5),
+        "took {took:?} (grace period 5s)"
+    );
+}
+
+/// Past the grace period (NATS down, JetStream acknowledgements pending) kube2nats exits non-zero
+/// and says what it abandoned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grace_period_exceeded_exits_nonzero_and_names_what_was_abandoned() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let mut nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let js_section =
+        "mode = \"jetstream\"\n[nats.jetstream.stream]\nname = \"KUBE\"\nsubjects = [\"kube.>\"]\n";
+    let text = config_text(&sim, &nats, &dir, &format!("{js_section}{PODS_WATCH}"))
+        .replace("grace_period = \"5s\"", "grace_period = \"1s\"");
+    let mut process = Process::spawn(&text);
+    process.line_with(&["synced"]);
+    nats.stop().await;
+    for i in 0..5 {
+        sim.create("pods", Some("default"), pod(&format!("stuck-{i}")));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    process.terminate();
+    let (code, took) = process.wait_exit(Duration::from_secs(10));
+    let log = process.rest();
+    assert_eq!(code, Some(1), "log:\n{log}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(log.contains("abandoned"), "log:\n{log}");
+}
