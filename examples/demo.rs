@@ -1,0 +1,234 @@
+//! kube2nats in a minute, with no cluster: `scripts/demo` (or `cargo run --example demo` with
+//! `nats-server` on PATH or in `NATS_SERVER_BIN`).
+//!
+//! Starts a real `nats-server` on a free loopback port, the simulated kube-apiserver of the test
+//! harness, and kube2nats in-process, configured from TOML text as a user would write it. A
+//! subscriber prints every message that arrives on `kube.>` while a small scripted workload runs
+//! (a Deployment rolls out, its pods start, one goes away, then the rest); then a
+//! few lines of kube2nats' `/metrics`, and everything stops cleanly. Exits non-zero if a message
+//! that should have arrived did not.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use futures_util::StreamExt;
+use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions};
+use kube2nats_harness::nats::NatsServer;
+use serde_json::{json, Value};
+
+/// The namespace the workload runs in.
+const NAMESPACE: &str = "shop";
+/// How long the demo waits for the messages it expects before it gives up.
+const WAIT: Duration = Duration::from_secs(15);
+/// A pause between steps of the workload, so the output reads as a story.
+const STEP: Duration = Duration::from_millis(150);
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    // kube2nats' own log lines: errors only, so the messages stand out; RUST_LOG=info shows all.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "error".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+
+    let nats = NatsServer::start().await.context("starting nats-server")?;
+    let api = ApiServer::start(ApiServerOptions::default())
+        .await
+        .context("starting the simulated API server")?;
+    println!("nats-server        {}", nats.url());
+    println!("simulated cluster  {}", api.url());
+
+    // Something exists before kube2nats starts: its first list publishes it as ADDED.
+    api.create("pods", Some(NAMESPACE), pod("db-0", "Running"));
+
+    let dir = tempfile::tempdir().context("creating a temp dir")?;
+    let config_path = dir.path().join("kube2nats.toml");
+    let config_text = config_toml(&api, &nats);
+    std::fs::write(&config_path, &config_text).context("writing kube2nats.toml")?;
+    let config = kube2nats::config::load(Some(&config_path), Some(HashMap::new()))
+        .map_err(|e| anyhow::anyhow!("the demo's configuration is invalid:\n{e}"))?;
+
+    let nc = async_nats::connect(nats.url())
+        .await
+        .context("connecting the subscriber")?;
+    let mut sub = nc.subscribe("kube.>").await?;
+    nc.flush().await?;
+
+    let daemon = kube2nats::app::start(config)
+        .await
+        .context("starting kube2nats")?;
+    let http = format!("http://{}", daemon.http_addr);
+    wait_ready(&http).await?;
+    println!("kube2nats          ready, metrics at {http}/metrics (its log: RUST_LOG=info)\n");
+    println!("{:<52} {:<9} {:<22} note", "subject", "type", "name");
+
+    // The subscriber prints while the workload runs.
+    let expected = 10;
+    let printer = tokio::spawn(async move {
+        let mut counts: HashMap<String, usize> = HashMap::new();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while counts.values().sum::<usize>() < expected {
+            let msg = match tokio::time::timeout_at(deadline, sub.next()).await {
+                Ok(Some(msg)) => msg,
+                _ => break,
+            };
+            let header = |name: &str| {
+                msg.headers
+                    .as_ref()
+                    .and_then(|h| h.get(name))
+                    .map(|v| v.as_str().to_owned())
+                    .unwrap_or_default()
+            };
+            let event_type = header("Kube-Event-Type");
+            let note = match header("Kube-Synthesized").as_str() {
+                "" => String::new(),
+                how => format!("synthesized: {how}"),
+            };
+            let name = format!("{}/{}", header("Kube-Kind"), header("Kube-Name"));
+            let line = format!(
+                "{:<52} {event_type:<9} {name:<22} {note}",
+                msg.subject.as_str()
+            );
+            println!("{}", line.trim_end());
+            *counts.entry(event_type).or_default() += 1;
+        }
+        counts
+    });
+
+    workload(&api).await;
+    let counts = printer.await.context("the subscriber task")?;
+
+    println!("\nfrom {http}/metrics:");
+    let metrics = daemon.metrics.render();
+    for line in metrics.lines().filter(|l| {
+        [
+            "kube2nats_events_published_total",
+            "kube2nats_tracked_objects",
+            "kube2nats_nats_connected",
+        ]
+        .iter()
+        .any(|m| l.starts_with(m))
+    }) {
+        println!("  {line}");
+    }
+
+    daemon.shutdown();
+    daemon.wait().await.context("stopping kube2nats")?;
+    drop(api);
+    drop(nats);
+
+    let count = |t: &str| counts.get(t).copied().unwrap_or(0);
+    let total: usize = counts.values().sum();
+    println!(
+        "\n{total} messages through nats-server: {} ADDED, {} MODIFIED, {} DELETED; everything stopped",
+        count("ADDED"),
+        count("MODIFIED"),
+        count("DELETED")
+    );
+    if total < expected {
+        bail!("expected {expected} messages, {total} arrived within {WAIT:?}");
+    }
+    Ok(())
+}
+
+/// kube2nats' configuration, as a user would write it, pointed at the simulator and nats-server.
+fn config_toml(api: &ApiServer, nats: &NatsServer) -> String {
+    format!(
+        r#"
+[kubernetes]
+api_url = "{api_url}"
+token_file = {token:?}
+
+[nats]
+url = "{nats_url}"
+
+[http]
+listen = "127.0.0.1:0"
+
+[[watches]]
+name = "pods"
+resource = "pods"
+namespaces = ["{NAMESPACE}"]
+
+[[watches]]
+name = "deployments"
+resource = "deployments.apps"
+namespaces = ["{NAMESPACE}"]
+payload = "object"
+"#,
+        api_url = api.url(),
+        token = api.token_file().display().to_string(),
+        nats_url = nats.url(),
+    )
+}
+
+/// A Deployment rolls out two pods, they start, one is replaced, and the Deployment goes away.
+/// Ten changes: ADDED db-0 (listed at start), then nine through the watches.
+async fn workload(api: &ApiServer) {
+    let ns = Some(NAMESPACE);
+    api.create("deployments", ns, deployment("web", 2));
+    tokio::time::sleep(STEP).await;
+    for name in ["web-1", "web-2"] {
+        api.create("pods", ns, pod(name, "Pending"));
+    }
+    tokio::time::sleep(STEP).await;
+    api.update("pods", ns, "web-1", |p| {
+        p["status"]["phase"] = "Running".into()
+    });
+    api.update("deployments", ns, "web", |d| {
+        d["status"] = json!({"replicas": 2, "readyReplicas": 1})
+    });
+    tokio::time::sleep(STEP).await;
+    api.delete("pods", ns, "web-2");
+    tokio::time::sleep(STEP).await;
+    api.delete("deployments", ns, "web");
+    api.delete("pods", ns, "web-1");
+    api.delete("pods", ns, "db-0");
+}
+
+fn pod(name: &str, phase: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "labels": {"app": name.split('-').next()}},
+        "spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]},
+        "status": {"phase": phase}
+    })
+}
+
+fn deployment(name: &str, replicas: u32) -> Value {
+    json!({
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}
+            }
+        }
+    })
+}
+
+/// Polls `/readyz` until kube2nats has listed every watch and is connected to NATS.
+async fn wait_ready(http: &str) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let response = reqwest::get(format!("{http}/readyz")).await;
+        match response {
+            Ok(r) if r.status().is_success() => return Ok(()),
+            Ok(r) if tokio::time::Instant::now() >= deadline => {
+                bail!(
+                    "kube2nats not ready after {WAIT:?}: {}",
+                    r.text().await.unwrap_or_default()
+                )
+            }
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                bail!("kube2nats' /readyz unreachable: {e}")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
