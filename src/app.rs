@@ -16,7 +16,7 @@ use anyhow::Context;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, NatsMode, RbacCheck, WatchConfig};
+use crate::config::{BackoffConfig, Config, NatsMode, RbacCheck, WatchConfig};
 use crate::event::ResourceInfo;
 use crate::kube::credentials;
 use crate::kube::discovery::Discovery;
@@ -94,18 +94,6 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
                 config.nats.servers.join(",")
             )
         })?;
-    if let (NatsMode::JetStream(js), Nats::JetStream { context, .. }) = (&config.nats.mode, &nats) {
-        if let Some(stream) = js.stream.clone() {
-            let context = context.clone();
-            tokio::spawn(async move {
-                while let Err(e) = connect::ensure_stream(&context, &stream).await {
-                    tracing::warn!(stream = %stream.name, error = %e, "cannot create or check the JetStream stream yet; retrying");
-                    tokio::time::sleep(Duration::from_secs(2)).await;
-                }
-            });
-        }
-    }
-
     let endpoint = credentials::resolve(&config.kubernetes, |name| std::env::var(name).ok())
         .context("resolving the Kubernetes API credentials")?;
     tracing::info!(api_server = %endpoint.base_url, "Kubernetes API server");
@@ -155,6 +143,9 @@ async fn run_watches(
     };
     let plans = plan(&config, &discovery)?;
     check_rbac(&client, &config, &plans).await?;
+    if !ensure_stream(&config, &nats, &shutdown).await {
+        return Ok(());
+    }
 
     let mut tasks = JoinSet::new();
     let mut all_watch_metrics = Vec::new();
@@ -275,6 +266,43 @@ async fn check_rbac(
         _ => Ok(()),
     }
 }
+
+/// Creates (or checks) the JetStream stream when kube2nats manages it, before any watch publishes:
+/// publishing into a stream that does not exist yet only fails and backs off. Retries while NATS
+/// is unreachable; `false` if shutdown came first.
+async fn ensure_stream(config: &Config, nats: &Nats, shutdown: &CancellationToken) -> bool {
+    let (NatsMode::JetStream(js), Nats::JetStream { context, .. }) = (&config.nats.mode, nats)
+    else {
+        return true;
+    };
+    let Some(stream) = &js.stream else {
+        return true;
+    };
+    let mut backoff = Backoff::new(STREAM_SETUP_BACKOFF);
+    loop {
+        let attempt = tokio::select! {
+            _ = shutdown.cancelled() => return false,
+            attempt = connect::ensure_stream(context, stream) => attempt,
+        };
+        let Err(e) = attempt else { return true };
+        let delay = backoff.next_delay();
+        tracing::warn!(stream = %stream.name, error = %e, retry_in = ?delay, "cannot create or check the JetStream stream yet; retrying");
+        tokio::select! {
+            _ = shutdown.cancelled() => return false,
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// Retries of the stream set-up: quick at first (JetStream may still be starting), capped low so a
+/// recovered NATS is used within seconds.
+const STREAM_SETUP_BACKOFF: BackoffConfig = BackoffConfig {
+    initial: Duration::from_millis(100),
+    max: Duration::from_secs(2),
+    multiplier: 2.0,
+    jitter: 0.2,
+    reset_after: Duration::from_secs(60),
+};
 
 /// Fetches discovery, retrying with backoff while the API server is unreachable. `None` if
 /// shutdown came first.
