@@ -140,9 +140,7 @@ async fn randomized_fault_run_keeps_the_delivery_promise() {
     let mut nats = NatsServer::start().await.unwrap();
     let config = format!(
         "{}\n[nats]\nurl = \"{}\"\nmode = \"jetstream\"\n[nats.jetstream]\nack_timeout = \"1s\"\nmax_ack_inflight = 64\n[nats.jetstream.stream]\nname = \"KUBE\"\nsubjects = [\"kube.>\"]\n{WATCHES}",
-        kube_section(&sim, &sim.token_file())
-            .replace("watch_timeout = \"30s\"", "watch_timeout = \"3s\"\ntoken_reload_interval = \"1s\"")
-            .replace("listen = \"127.0.0.1:0\"", "listen = \"127.0.0.1:0\""),
+        kube_section(&sim, &sim.token_file()).replace("watch_timeout = \"30s\"", "watch_timeout = \"3s\"\ntoken_reload_interval = \"1s\""),
         nats.url()
     );
     let mut file = tempfile::NamedTempFile::new().unwrap();
