@@ -573,6 +573,14 @@ impl ApiServer {
             .broadcast(WatchMsg::Fault(WatchFault::Garbage));
     }
 
+    /// Writes `bytes` exactly as given into every open watch (include the `\n` to end the line)
+    /// and keeps the watches open: any bad line a test needs — malformed or non-UTF-8 JSON, an
+    /// unknown event type, an object without metadata, a line over the client's size limit, an
+    /// ERROR event with some Status. Framing applies as to any line.
+    pub fn inject_line(&self, bytes: impl Into<bytes::Bytes>) {
+        self.shared.store().broadcast(WatchMsg::Raw(bytes.into()));
+    }
+
     /// Answers the next `n` requests with `failure` (after authentication, as API priority and
     /// fairness does). Replaces any failures still pending.
     pub fn fail_next(&self, n: usize, failure: Failure) {

@@ -62,6 +62,8 @@ pub enum WatchMsg {
     Bookmark(u64),
     /// Misbehave on purpose.
     Fault(WatchFault),
+    /// Write these bytes as they are (the caller supplies any newline) and keep going.
+    Raw(bytes::Bytes),
 }
 
 /// Faults injected into open watch streams.

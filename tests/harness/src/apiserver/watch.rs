@@ -176,6 +176,7 @@ pub async fn run(
             }
             Some(WatchMsg::Bookmark(_)) => Flow::Continue,
             Some(WatchMsg::Fault(fault)) => writer.fault(fault).await,
+            Some(WatchMsg::Raw(bytes)) => writer.write_line(bytes).await,
         };
         if let Flow::End = flow {
             return;
