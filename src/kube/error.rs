@@ -40,8 +40,28 @@ pub enum ApiError {
     #[error("unexpected response body: {0}")]
     UnexpectedBody(String),
     /// Connection refused or reset, TLS failure, request timeout.
-    #[error("request failed: {0}")]
+    #[error("request failed: {}", with_causes(.0))]
     Transport(#[source] reqwest::Error),
+}
+
+/// `error` followed by its causes, `: `-separated. reqwest's own message names only the URL
+/// ("error sending request for url (…)"); what an operator must act on — `Connection refused`,
+/// `connection reset`, `invalid peer certificate: UnknownIssuer` — is in the sources, and a log
+/// line shows only `Display`. Found by the bad-input matrix (tests/bad_input.rs): a TLS failure
+/// logged no hint of TLS.
+pub fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        // Wrappers often repeat their inner error's message; say each thing once.
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 impl ApiError {
@@ -130,5 +150,36 @@ mod tests {
             ApiError::from_response(429, None, b""),
             ApiError::Throttled { .. }
         ));
+    }
+
+    /// An error's causes are part of its message, each said once.
+    #[test]
+    fn causes_are_shown_once() {
+        #[derive(Debug)]
+        struct Layer(&'static str, Option<Box<Layer>>);
+        impl std::fmt::Display for Layer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.0)
+            }
+        }
+        impl std::error::Error for Layer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                self.1.as_deref().map(|l| l as _)
+            }
+        }
+        let tls = Layer("invalid peer certificate: UnknownIssuer", None);
+        let repeated = Layer(
+            "invalid peer certificate: UnknownIssuer",
+            Some(Box::new(tls)),
+        );
+        let connect = Layer("client error (Connect)", Some(Box::new(repeated)));
+        let top = Layer(
+            "error sending request for url (https://k8s/)",
+            Some(Box::new(connect)),
+        );
+        assert_eq!(
+            with_causes(&top),
+            "error sending request for url (https://k8s/): client error (Connect): invalid peer certificate: UnknownIssuer"
+        );
     }
 }

@@ -9,7 +9,8 @@ use super::framing::{FrameError, LineDecoder};
 pub enum StreamError {
     #[error(transparent)]
     Frame(#[from] FrameError),
-    #[error("watch connection broke: {0}")]
+    /// Shown with its causes (see [`super::error::with_causes`]): "connection reset" is in them.
+    #[error("watch connection broke: {}", super::error::with_causes(.0))]
     Transport(#[source] reqwest::Error),
 }
 

@@ -14,7 +14,8 @@ use tokio::time::Instant;
 use super::backoff::Backoff;
 use crate::event::{EventType, ObjectEvent, ResourceInfo, ResourceVersion};
 use crate::kube::client::{collection_path, Verb};
-use crate::kube::decode::{decode_line, WatchLine};
+use crate::kube::decode::{decode_line, DecodeError, WatchLine};
+use crate::kube::error::body_excerpt;
 use crate::kube::framing::FrameError;
 use crate::kube::list::parse_list_page;
 use crate::kube::stream::{LineStream, StreamError};
@@ -287,16 +288,24 @@ impl Machine {
         let page = match parse_list_page(&body, &self.target.resource) {
             Ok(page) => page,
             Err(e) => {
+                // Say what answered: a proxy's HTML page or an empty body is recognisable by the
+                // start of the body, which the JSON error alone ("expected value at line 1
+                // column 1") does not show (found by the bad-input matrix, tests/bad_input.rs).
+                let cause = match e {
+                    DecodeError::Malformed(json) => format!("not a JSON list ({json})"),
+                    other => other.to_string(),
+                };
+                let error = format!("{cause}; the body starts with {:?}", body_excerpt(&body));
                 return self.back_off(
                     RestartReason::DecodeError,
                     Some(Verb::List),
-                    e.to_string(),
+                    error,
                     None,
                     State::Listing {
                         reason,
                         continue_token,
                     },
-                )
+                );
             }
         };
         let started = continue_token.is_none().then_some(reason);

@@ -208,6 +208,11 @@ impl WatchTask {
             RestartReason::Unauthorized => {
                 tracing::warn!(watch, namespace, verb, retry_in = ?retry_in, "the API server rejected the token (401); re-reading the token file and retrying");
             }
+            // A list page that does not parse is retried as a list, not "resumed": say so.
+            RestartReason::DecodeError if verb == "list" => {
+                self.metrics.decode_errors.inc();
+                tracing::warn!(watch, namespace, verb, retry_in = ?retry_in, error, "malformed list response; retrying the list");
+            }
             RestartReason::DecodeError => {
                 self.metrics.decode_errors.inc();
                 tracing::warn!(watch, namespace, retry_in = ?retry_in, error, "malformed watch data; resuming from the last good resourceVersion");
