@@ -15,6 +15,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::config::{BackoffConfig, Config, NatsMode, RbacCheck, WatchConfig};
 use crate::event::ResourceInfo;
@@ -158,6 +159,8 @@ async fn run_watches(
         let watch_metrics = metrics.for_watch(&watch.name, plan.namespaces.len());
         all_watch_metrics.push(watch_metrics.clone());
         for namespace in plan.namespaces {
+            // Every line a watch task logs (its publishes included) carries these fields.
+            let span = tracing::info_span!("watch", watch = %watch.name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
             let target = Arc::new(Target {
                 watch: watch.name.as_str().into(),
                 resource: plan.resource.clone(),
@@ -190,7 +193,7 @@ async fn run_watches(
                 watch.initial_state,
                 watch_metrics.clone(),
             );
-            tasks.spawn(task.run(shutdown.child_token()));
+            tasks.spawn(task.run(shutdown.child_token()).instrument(span));
         }
     }
     readiness.set_watches(all_watch_metrics.clone());

@@ -590,3 +590,64 @@ async fn grace_period_exceeded_exits_nonzero_and_names_what_was_abandoned() {
     assert!(took < Duration::from_secs(3), "took {took:?}");
     assert!(log.contains("abandoned"), "log:\n{log}");
 }
+
+/// Tokens never appear in the logs, even at debug level and through a 401 and a rotation; and
+/// every line about a watch carries its watch, resource and namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_never_show_a_token_and_name_the_watch() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let (first, second) = ("tok-first-6b1f0c", "tok-second-99d2e7");
+    sim.set_valid_tokens(&[first]);
+    let nats = NatsServer::start().await.unwrap();
+    let config = format!(
+        "{}\n[nats]\nurl = \"{}\"\n{PODS_WATCH}",
+        kube_section(&sim, &sim.token_file()).replace("[log]", ""),
+        nats.url()
+    );
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(config.as_bytes()).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kube2nats"))
+        .args(["--log-format", "json", "--config"])
+        .arg(file.path())
+        .env("RUST_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+    });
+    assert!(sim.wait_for_watches(1, WAIT).await, "watch opened");
+    sim.set_valid_tokens(&[second]);
+    sim.drop_watches();
+    assert!(
+        sim.wait_for_watches(1, WAIT).await,
+        "watch reopened with the rotated token"
+    );
+    sim.create("pods", Some("default"), pod("after-rotation"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let lines = reader.join().unwrap();
+    assert!(lines.len() > 10, "debug logging produced lines");
+    for line in &lines {
+        assert!(
+            !line.contains(first) && !line.contains(second),
+            "a token leaked into the log: {line}"
+        );
+    }
+    let unauthorized = lines
+        .iter()
+        .find(|l| l.contains("rejected the token (401)"))
+        .expect("the 401 is logged");
+    let entry: serde_json::Value = serde_json::from_str(unauthorized).expect("JSON log line");
+    assert_eq!(entry["watch"], "pods");
+    assert_eq!(entry["span"]["resource"], "pods");
+    assert_eq!(entry["span"]["namespace"], "default");
+}

@@ -29,7 +29,8 @@ pub fn init(filter: &str, format: LogFormat) -> anyhow::Result<()> {
         LogFormat::Json => builder
             .json()
             .flatten_event(true)
-            .with_current_span(false)
+            // The watch task's span (watch, resource, namespace) rides along as "span".
+            .with_current_span(true)
             .with_span_list(false)
             .try_init(),
     };
