@@ -1,0 +1,388 @@
+//! The properties the fuzz targets check, shared with the proptest suite (`tests/fuzz_props.rs`
+//! includes this file), so CI checks on every run what cargo-fuzz checks for hours.
+//!
+//! - [`check_watch_stream`]: a watch body cut into arbitrary chunks and read through the real
+//!   [`LineStream`] (framing) and [`decode_line`] gives exactly what a line-by-line reference
+//!   gives for the whole body, and nothing panics.
+//! - [`check_escape_pair`]: subject token escaping is injective, uses only the allowed
+//!   characters and decodes back to its input.
+//!
+//! Dependencies are limited to what the root crate's tests can also reach (`kube2nats`, `bytes`,
+//! `futures-util`, `tokio`, `reqwest`, and `axum::http` for building a response), so the file
+//! compiles in both places.
+
+use bytes::Bytes;
+use kube2nats::kube::decode::decode_line;
+use kube2nats::kube::framing::FrameError;
+use kube2nats::kube::stream::{LineStream, StreamError};
+use kube2nats::publish::subject::escape_token;
+
+/// What reading a watch body yields, item by item, in a form two runs can be compared by.
+/// The list ends at the first framing error (the watcher drops the stream there).
+pub type Items = Vec<String>;
+
+/// Cuts `data` into chunks at the offsets given by `cuts` (each taken modulo the remaining
+/// length, so any input is a valid chunking; a zero gives an empty chunk).
+pub fn chunks(data: &[u8], cuts: &[u16]) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut rest = data;
+    for &cut in cuts {
+        if rest.is_empty() {
+            break;
+        }
+        let at = usize::from(cut) % (rest.len() + 1);
+        out.push(Bytes::copy_from_slice(&rest[..at]));
+        rest = &rest[at..];
+    }
+    out.push(Bytes::copy_from_slice(rest));
+    out
+}
+
+/// The production path: the body delivered chunk by chunk to a [`LineStream`] (the watcher's
+/// reader), each line decoded as `Machine::read_line` does — including its rule that an
+/// unterminated last line that does not decode is a truncation, not garbage.
+pub fn read_chunked(body: Vec<Bytes>, max_line_bytes: usize) -> Items {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a current-thread runtime");
+    runtime.block_on(async move {
+        let stream = futures_util::stream::iter(body.into_iter().map(Ok::<_, std::io::Error>));
+        let response = axum::http::Response::new(reqwest::Body::wrap_stream(stream));
+        let mut lines = LineStream::new(reqwest::Response::from(response), max_line_bytes);
+        let mut items = Vec::new();
+        loop {
+            match lines.next_line().await {
+                Ok(Some(line)) => items.push(describe(&line.bytes, line.terminated)),
+                Ok(None) => return items,
+                Err(StreamError::Frame(e)) => {
+                    items.push(format!("frame error: {e}"));
+                    return items;
+                }
+                Err(e @ StreamError::Transport(_)) => panic!("no transport in play: {e}"),
+            }
+        }
+    })
+}
+
+/// The reference: the whole body split on `\n`; a line longer than `max_line_bytes` (counting
+/// everything before its `\n`, as the limit protects the buffer) ends the stream; trailing `\r`s
+/// are trimmed; empty lines are skipped; the part after the last `\n` is a final unterminated
+/// line unless it is only whitespace.
+pub fn read_reference(data: &[u8], max_line_bytes: usize) -> Items {
+    let mut items = Vec::new();
+    let mut parts: Vec<&[u8]> = data.split(|&b| b == b'\n').collect();
+    // `split` always yields one more part than there are newlines: the unterminated tail.
+    let tail = parts.pop().unwrap_or_default();
+    for raw in parts {
+        if raw.len() > max_line_bytes {
+            items.push(too_long(max_line_bytes));
+            return items;
+        }
+        let line = trim_cr(raw);
+        if !line.is_empty() {
+            items.push(describe(&Bytes::copy_from_slice(line), true));
+        }
+    }
+    if tail.len() > max_line_bytes {
+        items.push(too_long(max_line_bytes));
+        return items;
+    }
+    let line = trim_cr(tail);
+    if line.iter().any(|b| !b.is_ascii_whitespace()) {
+        items.push(describe(&Bytes::copy_from_slice(line), false));
+    }
+    items
+}
+
+fn too_long(max_line_bytes: usize) -> String {
+    format!(
+        "frame error: {}",
+        FrameError::LineTooLong { max_line_bytes }
+    )
+}
+
+fn trim_cr(mut line: &[u8]) -> &[u8] {
+    while let [rest @ .., b'\r'] = line {
+        line = rest;
+    }
+    line
+}
+
+/// One line as the watcher sees it: the decoded event (type, metadata, the object's exact bytes,
+/// the whole line) or the error, with `Machine::read_line`'s truncation rule applied.
+fn describe(line: &Bytes, terminated: bool) -> String {
+    match decode_line(line) {
+        Ok(decoded) => format!("{decoded:?}"),
+        Err(_) if !terminated => format!(
+            "truncated: {}",
+            FrameError::Truncated {
+                leftover_bytes: line.len()
+            }
+        ),
+        Err(e) => format!("decode error: {e}"),
+    }
+}
+
+/// Checks the stream property for one body, chunking and limit; panics with both sides on a
+/// difference.
+pub fn check_watch_stream(data: &[u8], cuts: &[u16], max_line_bytes: usize) {
+    let expected = read_reference(data, max_line_bytes);
+    let got = read_chunked(chunks(data, cuts), max_line_bytes);
+    assert_eq!(
+        got, expected,
+        "chunked read differs from the line-by-line reference\n  body: {:?}\n  cuts: {cuts:?}\n  max_line_bytes: {max_line_bytes}",
+        String::from_utf8_lossy(data)
+    );
+}
+
+pub fn escape(token: &str) -> String {
+    let mut out = String::new();
+    escape_token(token, &mut out);
+    out
+}
+
+/// The decoder the subject documentation describes (`_` is `.`, `%XX` one byte, a lone `%` the
+/// empty string, anything else itself); `None` if `token` is not something `escape` produces.
+pub fn unescape(token: &str) -> Option<String> {
+    if token == "%" {
+        return Some(String::new());
+    }
+    let bytes = token.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'_' => out.push(b'.'),
+            b'%' => {
+                let hex = bytes.get(i + 1..i + 3)?;
+                if !hex.iter().all(|b| matches!(b, b'0'..=b'9' | b'A'..=b'F')) {
+                    return None;
+                }
+                out.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Checks one token: non-empty output made only of `[A-Za-z0-9-:_%]` (so no dot, wildcard or
+/// whitespace can reach the subject), and it decodes back to the input.
+pub fn check_escape(token: &str) -> String {
+    let escaped = escape(token);
+    assert!(!escaped.is_empty(), "{token:?} escapes to an empty token");
+    if let Some(bad) = escaped
+        .chars()
+        .find(|&c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | ':' | '_' | '%')))
+    {
+        panic!("{token:?} escapes to {escaped:?}, which holds {bad:?}");
+    }
+    assert_eq!(
+        unescape(&escaped).as_deref(),
+        Some(token),
+        "{token:?} escapes to {escaped:?}, which does not decode back"
+    );
+    escaped
+}
+
+/// Injectivity on a pair: different tokens never escape alike (and equal ones do).
+pub fn check_escape_pair(a: &str, b: &str) {
+    let (ea, eb) = (check_escape(a), check_escape(b));
+    assert_eq!(
+        a == b,
+        ea == eb,
+        "{a:?} and {b:?} escape to {ea:?} and {eb:?}"
+    );
+}
+
+/// The serde_json decoder kube2nats used before its single-pass scanner, as the reference a
+/// decoder must agree with. Copied from `src/kube/decode.rs` at commit 2640191, with one change:
+/// serde's derived structs accept a JSON array in place of an object (`["ADDED",{…}]`), which no
+/// API server sends and kube2nats rejects as malformed; so does this reference.
+pub mod serde_reference {
+    use std::borrow::Cow;
+
+    use bytes::Bytes;
+    use kube2nats::event::{EventType, ObjectEvent, ObjectMeta, ResourceVersion};
+    use kube2nats::kube::decode::{DecodeError, WatchLine, INITIAL_EVENTS_END_ANNOTATION};
+    use serde::Deserialize;
+    use serde_json::value::RawValue;
+
+    #[derive(Deserialize)]
+    struct RawLine<'a> {
+        #[serde(rename = "type")]
+        event_type: &'a str,
+        #[serde(borrow)]
+        object: Option<&'a RawValue>,
+    }
+
+    #[derive(Deserialize)]
+    struct ObjectHead<'a> {
+        #[serde(borrow, default)]
+        kind: Option<&'a str>,
+        #[serde(borrow)]
+        metadata: Option<&'a RawValue>,
+    }
+
+    #[derive(Deserialize)]
+    struct MetaFields<'a> {
+        #[serde(borrow, default)]
+        uid: Option<Cow<'a, str>>,
+        #[serde(rename = "resourceVersion", borrow, default)]
+        resource_version: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        name: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        namespace: Option<Cow<'a, str>>,
+    }
+
+    #[derive(Deserialize)]
+    struct BookmarkObject {
+        metadata: Option<BookmarkMeta>,
+    }
+
+    #[derive(Deserialize)]
+    struct BookmarkMeta {
+        #[serde(rename = "resourceVersion")]
+        resource_version: Option<String>,
+        #[serde(default)]
+        annotations: std::collections::HashMap<String, String>,
+    }
+
+    /// A JSON array where a struct is expected: malformed here, as in kube2nats.
+    fn array_error(json: &[u8]) -> Option<DecodeError> {
+        let first = json.iter().find(|b| !b.is_ascii_whitespace())?;
+        (*first == b'[').then(|| {
+            DecodeError::Malformed(serde::de::Error::custom("an array where an object belongs"))
+        })
+    }
+
+    pub fn decode_line(line: &Bytes) -> Result<WatchLine, DecodeError> {
+        let raw: RawLine = serde_json::from_slice(line).map_err(DecodeError::Malformed)?;
+        if let Some(e) = array_error(line) {
+            return Err(e);
+        }
+        let object = raw.object.ok_or(DecodeError::MissingField("object"))?;
+        let event_type = match raw.event_type {
+            "ADDED" => EventType::Added,
+            "MODIFIED" => EventType::Modified,
+            "DELETED" => EventType::Deleted,
+            "BOOKMARK" => return decode_bookmark(object),
+            "ERROR" => {
+                let status = serde_json::from_str(object.get()).map_err(DecodeError::Malformed)?;
+                return Ok(WatchLine::Error(status));
+            }
+            other => return Err(DecodeError::UnknownType(other.to_owned())),
+        };
+        let object = line.slice_ref(object.get().as_bytes());
+        let (meta, _) = decode_object_meta(&object)?;
+        Ok(WatchLine::Change(ObjectEvent {
+            event_type,
+            meta,
+            object,
+            watch_line: Some(line.clone()),
+        }))
+    }
+
+    fn decode_bookmark(object: &RawValue) -> Result<WatchLine, DecodeError> {
+        let bookmark: BookmarkObject =
+            serde_json::from_str(object.get()).map_err(DecodeError::Malformed)?;
+        let meta = bookmark
+            .metadata
+            .ok_or(DecodeError::MissingField("metadata"))?;
+        let rv = meta
+            .resource_version
+            .filter(|rv| !rv.is_empty())
+            .ok_or(DecodeError::MissingField("metadata.resourceVersion"))?;
+        Ok(WatchLine::Bookmark {
+            resource_version: ResourceVersion::new(rv),
+            initial_events_end: meta
+                .annotations
+                .get(INITIAL_EVENTS_END_ANNOTATION)
+                .is_some_and(|v| v == "true"),
+        })
+    }
+
+    pub fn decode_object_meta(object: &[u8]) -> Result<(ObjectMeta, bool), DecodeError> {
+        let head: ObjectHead = serde_json::from_slice(object).map_err(DecodeError::Malformed)?;
+        if let Some(e) = array_error(object) {
+            return Err(e);
+        }
+        let metadata = match head.metadata {
+            Some(raw) if raw.get() != "null" => raw,
+            _ => return Err(DecodeError::MissingField("metadata")),
+        };
+        if let Some(e) = array_error(metadata.get().as_bytes()) {
+            return Err(e);
+        }
+        let meta: MetaFields =
+            serde_json::from_str(metadata.get()).map_err(DecodeError::Malformed)?;
+        let uid = meta
+            .uid
+            .filter(|s| !s.is_empty())
+            .ok_or(DecodeError::MissingField("metadata.uid"))?;
+        let rv = meta
+            .resource_version
+            .filter(|s| !s.is_empty())
+            .ok_or(DecodeError::MissingField("metadata.resourceVersion"))?;
+        let name = meta
+            .name
+            .filter(|s| !s.is_empty())
+            .ok_or(DecodeError::MissingField("metadata.name"))?;
+        Ok((
+            ObjectMeta {
+                uid: uid.into_owned(),
+                resource_version: ResourceVersion::new(rv.into_owned()),
+                name: name.into_owned(),
+                namespace: meta
+                    .namespace
+                    .filter(|s| !s.is_empty())
+                    .map(|s| s.into_owned()),
+            },
+            head.kind.is_some(),
+        ))
+    }
+}
+
+/// What a decode came to, comparable across decoders: the whole result, except that malformed
+/// JSON is one outcome whatever the parser's message.
+fn outcome(
+    result: Result<kube2nats::kube::decode::WatchLine, kube2nats::kube::decode::DecodeError>,
+) -> String {
+    use kube2nats::kube::decode::DecodeError;
+    match result {
+        Ok(line) => format!("{line:?}"),
+        Err(DecodeError::Malformed(_)) => "malformed".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Differential check of one line: kube2nats' `decode_line` and `decode_object_meta` agree with
+/// the serde reference.
+pub fn check_decode_line(line: &[u8]) {
+    let bytes = Bytes::copy_from_slice(line);
+    assert_eq!(
+        outcome(decode_line(&bytes)),
+        outcome(serde_reference::decode_line(&bytes)),
+        "decode_line differs from the serde reference on {:?}",
+        String::from_utf8_lossy(line)
+    );
+    let ours = kube2nats::kube::decode::decode_object_meta(line);
+    let reference = serde_reference::decode_object_meta(line);
+    let meta = |r: Result<
+        (kube2nats::event::ObjectMeta, bool),
+        kube2nats::kube::decode::DecodeError,
+    >| match r {
+        Ok(m) => format!("{m:?}"),
+        Err(kube2nats::kube::decode::DecodeError::Malformed(_)) => "malformed".into(),
+        Err(e) => e.to_string(),
+    };
+    assert_eq!(
+        meta(ours),
+        meta(reference),
+        "decode_object_meta differs from the serde reference on {:?}",
+        String::from_utf8_lossy(line)
+    );
+}
