@@ -361,9 +361,9 @@ impl Process {
 
     /// Waits for a line containing every one of `needles`.
     fn line_with(&self, needles: &[&str]) -> String {
-        let deadline = std::time::Instant::now() + WAIT;
+        let deadline = tokio::time::Instant::now() + WAIT;
         let mut seen = Vec::new();
-        while std::time::Instant::now() < deadline {
+        while tokio::time::Instant::now() < deadline {
             if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(100)) {
                 if needles.iter().all(|n| line.contains(n)) {
                     return line;
@@ -389,7 +389,7 @@ impl Process {
 
     /// Waits for exit; returns the code and how long it took.
     fn wait_exit(&mut self, within: Duration) -> (Option<i32>, Duration) {
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         while started.elapsed() < within {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return (status.code(), started.elapsed());
