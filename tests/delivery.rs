@@ -573,6 +573,7 @@ async fn nats_auth_by_token_and_user_password() {
         let nats = NatsServer::start_with(NatsOptions {
             jetstream: false,
             auth: auth.clone(),
+            tls: false,
         })
         .await
         .unwrap();
@@ -588,7 +589,7 @@ async fn nats_auth_by_token_and_user_password() {
             NatsAuth::UserPassword(u, p) => {
                 async_nats::ConnectOptions::with_user_and_password(u.clone(), p.clone())
             }
-            NatsAuth::None => unreachable!(),
+            NatsAuth::None | NatsAuth::NKey(_) => unreachable!("not among the cases"),
         };
         let nc = options
             .connect(nats.url())
@@ -613,4 +614,62 @@ async fn nats_auth_by_token_and_user_password() {
         daemon.shutdown();
         let _ = daemon.wait().await;
     }
+}
+
+/// NATS over TLS with a custom CA (`nats.tls_ca_file`), and NKey authentication from a seed file.
+#[tokio::test]
+async fn nats_tls_with_a_custom_ca_and_nkey_auth() {
+    let user = nkeys::KeyPair::new_user();
+    let seed = user.seed().expect("a generated key has a seed");
+    let nats = NatsServer::start_with(NatsOptions {
+        jetstream: false,
+        auth: NatsAuth::NKey(user.public_key()),
+        tls: true,
+    })
+    .await
+    .unwrap();
+    let ca = nats.ca_file().expect("a TLS server has a CA file");
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token = token_file(dir.path(), INITIAL_TOKEN);
+    let seed_file = dir.path().join("kube2nats.nk");
+    std::fs::write(&seed_file, &seed).unwrap();
+    let section = format!(
+        "nkey_seed_file = {:?}\ntls_ca_file = {:?}\n",
+        seed_file.display().to_string(),
+        ca.display().to_string()
+    );
+    let toml = format!(
+        "{}\n[nats]\nurl = \"{}\"\n{section}{PODS_WATCH}",
+        kube_section(&sim, &token),
+        nats.url()
+    );
+    let nc = async_nats::ConnectOptions::with_nkey(seed.clone())
+        .add_root_certificates(ca.clone())
+        .require_tls(true)
+        .connect(nats.url())
+        .await
+        .expect("test subscriber over TLS");
+    let mut inbox = Inbox::subscribe(&nc, "kube.>").await;
+    let daemon = kube2nats::app::start(config_from(&toml)).await.unwrap();
+    sim.create("pods", Some("default"), pod("over-tls"));
+    assert_eq!(inbox.next().await.short(), "ADDED over-tls");
+    daemon.shutdown();
+    daemon.wait().await.unwrap();
+
+    // Without the CA, the server's certificate is not trusted: never connected.
+    let untrusting = toml.replace(
+        &format!("tls_ca_file = {:?}\n", ca.display().to_string()),
+        "",
+    );
+    let daemon = kube2nats::app::start(config_from(&untrusting))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        metric(&daemon.metrics.render(), "kube2nats_nats_connected", &[]),
+        Some(0.0)
+    );
+    daemon.shutdown();
+    let _ = daemon.wait().await;
 }

@@ -38,3 +38,4 @@
 
 pub mod apiserver;
 pub mod nats;
+pub mod pki;

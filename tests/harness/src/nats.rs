@@ -42,6 +42,8 @@ pub enum NatsAuth {
     Token(String),
     /// A single user with a password (`authorization { user, password }`).
     UserPassword(String, String),
+    /// A single user identified by its NKey public key (`U…`); the client signs with the seed.
+    NKey(String),
 }
 
 /// How [`NatsServer::start_with`] configures the server.
@@ -51,6 +53,9 @@ pub struct NatsOptions {
     pub jetstream: bool,
     /// Client authentication.
     pub auth: NatsAuth,
+    /// Require TLS from clients, with a certificate signed by a throwaway CA (see
+    /// [`NatsServer::ca_file`]).
+    pub tls: bool,
 }
 
 impl Default for NatsOptions {
@@ -58,6 +63,7 @@ impl Default for NatsOptions {
         NatsOptions {
             jetstream: true,
             auth: NatsAuth::None,
+            tls: false,
         }
     }
 }
@@ -116,6 +122,24 @@ fn quote(s: &str) -> String {
     serde_json::Value::String(s.to_string()).to_string()
 }
 
+/// Writes the CA, certificate and key of a TLS-only server into `dir`; returns the config block.
+fn tls_block(dir: &Path) -> anyhow::Result<String> {
+    let pki = crate::pki::ServerPki::generate("nats-server")?;
+    let (ca, cert, key) = (
+        dir.join("ca.pem"),
+        dir.join("server-cert.pem"),
+        dir.join("server-key.pem"),
+    );
+    std::fs::write(&ca, &pki.ca_pem).context("writing the CA")?;
+    std::fs::write(&cert, &pki.cert_pem).context("writing the server certificate")?;
+    std::fs::write(&key, &pki.key_pem).context("writing the server key")?;
+    Ok(format!(
+        "tls {{\n  cert_file: {}\n  key_file: {}\n}}\n",
+        quote(&cert.to_string_lossy()),
+        quote(&key.to_string_lossy())
+    ))
+}
+
 fn config_text(port: u16, store_dir: &Path, opts: &NatsOptions) -> String {
     let mut conf = String::new();
     let _ = writeln!(conf, "listen: \"127.0.0.1:{port}\"");
@@ -139,6 +163,13 @@ fn config_text(port: u16, store_dir: &Path, opts: &NatsOptions) -> String {
                 quote(password)
             );
         }
+        NatsAuth::NKey(public_key) => {
+            let _ = writeln!(
+                conf,
+                "authorization {{\n  users: [ {{ nkey: {} }} ]\n}}",
+                quote(public_key)
+            );
+        }
     }
     conf
 }
@@ -156,11 +187,11 @@ impl NatsServer {
         let store_dir = dir.path().join("jetstream");
         std::fs::create_dir_all(&store_dir).context("creating the JetStream store dir")?;
         let port = free_port().await?;
-        std::fs::write(
-            dir.path().join("nats.conf"),
-            config_text(port, &store_dir, &opts),
-        )
-        .context("writing nats.conf")?;
+        let mut conf = config_text(port, &store_dir, &opts);
+        if opts.tls {
+            conf.push_str(&tls_block(dir.path())?);
+        }
+        std::fs::write(dir.path().join("nats.conf"), conf).context("writing nats.conf")?;
         let mut server = NatsServer {
             binary,
             port,
@@ -169,6 +200,12 @@ impl NatsServer {
         };
         server.spawn_and_wait().await?;
         Ok(server)
+    }
+
+    /// The PEM file of the CA that signed the server's certificate, when started with `tls`.
+    pub fn ca_file(&self) -> Option<PathBuf> {
+        let ca = self.dir.path().join("ca.pem");
+        ca.is_file().then_some(ca)
     }
 
     /// `nats://127.0.0.1:PORT`.
@@ -305,6 +342,7 @@ mod tests {
             &NatsOptions {
                 jetstream: true,
                 auth: NatsAuth::UserPassword("u".into(), "p\"w".into()),
+                tls: false,
             },
         );
         assert!(conf.contains("listen: \"127.0.0.1:4222\""));

@@ -101,6 +101,7 @@ async fn token_auth_rejects_a_wrong_token() {
     let server = NatsServer::start_with(NatsOptions {
         jetstream: false,
         auth: NatsAuth::Token("s3cret".into()),
+        tls: false,
     })
     .await
     .expect("nats-server starts");
@@ -121,6 +122,7 @@ async fn user_password_auth() {
     let server = NatsServer::start_with(NatsOptions {
         jetstream: false,
         auth: NatsAuth::UserPassword("kube2nats".into(), "p\"w d".into()),
+        tls: false,
     })
     .await
     .expect("nats-server starts");

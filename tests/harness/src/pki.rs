@@ -1,0 +1,58 @@
+//! A throwaway certificate authority and the server certificates it signs, for tests that need
+//! TLS: the simulated API server and a TLS-only nats-server.
+//!
+//! In a pod, kube2nats trusts servers through a CA file, not the system roots; a per-server CA
+//! written to a file lets tests exercise exactly that path (and fail if the client ignores the
+//! file or checks the wrong host name).
+
+use anyhow::Context as _;
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+
+/// A CA and one server certificate for `localhost` and `127.0.0.1`, signed by it.
+pub struct ServerPki {
+    /// The CA certificate, PEM: what a client must trust.
+    pub ca_pem: String,
+    /// The server certificate, PEM.
+    pub cert_pem: String,
+    /// The server certificate, DER.
+    pub cert_der: Vec<u8>,
+    /// The server's private key, PEM.
+    pub key_pem: String,
+    /// The server's private key, PKCS#8 DER.
+    pub key_der: Vec<u8>,
+}
+
+impl ServerPki {
+    /// Generates a fresh CA and a certificate named `common_name` for `localhost` and `127.0.0.1`.
+    pub fn generate(common_name: &str) -> anyhow::Result<ServerPki> {
+        let ca_key = KeyPair::generate().context("generating the CA key")?;
+        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "kube2nats-harness-ca");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca_cert = ca_params
+            .self_signed(&ca_key)
+            .context("self-signing the CA")?;
+        let ca_pem = ca_cert.pem();
+        let issuer = Issuer::new(ca_params, ca_key);
+
+        let server_key = KeyPair::generate().context("generating the server key")?;
+        let mut server_params =
+            CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
+        server_params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        let server_cert = server_params
+            .signed_by(&server_key, &issuer)
+            .context("signing the server certificate")?;
+        Ok(ServerPki {
+            ca_pem,
+            cert_pem: server_cert.pem(),
+            cert_der: server_cert.der().to_vec(),
+            key_pem: server_key.serialize_pem(),
+            key_der: server_key.serialize_der(),
+        })
+    }
+}
