@@ -7,8 +7,13 @@
 //! (a Deployment rolls out, its pods start, one goes away, then the rest); then a
 //! few lines of kube2nats' `/metrics`, and everything stops cleanly. Exits non-zero if a message
 //! that should have arrived did not.
+//!
+//! `--binary PATH` runs that kube2nats binary as a process instead (stopped with SIGTERM, which
+//! must end it with status 0): scripts/check-deploy runs the demo so with the binary the
+//! container image ships.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -26,6 +31,11 @@ const STEP: Duration = Duration::from_millis(150);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let binary = match std::env::args().skip(1).collect::<Vec<_>>().as_slice() {
+        [] => None,
+        [flag, path] if flag == "--binary" => Some(PathBuf::from(path)),
+        _ => bail!("usage: demo [--binary PATH-OF-KUBE2NATS]"),
+    };
     // kube2nats' own log lines: errors only, so the messages stand out; RUST_LOG=info shows all.
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -47,10 +57,15 @@ async fn main() -> anyhow::Result<()> {
 
     let dir = tempfile::tempdir().context("creating a temp dir")?;
     let config_path = dir.path().join("kube2nats.toml");
-    let config_text = config_toml(&api, &nats);
+    // A process needs a port known in advance; in-process, kube2nats reports the one it got.
+    let listen = match binary {
+        Some(_) => std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .to_string(),
+        None => "127.0.0.1:0".to_owned(),
+    };
+    let config_text = config_toml(&api, &nats, &listen);
     std::fs::write(&config_path, &config_text).context("writing kube2nats.toml")?;
-    let config = kube2nats::config::load(Some(&config_path), Some(HashMap::new()))
-        .map_err(|e| anyhow::anyhow!("the demo's configuration is invalid:\n{e}"))?;
 
     let nc = async_nats::connect(nats.url())
         .await
@@ -58,12 +73,18 @@ async fn main() -> anyhow::Result<()> {
     let mut sub = nc.subscribe("kube.>").await?;
     nc.flush().await?;
 
-    let daemon = kube2nats::app::start(config)
-        .await
-        .context("starting kube2nats")?;
-    let http = format!("http://{}", daemon.http_addr);
+    let daemon = Kube2nats::start(binary.as_deref(), &config_path, &listen).await?;
+    let http = format!("http://{}", daemon.http_addr());
     wait_ready(&http).await?;
-    println!("kube2nats          ready, metrics at {http}/metrics (its log: RUST_LOG=info)\n");
+    match &binary {
+        Some(path) => println!(
+            "kube2nats          {} (pid {})",
+            path.display(),
+            daemon.pid()
+        ),
+        None => println!("kube2nats          in-process"),
+    }
+    println!("                   ready, metrics at {http}/metrics (its log: RUST_LOG=info)\n");
     println!("{:<52} {:<9} {:<22} note", "subject", "type", "name");
 
     // The subscriber prints while the workload runs.
@@ -103,7 +124,11 @@ async fn main() -> anyhow::Result<()> {
     let counts = printer.await.context("the subscriber task")?;
 
     println!("\nfrom {http}/metrics:");
-    let metrics = daemon.metrics.render();
+    let metrics = reqwest::get(format!("{http}/metrics"))
+        .await
+        .context("reading /metrics")?
+        .text()
+        .await?;
     for line in metrics.lines().filter(|l| {
         [
             "kube2nats_events_published_total",
@@ -116,8 +141,7 @@ async fn main() -> anyhow::Result<()> {
         println!("  {line}");
     }
 
-    daemon.shutdown();
-    daemon.wait().await.context("stopping kube2nats")?;
+    daemon.stop().await.context("stopping kube2nats")?;
     drop(api);
     drop(nats);
 
@@ -135,8 +159,72 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// kube2nats, in this process or as a child process.
+enum Kube2nats {
+    InProcess(kube2nats::app::Daemon),
+    Process(tokio::process::Child, String),
+}
+
+impl Kube2nats {
+    async fn start(binary: Option<&Path>, config: &Path, listen: &str) -> anyhow::Result<Self> {
+        let Some(binary) = binary else {
+            let config = kube2nats::config::load(Some(config), Some(HashMap::new()))
+                .map_err(|e| anyhow::anyhow!("the demo's configuration is invalid:\n{e}"))?;
+            let daemon = kube2nats::app::start(config)
+                .await
+                .context("starting kube2nats")?;
+            return Ok(Kube2nats::InProcess(daemon));
+        };
+        let mut command = tokio::process::Command::new(binary);
+        command.arg("--config").arg(config).kill_on_drop(true);
+        if std::env::var_os("RUST_LOG").is_none() {
+            command.env("RUST_LOG", "error");
+        }
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        Ok(Kube2nats::Process(child, listen.to_owned()))
+    }
+
+    fn http_addr(&self) -> String {
+        match self {
+            Kube2nats::InProcess(daemon) => daemon.http_addr.to_string(),
+            Kube2nats::Process(_, listen) => listen.clone(),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        match self {
+            Kube2nats::InProcess(_) => std::process::id(),
+            Kube2nats::Process(child, _) => child.id().unwrap_or_default(),
+        }
+    }
+
+    /// Stops kube2nats the way Kubernetes does (SIGTERM for a process) and waits for a clean end.
+    async fn stop(self) -> anyhow::Result<()> {
+        match self {
+            Kube2nats::InProcess(daemon) => {
+                daemon.shutdown();
+                daemon.wait().await
+            }
+            Kube2nats::Process(mut child, _) => {
+                let pid = child.id().context("kube2nats exited early")?;
+                let kill = std::process::Command::new("kill")
+                    .args(["-TERM", &pid.to_string()])
+                    .status()?;
+                anyhow::ensure!(kill.success(), "kill -TERM {pid} failed");
+                let status = tokio::time::timeout(WAIT, child.wait())
+                    .await
+                    .context("kube2nats did not stop after SIGTERM")??;
+                anyhow::ensure!(status.success(), "kube2nats exited with {status}");
+                Ok(())
+            }
+        }
+    }
+}
+
 /// kube2nats' configuration, as a user would write it, pointed at the simulator and nats-server.
-fn config_toml(api: &ApiServer, nats: &NatsServer) -> String {
+fn config_toml(api: &ApiServer, nats: &NatsServer, listen: &str) -> String {
     format!(
         r#"
 [kubernetes]
@@ -147,7 +235,7 @@ token_file = {token:?}
 url = "{nats_url}"
 
 [http]
-listen = "127.0.0.1:0"
+listen = "{listen}"
 
 [[watches]]
 name = "pods"
