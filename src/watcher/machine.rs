@@ -336,14 +336,15 @@ impl Machine {
     }
 
     async fn open_streaming_list(&mut self, reason: ListReason) -> (Outcome, State) {
-        let timeout = self.server_timeout_secs();
+        let timeout = self.server_timeout();
+        let timeout_secs = timeout.as_secs().to_string();
         let mut query = vec![
             ("watch", "1"),
             ("sendInitialEvents", "true"),
             ("resourceVersionMatch", "NotOlderThan"),
             ("resourceVersion", ""),
             ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", timeout.as_str()),
+            ("timeoutSeconds", &timeout_secs),
         ];
         self.add_selectors(&mut query);
         match self.client.watch(&self.path, &query).await {
@@ -356,7 +357,7 @@ impl Machine {
                 State::Watching(Box::new(self.watching(
                     ResourceVersion::new(""),
                     response,
-                    &timeout,
+                    timeout,
                     Some(reason),
                 ))),
             ),
@@ -389,17 +390,18 @@ impl Machine {
     }
 
     async fn open_watch(&mut self, rv: ResourceVersion) -> (Outcome, State) {
-        let timeout = self.server_timeout_secs();
+        let timeout = self.server_timeout();
+        let timeout_secs = timeout.as_secs().to_string();
         let mut query = vec![
             ("watch", "1"),
             ("resourceVersion", rv.as_str()),
             ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", timeout.as_str()),
+            ("timeoutSeconds", &timeout_secs),
         ];
         self.add_selectors(&mut query);
         match self.client.watch(&self.path, &query).await {
             Ok(response) => {
-                let watching = self.watching(rv.clone(), response, &timeout, None);
+                let watching = self.watching(rv.clone(), response, timeout, None);
                 (
                     Outcome::WatchOpened(rv),
                     State::Watching(Box::new(watching)),
@@ -413,10 +415,9 @@ impl Machine {
         &self,
         rv: ResourceVersion,
         response: reqwest::Response,
-        timeout_secs: &str,
+        server_timeout: Duration,
         initial_events: Option<ListReason>,
     ) -> Watching {
-        let server_timeout = Duration::from_secs(timeout_secs.parse().unwrap_or(0));
         let opened_at = Instant::now();
         Watching {
             rv,
@@ -649,10 +650,10 @@ impl Machine {
         )
     }
 
-    /// `timeoutSeconds` for the next watch: uniform in [T, 2T).
-    fn server_timeout_secs(&self) -> String {
+    /// `timeoutSeconds` for the next watch: whole seconds, uniform in [T, 2T).
+    fn server_timeout(&self) -> Duration {
         let t = self.target.watch_timeout.as_secs().max(1);
-        rand::rng().random_range(t..2 * t).to_string()
+        Duration::from_secs(rand::rng().random_range(t..2 * t))
     }
 
     fn add_selectors<'a>(&'a self, query: &mut Vec<(&'a str, &'a str)>) {
