@@ -5,9 +5,10 @@
 //! CPU and memory per event small. `BOOKMARK` and `ERROR` lines are not changes and come out as
 //! their own variants.
 
+mod scan;
+
 use bytes::Bytes;
 use serde::Deserialize;
-use serde_json::value::RawValue;
 
 use super::status::Status;
 use crate::event::{EventType, ObjectEvent, ObjectMeta, ResourceVersion};
@@ -43,35 +44,6 @@ pub enum DecodeError {
 }
 
 #[derive(Deserialize)]
-struct RawLine<'a> {
-    #[serde(rename = "type")]
-    event_type: &'a str,
-    #[serde(borrow)]
-    object: Option<&'a RawValue>,
-}
-
-/// The top of an object: `kind` (absent in list items) and the metadata fields we route by.
-#[derive(Deserialize)]
-struct ObjectHead<'a> {
-    #[serde(borrow, default)]
-    kind: Option<&'a str>,
-    #[serde(borrow)]
-    metadata: Option<MetaFields<'a>>,
-}
-
-#[derive(Deserialize)]
-struct MetaFields<'a> {
-    #[serde(borrow, default)]
-    uid: Option<std::borrow::Cow<'a, str>>,
-    #[serde(rename = "resourceVersion", borrow, default)]
-    resource_version: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow, default)]
-    name: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow, default)]
-    namespace: Option<std::borrow::Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
 struct BookmarkObject {
     metadata: Option<BookmarkMeta>,
 }
@@ -85,33 +57,37 @@ struct BookmarkMeta {
 }
 
 /// Decodes one line (without its newline).
+///
+/// One pass over the line (see [`scan`]) validates it as JSON and reads the event type, where the
+/// object is, and the object's metadata; the object is handed on as a slice of `line`.
 pub fn decode_line(line: &Bytes) -> Result<WatchLine, DecodeError> {
-    let raw: RawLine = serde_json::from_slice(line).map_err(DecodeError::Malformed)?;
-    let object = raw.object.ok_or(DecodeError::MissingField("object"))?;
-    let event_type = match raw.event_type {
+    let parts = scan::watch_line(line).map_err(DecodeError::Malformed)?;
+    let range = parts.object.ok_or(DecodeError::MissingField("object"))?;
+    let event_type = match parts.event_type {
         "ADDED" => EventType::Added,
         "MODIFIED" => EventType::Modified,
         "DELETED" => EventType::Deleted,
-        "BOOKMARK" => return decode_bookmark(object),
+        "BOOKMARK" => return decode_bookmark(&line[range]),
         "ERROR" => {
-            let status = serde_json::from_str(object.get()).map_err(DecodeError::Malformed)?;
+            let status = serde_json::from_slice(&line[range]).map_err(DecodeError::Malformed)?;
             return Ok(WatchLine::Error(status));
         }
         other => return Err(DecodeError::UnknownType(other.to_owned())),
     };
-    let object = line.slice_ref(object.get().as_bytes());
-    let (meta, _) = decode_object_meta(&object)?;
+    let head = parts.head.map_err(DecodeError::Malformed)?;
+    let (meta, _) = object_meta(head)?;
     Ok(WatchLine::Change(ObjectEvent {
         event_type,
         meta,
-        object,
+        object: line.slice(range),
         watch_line: Some(line.clone()),
     }))
 }
 
-fn decode_bookmark(object: &RawValue) -> Result<WatchLine, DecodeError> {
+/// Bookmarks are one in hundreds of lines: serde reads them.
+fn decode_bookmark(object: &[u8]) -> Result<WatchLine, DecodeError> {
     let bookmark: BookmarkObject =
-        serde_json::from_str(object.get()).map_err(DecodeError::Malformed)?;
+        serde_json::from_slice(object).map_err(DecodeError::Malformed)?;
     let meta = bookmark
         .metadata
         .ok_or(DecodeError::MissingField("metadata"))?;
@@ -131,7 +107,10 @@ fn decode_bookmark(object: &RawValue) -> Result<WatchLine, DecodeError> {
 /// Reads the metadata of one object; the second value says whether the object carries `kind`
 /// (list items do not).
 pub fn decode_object_meta(object: &[u8]) -> Result<(ObjectMeta, bool), DecodeError> {
-    let head: ObjectHead = serde_json::from_slice(object).map_err(DecodeError::Malformed)?;
+    object_meta(scan::object_head(object).map_err(DecodeError::Malformed)?)
+}
+
+fn object_meta(head: scan::Head<'_>) -> Result<(ObjectMeta, bool), DecodeError> {
     let meta = head.metadata.ok_or(DecodeError::MissingField("metadata"))?;
     let uid = meta
         .uid
@@ -148,15 +127,109 @@ pub fn decode_object_meta(object: &[u8]) -> Result<(ObjectMeta, bool), DecodeErr
     Ok((
         ObjectMeta {
             uid: uid.into_owned(),
-            resource_version: ResourceVersion::new(rv.into_owned()),
+            resource_version: ResourceVersion::new(rv),
             name: name.into_owned(),
             namespace: meta
                 .namespace
                 .filter(|s| !s.is_empty())
                 .map(|s| s.into_owned()),
         },
-        head.kind.is_some(),
+        head.has_kind,
     ))
+}
+
+/// The serde_json decoder this module used before the single-pass scanner: the reference the
+/// scanner is checked against.
+#[cfg(test)]
+mod serde_reference {
+    use serde::Deserialize;
+    use serde_json::value::RawValue;
+
+    use super::{decode_bookmark, DecodeError, WatchLine};
+    use crate::event::{EventType, ObjectEvent, ObjectMeta, ResourceVersion};
+    use bytes::Bytes;
+
+    #[derive(Deserialize)]
+    struct RawLine<'a> {
+        #[serde(rename = "type")]
+        event_type: &'a str,
+        #[serde(borrow)]
+        object: Option<&'a RawValue>,
+    }
+
+    /// The top of an object: `kind` (absent in list items) and the metadata fields we route by.
+    #[derive(Deserialize)]
+    struct ObjectHead<'a> {
+        #[serde(borrow, default)]
+        kind: Option<&'a str>,
+        #[serde(borrow)]
+        metadata: Option<MetaFields<'a>>,
+    }
+
+    #[derive(Deserialize)]
+    struct MetaFields<'a> {
+        #[serde(borrow, default)]
+        uid: Option<std::borrow::Cow<'a, str>>,
+        #[serde(rename = "resourceVersion", borrow, default)]
+        resource_version: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow, default)]
+        name: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow, default)]
+        namespace: Option<std::borrow::Cow<'a, str>>,
+    }
+
+    pub fn decode_line(line: &Bytes) -> Result<WatchLine, DecodeError> {
+        let raw: RawLine = serde_json::from_slice(line).map_err(DecodeError::Malformed)?;
+        let object = raw.object.ok_or(DecodeError::MissingField("object"))?;
+        let event_type = match raw.event_type {
+            "ADDED" => EventType::Added,
+            "MODIFIED" => EventType::Modified,
+            "DELETED" => EventType::Deleted,
+            "BOOKMARK" => return decode_bookmark(object.get().as_bytes()),
+            "ERROR" => {
+                let status = serde_json::from_str(object.get()).map_err(DecodeError::Malformed)?;
+                return Ok(WatchLine::Error(status));
+            }
+            other => return Err(DecodeError::UnknownType(other.to_owned())),
+        };
+        let object = line.slice_ref(object.get().as_bytes());
+        let (meta, _) = decode_object_meta(&object)?;
+        Ok(WatchLine::Change(ObjectEvent {
+            event_type,
+            meta,
+            object,
+            watch_line: Some(line.clone()),
+        }))
+    }
+
+    pub fn decode_object_meta(object: &[u8]) -> Result<(ObjectMeta, bool), DecodeError> {
+        let head: ObjectHead = serde_json::from_slice(object).map_err(DecodeError::Malformed)?;
+        let meta = head.metadata.ok_or(DecodeError::MissingField("metadata"))?;
+        let uid = meta
+            .uid
+            .filter(|s| !s.is_empty())
+            .ok_or(DecodeError::MissingField("metadata.uid"))?;
+        let rv = meta
+            .resource_version
+            .filter(|s| !s.is_empty())
+            .ok_or(DecodeError::MissingField("metadata.resourceVersion"))?;
+        let name = meta
+            .name
+            .filter(|s| !s.is_empty())
+            .ok_or(DecodeError::MissingField("metadata.name"))?;
+        Ok((
+            ObjectMeta {
+                uid: uid.into_owned(),
+                resource_version: ResourceVersion::new(rv.into_owned()),
+                name: name.into_owned(),
+                namespace: meta
+                    .namespace
+                    .filter(|s| !s.is_empty())
+                    .map(|s| s.into_owned()),
+            },
+            head.kind.is_some(),
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -270,5 +343,148 @@ mod tests {
             decode_line(&non_utf8),
             Err(DecodeError::Malformed(_))
         ));
+    }
+
+    /// What a decode came to, comparable across the two implementations.
+    fn outcome(result: Result<WatchLine, DecodeError>) -> String {
+        match result {
+            Ok(WatchLine::Change(ev)) => format!(
+                "change {:?} {:?} object={:?} line={:?}",
+                ev.event_type, ev.meta, ev.object, ev.watch_line
+            ),
+            Ok(other) => format!("{other:?}"),
+            Err(DecodeError::Malformed(_)) => "malformed".into(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    fn same_as_serde(input: &[u8]) {
+        let line = Bytes::copy_from_slice(input);
+        assert_eq!(
+            outcome(decode_line(&line)),
+            outcome(serde_reference::decode_line(&line)),
+            "line {:?}",
+            String::from_utf8_lossy(input)
+        );
+    }
+
+    fn pod_line() -> String {
+        let mut line = String::from(
+            r#"{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web-7d4b9c8f6d-x2k9p","generateName":"web-7d4b9c8f6d-","namespace":"payments","uid":"0b8e6c3a-1f2d-4e5f-9a0b-1c2d3e4f5a6b","resourceVersion":"48213377","creationTimestamp":"2026-11-20T08:14:31Z","labels":{"app":"web","pod-template-hash":"7d4b9c8f6d"},"annotations":{"prometheus.io/scrape":"true"},"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-7d4b9c8f6d","uid":"1c2d3e4f-1f2d-4e5f-9a0b-1c2d3e4f5a6b","controller":true,"blockOwnerDeletion":true}]},"spec":{"containers":[{"name":"web","image":"registry.example.com/web:1.2","ports":[{"containerPort":8080,"protocol":"TCP"}],"env":[{"name":"A","value":"x\"y\u00e9"}],"resources":{"limits":{"cpu":"2","memory":"1Gi"}}}],"priority":0,"terminationGracePeriodSeconds":30,"x":[1.5e3,-0.25,null,true,false,{}]},"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True","lastProbeTime":null}]}}}"#,
+        );
+        line.push(' ');
+        line
+    }
+
+    const SEEDS: &[&str] = &[
+        r#"{"type":"ADDED","object":{"metadata":{"name":"n1","uid":"u","resourceVersion":"1"}}}"#,
+        r#"{"object":{"metadata":{"namespace":"d","resourceVersion":"7","uid":"u\u0031","name":"a\/b"},"kind":null},"type":"DELETED","extra":[{"a":"\ud83d\ude00"}]}"#,
+        r#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"77","creationTimestamp":null}}}"#,
+        r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 5 (10)","reason":"Expired","code":410}}"#,
+        r#" {"type":"RENAMED","object":{}} "#,
+    ];
+
+    #[test]
+    fn agrees_with_serde_on_tricky_lines() {
+        let cases = [
+            r#"{"type":"ADDED","type":"ADDED","object":{}}"#,
+            r#"{"type":"ADDED","object":{},"object":{}}"#,
+            r#"{"type":"ADDED","object":null}"#,
+            r#"{"type":null,"object":{}}"#,
+            r#"{"type":"ADD\u0045D","object":{}}"#,
+            r#"{"typ\u0065":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1"}}}"#,
+            r#"{"type":"ADDED","object":{"kind":"P\u006fd","metadata":{"name":"a","uid":"u","resourceVersion":"1"}}}"#,
+            r#"{"type":"ADDED","object":{"kind":5,"metadata":{"name":"a","uid":"u","resourceVersion":"1"}}}"#,
+            r#"{"type":"BOOKMARK","object":{"kind":5,"metadata":{"resourceVersion":"1"}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","uid":"v","resourceVersion":"1"}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":null,"uid":"v","resourceVersion":"1"}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":5,"resourceVersion":"1"}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"\ud800","uid":"u","resourceVersion":"1"}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"\ud83d\ude00","uid":"u","resourceVersion":"1"}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"\ud800":1,"name":"a","uid":"u","resourceVersion":"1"}}}"#,
+            r#"{"type":"RENAMED","object":{"metadata":{"\ud800":1}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{},"metadata":{}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":null}}"#,
+            r#"{"type":"ADDED","object":{"metadata":"x"}}"#,
+            r#"{"type":"ADDED","object":"x"}"#,
+            r#"{"type":"ADDED","object":5}"#,
+            r#"{"type":"BOOKMARK","object":5}"#,
+            r#"{"type":"RENAMED","object":5}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"","resourceVersion":"1"}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","namespace":""}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1"}}} x"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1"}},}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1"}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1"},"spec":{"a":01}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1"},"spec":"\q"}}"#,
+            r#""ADDED""#,
+            r#"{}"#,
+            "",
+            "   ",
+            "\t{\"type\":\"ADDED\",\"object\":{}}",
+        ];
+        for case in cases {
+            same_as_serde(case.as_bytes());
+        }
+        same_as_serde(pod_line().as_bytes());
+        same_as_serde(b"{\"type\":\"ADDED\",\"x\":\"\xff\",\"object\":{\"metadata\":{\"name\":\"a\",\"uid\":\"u\",\"resourceVersion\":\"1\"}}}");
+        same_as_serde(b"{\"type\":\"ADDED\",\"object\":{\"spec\":\"\xff\",\"metadata\":{\"name\":\"a\",\"uid\":\"u\",\"resourceVersion\":\"1\"}}}");
+        same_as_serde(b"{\"type\":\"ADD\xffED\",\"object\":{}}");
+    }
+
+    #[test]
+    fn object_meta_agrees_with_serde() {
+        for object in [
+            r#"{"metadata":{"name":"a","namespace":"d","uid":"u1","resourceVersion":"5"},"spec":{}}"#,
+            r#"{"kind":"Pod","metadata":{"name":"a","uid":"u1","resourceVersion":"5"}}"#,
+            r#"{"kind":null,"metadata":{"name":"a","uid":"u1","resourceVersion":"5"}}"#,
+            r#"{"metadata":{"name":"a","uid":"u1"}}"#,
+            r#"{"metadata":{"name":"a","uid":"u1","resourceVersion":"5"}} {}"#,
+            r#"{"spec":"\xff","metadata":{"name":"a","uid":"u1","resourceVersion":"5"}}"#,
+        ] {
+            let ours = decode_object_meta(object.as_bytes()).map_err(|e| e.to_string());
+            let theirs =
+                serde_reference::decode_object_meta(object.as_bytes()).map_err(|e| e.to_string());
+            match (&ours, &theirs) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{object}"),
+                (Err(a), Err(b)) => assert_eq!(
+                    a.starts_with("malformed"),
+                    b.starts_with("malformed"),
+                    "{object}: {a} / {b}"
+                ),
+                _ => panic!("{object}: {ours:?} / {theirs:?}"),
+            }
+        }
+    }
+
+    /// Bytes that matter to JSON, and some that break UTF-8 or strings.
+    const MUTATION_BYTES: &[u8] =
+        b"{}[]\",:\\ \t\n0123456789-+.eEtrufalsn/u\x01\x1f\x7f\xff\xc3azAZ";
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+
+        /// Mutated lines (bytes replaced, inserted, deleted) decode the same as with serde.
+        #[test]
+        fn mutated_lines_decode_as_with_serde(
+            seed in 0..SEEDS.len() + 1,
+            edits in proptest::collection::vec((0.0f64..1.0, 0u8..3, 0..MUTATION_BYTES.len()), 1..4),
+        ) {
+            let pod = pod_line();
+            let mut line = if seed == SEEDS.len() { pod.into_bytes() } else { SEEDS[seed].as_bytes().to_vec() };
+            for (at, op, byte) in edits {
+                let i = ((line.len() as f64) * at) as usize;
+                let byte = MUTATION_BYTES[byte];
+                match op {
+                    0 if i < line.len() => line[i] = byte,
+                    1 => line.insert(i.min(line.len()), byte),
+                    _ if i < line.len() => {
+                        line.remove(i);
+                    }
+                    _ => {}
+                }
+            }
+            same_as_serde(&line);
+        }
     }
 }

@@ -20,51 +20,72 @@ pub enum FrameError {
 
 /// Cuts a byte stream into lines.
 ///
-/// Feed it chunks with [`push`](Self::push) and take lines with [`next_line`](Self::next_line) until
-/// it answers `Ok(None)` ("incomplete: push more"). Each byte is scanned for the newline once, however
-/// the chunks fall.
+/// Feed it chunks with [`push_bytes`](Self::push_bytes) (or [`push`](Self::push)) and take lines
+/// with [`next_line`](Self::next_line) until it answers `Ok(None)` ("incomplete: push more").
+///
+/// Lines are handed out without copying: a line that lies within one received chunk is a slice of
+/// that chunk. Only a line that spans chunks is copied, once, into a buffer of its own. Each byte is
+/// searched for the newline once (with `memchr`), however the chunks fall.
 #[derive(Debug)]
 pub struct LineDecoder {
-    buf: BytesMut,
-    /// Bytes at the front of `buf` already known to hold no newline.
-    scanned: usize,
+    /// The start of a line whose newline has not arrived yet; never holds a newline.
+    partial: BytesMut,
+    /// Received bytes after `partial`, not yet cut into lines.
+    chunk: Bytes,
     max_line_bytes: usize,
 }
 
 impl LineDecoder {
     pub fn new(max_line_bytes: usize) -> Self {
         LineDecoder {
-            buf: BytesMut::new(),
-            scanned: 0,
+            partial: BytesMut::new(),
+            chunk: Bytes::new(),
             max_line_bytes,
         }
     }
 
+    /// Appends a received chunk (copied; see [`push_bytes`](Self::push_bytes)).
     pub fn push(&mut self, chunk: &[u8]) {
-        self.buf.extend_from_slice(chunk);
+        self.push_bytes(Bytes::copy_from_slice(chunk));
+    }
+
+    /// Appends a received chunk; lines within it will be slices of it.
+    pub fn push_bytes(&mut self, chunk: Bytes) {
+        if self.chunk.is_empty() {
+            self.chunk = chunk;
+        } else {
+            // Pushed again before the lines were taken: join the two (not the streaming case).
+            let mut joined = BytesMut::with_capacity(self.chunk.len() + chunk.len());
+            joined.extend_from_slice(&self.chunk);
+            joined.extend_from_slice(&chunk);
+            self.chunk = joined.freeze();
+        }
     }
 
     /// The next complete line, without its `\n` (and without a `\r` before it). Empty lines are
     /// skipped: they carry no event.
     pub fn next_line(&mut self) -> Result<Option<Bytes>, FrameError> {
         loop {
-            let Some(offset) = memchr_newline(&self.buf[self.scanned..]) else {
-                self.scanned = self.buf.len();
-                if self.buf.len() > self.max_line_bytes {
-                    return Err(FrameError::LineTooLong {
-                        max_line_bytes: self.max_line_bytes,
-                    });
-                }
-                return Ok(None);
+            let Some(newline) = memchr::memchr(b'\n', &self.chunk) else {
+                // No newline yet: keep the bytes as the start of a line.
+                self.partial.extend_from_slice(&self.chunk);
+                self.chunk = Bytes::new();
+                return if self.partial.len() > self.max_line_bytes {
+                    Err(self.too_long())
+                } else {
+                    Ok(None)
+                };
             };
-            let end = self.scanned + offset;
-            self.scanned = 0;
-            if end > self.max_line_bytes {
-                return Err(FrameError::LineTooLong {
-                    max_line_bytes: self.max_line_bytes,
-                });
+            if self.partial.len() + newline > self.max_line_bytes {
+                return Err(self.too_long());
             }
-            let mut line = self.buf.split_to(end + 1).freeze();
+            let mut line = if self.partial.is_empty() {
+                self.chunk.split_to(newline + 1)
+            } else {
+                self.partial.extend_from_slice(&self.chunk[..=newline]);
+                bytes::Buf::advance(&mut self.chunk, newline + 1);
+                self.partial.split().freeze()
+            };
             line.truncate(trim_line_end(&line));
             if !line.is_empty() {
                 return Ok(Some(line));
@@ -72,11 +93,22 @@ impl LineDecoder {
         }
     }
 
+    fn too_long(&self) -> FrameError {
+        FrameError::LineTooLong {
+            max_line_bytes: self.max_line_bytes,
+        }
+    }
+
     /// Called when the body has ended: an empty buffer is a clean end, anything else a truncated line.
     /// A last line that is complete JSON but lacks its newline is still a truncation here; the
     /// caller decides whether to try it (see [`LineDecoder::take_unterminated`]).
     pub fn finish(&self) -> Result<(), FrameError> {
-        let leftover_bytes = self.buf.iter().filter(|b| !b.is_ascii_whitespace()).count();
+        let leftover_bytes = self
+            .partial
+            .iter()
+            .chain(self.chunk.iter())
+            .filter(|b| !b.is_ascii_whitespace())
+            .count();
         if leftover_bytes == 0 {
             Ok(())
         } else {
@@ -87,15 +119,12 @@ impl LineDecoder {
     /// Takes whatever follows the last newline. At the end of a body this is a final line that
     /// arrived without its newline; the caller may still decode it.
     pub fn take_unterminated(&mut self) -> Option<Bytes> {
-        self.scanned = 0;
-        let rest = self.buf.split().freeze();
+        self.partial.extend_from_slice(&self.chunk);
+        self.chunk = Bytes::new();
+        let rest = self.partial.split().freeze();
         let len = trim_line_end(&rest);
         (rest[..len].iter().any(|b| !b.is_ascii_whitespace())).then(|| rest.slice(..len))
     }
-}
-
-fn memchr_newline(haystack: &[u8]) -> Option<usize> {
-    haystack.iter().position(|&b| b == b'\n')
 }
 
 /// Length of `line` without a trailing `\n` and `\r`.
@@ -176,6 +205,37 @@ mod tests {
         );
         let mut d = LineDecoder::new(8);
         d.push(b"0123456789\n");
+        assert_eq!(
+            d.next_line(),
+            Err(FrameError::LineTooLong { max_line_bytes: 8 })
+        );
+    }
+
+    #[test]
+    fn lines_within_a_chunk_are_not_copied() {
+        let chunk = Bytes::from_static(b"{\"a\":1}\n{\"b\":22}\n{\"c\":");
+        let mut d = LineDecoder::new(64);
+        d.push_bytes(chunk.clone());
+        let within = |l: &Bytes| chunk.as_ptr_range().contains(&l.as_ptr());
+        let a = d.next_line().unwrap().unwrap();
+        let b = d.next_line().unwrap().unwrap();
+        assert!(within(&a) && within(&b));
+        assert_eq!(d.next_line().unwrap(), None);
+        d.push_bytes(Bytes::from_static(b"333}\n"));
+        assert_eq!(d.next_line().unwrap().as_deref(), Some(&b"{\"c\":333}"[..]));
+        assert_eq!(d.finish(), Ok(()));
+    }
+
+    #[test]
+    fn a_line_spanning_chunks_counts_towards_the_limit() {
+        let mut d = LineDecoder::new(8);
+        d.push_bytes(Bytes::from_static(b"12345"));
+        assert_eq!(d.next_line(), Ok(None));
+        d.push_bytes(Bytes::from_static(b"678\n"));
+        assert_eq!(d.next_line().unwrap().as_deref(), Some(&b"12345678"[..]));
+        d.push_bytes(Bytes::from_static(b"12345"));
+        assert_eq!(d.next_line(), Ok(None));
+        d.push_bytes(Bytes::from_static(b"6789\n"));
         assert_eq!(
             d.next_line(),
             Err(FrameError::LineTooLong { max_line_bytes: 8 })

@@ -52,7 +52,7 @@ impl LineStream {
                 return Ok(None);
             }
             match self.response.chunk().await {
-                Ok(Some(chunk)) => self.lines.push(&chunk),
+                Ok(Some(chunk)) => self.lines.push_bytes(chunk),
                 Ok(None) => {
                     self.ended = true;
                     if let Some(bytes) = self.lines.take_unterminated() {

@@ -81,19 +81,30 @@ impl MessageBuilder {
             },
             &mut subject,
         );
+        // Names are built once (`from_static`): per message only the values are allocated.
+        use async_nats::HeaderName;
+        const EVENT_TYPE: HeaderName = HeaderName::from_static(header::EVENT_TYPE);
+        const RESOURCE_VERSION: HeaderName = HeaderName::from_static(header::RESOURCE_VERSION);
+        const UID: HeaderName = HeaderName::from_static(header::UID);
+        const NAMESPACE: HeaderName = HeaderName::from_static(header::NAMESPACE);
+        const NAME: HeaderName = HeaderName::from_static(header::NAME);
+        const KIND: HeaderName = HeaderName::from_static(header::KIND);
+        const API_VERSION: HeaderName = HeaderName::from_static(header::API_VERSION);
+        const MSG_ID: HeaderName = HeaderName::from_static(header::MSG_ID);
+        const SYNTHESIZED: HeaderName = HeaderName::from_static(header::SYNTHESIZED);
         let mut headers = async_nats::HeaderMap::new();
-        headers.insert(header::EVENT_TYPE, event.event_type.as_str());
-        headers.insert(header::RESOURCE_VERSION, meta.resource_version.as_str());
-        headers.insert(header::UID, meta.uid.as_str());
+        headers.insert(EVENT_TYPE, event.event_type.as_str());
+        headers.insert(RESOURCE_VERSION, meta.resource_version.as_str());
+        headers.insert(UID, meta.uid.as_str());
         if let Some(ns) = &meta.namespace {
-            headers.insert(header::NAMESPACE, ns.as_str());
+            headers.insert(NAMESPACE, ns.as_str());
         }
-        headers.insert(header::NAME, meta.name.as_str());
-        headers.insert(header::KIND, self.resource.kind.as_str());
-        headers.insert(header::API_VERSION, self.api_version.as_str());
-        headers.insert(header::MSG_ID, msg_id(meta, event.event_type).as_str());
+        headers.insert(NAME, meta.name.as_str());
+        headers.insert(KIND, self.resource.kind.as_str());
+        headers.insert(API_VERSION, self.api_version.as_str());
+        headers.insert(MSG_ID, msg_id(meta, event.event_type));
         if synthesized {
-            headers.insert(header::SYNTHESIZED, SYNTHESIZED_RELIST);
+            headers.insert(SYNTHESIZED, SYNTHESIZED_RELIST);
         }
         OutMessage {
             subject,
@@ -135,12 +146,18 @@ impl MessageBuilder {
 /// `Nats-Msg-Id`: deterministic per (uid, resourceVersion, type), so JetStream drops a repeat
 /// within its duplicate window, even from another replica.
 pub fn msg_id(meta: &ObjectMeta, event_type: EventType) -> String {
-    format!(
-        "{}:{}:{}",
-        meta.uid,
-        meta.resource_version,
-        event_type.as_str()
-    )
+    let (uid, rv, t) = (
+        meta.uid.as_str(),
+        meta.resource_version.as_str(),
+        event_type.as_str(),
+    );
+    let mut id = String::with_capacity(uid.len() + rv.len() + t.len() + 2);
+    id.push_str(uid);
+    id.push(':');
+    id.push_str(rv);
+    id.push(':');
+    id.push_str(t);
+    id
 }
 
 /// `{"type":"ADDED","object":…}` around an object that did not arrive as a watch line.

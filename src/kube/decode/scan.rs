@@ -1,0 +1,673 @@
+//! A single-pass JSON scanner for watch lines and object heads.
+//!
+//! serde_json needed two full passes per watch line: one to find the raw `object` (validating the
+//! whole line), and a second over the object to read `kind` and `metadata` (validating it again).
+//! This scanner makes one pass: it validates every byte by the same grammar serde_json applies
+//! (strings, escapes, numbers, literals, nesting, no trailing commas or characters) and, on the
+//! way, reads the handful of fields kube2nats needs. Strings are skipped eight bytes at a time.
+//!
+//! It accepts and rejects what the serde-based decoder did, with one deliberate exception: serde's
+//! derived structs also accepted a JSON *array* in place of an object (`["ADDED",{…}]`), which no
+//! API server sends; here that is malformed. The tests in `super` check the two agree on
+//! thousands of mutated lines.
+//!
+//! Errors are of two kinds. A *syntax* error (the bytes are not JSON) fails the whole scan. A
+//! *field* error (valid JSON, but e.g. a duplicated `metadata` key or a `uid` that is a number)
+//! inside the object is kept in [`Head`]'s result, because it matters only for event types whose
+//! metadata is read, exactly as before, when the object was parsed only for those types.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use serde::de::Error as _;
+
+pub(super) type Error = serde_json::Error;
+type Result<T> = std::result::Result<T, Error>;
+
+/// The parts of a watch line `{"type":…,"object":…}`.
+pub(super) struct LineParts<'a> {
+    pub event_type: &'a str,
+    /// Where the object's JSON is in the line; `None` when absent or `null`.
+    pub object: Option<Range<usize>>,
+    /// The object's `kind` and metadata, or why they could not be read.
+    pub head: Result<Head<'a>>,
+}
+
+/// The top of an object: whether it has `kind` and its metadata fields.
+pub(super) struct Head<'a> {
+    pub has_kind: bool,
+    pub metadata: Option<Meta<'a>>,
+}
+
+/// `metadata` fields; `None` when absent or `null`. Borrowed unless they hold escapes.
+#[derive(Default)]
+pub(super) struct Meta<'a> {
+    pub uid: Option<Cow<'a, str>>,
+    pub resource_version: Option<Cow<'a, str>>,
+    pub name: Option<Cow<'a, str>>,
+    pub namespace: Option<Cow<'a, str>>,
+}
+
+/// Scans a whole watch line.
+pub(super) fn watch_line(line: &[u8]) -> Result<LineParts<'_>> {
+    let mut s = Scanner { b: line, i: 0 };
+    let mut event_type = None;
+    let mut object = None;
+    let mut head = Err(Error::custom("missing field `object`"));
+    let mut seen_object = false;
+    s.ws();
+    s.members(|s, key| {
+        match &*key.text()? {
+            "type" => {
+                if event_type.is_some() {
+                    return Err(s.error("duplicate field `type`"));
+                }
+                event_type = Some(s.borrowed_str("type")?);
+            }
+            "object" => {
+                if seen_object {
+                    return Err(s.error("duplicate field `object`"));
+                }
+                seen_object = true;
+                if s.peek() == Some(b'n') {
+                    s.literal(b"null")?;
+                } else {
+                    let start = s.i;
+                    head = s.head()?;
+                    object = Some(start..s.i);
+                }
+            }
+            _ => s.skip_value()?,
+        }
+        Ok(())
+    })?;
+    s.end()?;
+    let event_type = event_type.ok_or_else(|| Error::custom("missing field `type`"))?;
+    if let Some(range) = &object {
+        // The object is forwarded as text: it must be UTF-8 throughout.
+        std::str::from_utf8(&line[range.clone()])
+            .map_err(|e| Error::custom(format!("invalid UTF-8 in the object: {e}")))?;
+    }
+    Ok(LineParts {
+        event_type,
+        object,
+        head,
+    })
+}
+
+/// Scans one object (a list item, say) for its head; any error is fatal here.
+pub(super) fn object_head(object: &[u8]) -> Result<Head<'_>> {
+    let mut s = Scanner { b: object, i: 0 };
+    s.ws();
+    let head = s.head()?;
+    s.end()?;
+    head
+}
+
+/// A cursor over the bytes of one JSON document.
+struct Scanner<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+/// A scanned string: its bytes between the quotes, and whether it holds escapes.
+struct RawStr<'a> {
+    /// With the quotes, for serde_json to decode when it holds escapes.
+    token: &'a [u8],
+    escaped: bool,
+}
+
+impl<'a> RawStr<'a> {
+    /// The string's value, as serde_json would give it (escapes decoded, UTF-8 checked).
+    fn text(&self) -> Result<Cow<'a, str>> {
+        if self.escaped {
+            serde_json::from_slice::<String>(self.token).map(Cow::Owned)
+        } else {
+            let body = &self.token[1..self.token.len() - 1];
+            std::str::from_utf8(body)
+                .map(Cow::Borrowed)
+                .map_err(|e| Error::custom(format!("invalid UTF-8 in a string: {e}")))
+        }
+    }
+}
+
+/// Whether a container on the nesting stack is an object (`true`) or an array.
+/// The first 64 levels live in a bit set, deeper ones (rare, but legal) in a vector.
+#[derive(Default)]
+struct Nesting {
+    depth: usize,
+    bits: u64,
+    deep: Vec<bool>,
+}
+
+impl Nesting {
+    fn push(&mut self, is_object: bool) {
+        if self.depth < 64 {
+            self.bits = (self.bits & !(1 << self.depth)) | (u64::from(is_object) << self.depth);
+        } else {
+            self.deep.push(is_object);
+        }
+        self.depth += 1;
+    }
+
+    fn top(&self) -> Option<bool> {
+        match self.depth {
+            0 => None,
+            d if d <= 64 => Some(self.bits & (1 << (d - 1)) != 0),
+            _ => self.deep.last().copied(),
+        }
+    }
+
+    fn pop(&mut self) {
+        if self.depth > 64 {
+            self.deep.pop();
+        }
+        self.depth -= 1;
+    }
+}
+
+impl<'a> Scanner<'a> {
+    fn error(&self, what: &str) -> Error {
+        Error::custom(format!("{what} at byte {}", self.i))
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, byte: u8, what: &str) -> Result<()> {
+        if self.peek() == Some(byte) {
+            self.i += 1;
+            Ok(())
+        } else {
+            Err(self.error(what))
+        }
+    }
+
+    /// Only whitespace may follow the document.
+    fn end(&mut self) -> Result<()> {
+        self.ws();
+        if self.i == self.b.len() {
+            Ok(())
+        } else {
+            Err(self.error("trailing characters"))
+        }
+    }
+
+    /// Reads the members of the object at the cursor; `member` is called with each key and the
+    /// cursor on its value, which it must consume.
+    fn members(
+        &mut self,
+        mut member: impl FnMut(&mut Self, RawStr<'a>) -> Result<()>,
+    ) -> Result<()> {
+        self.eat(b'{', "expected a JSON object")?;
+        self.ws();
+        if self.peek() == Some(b'}') {
+            self.i += 1;
+            return Ok(());
+        }
+        loop {
+            self.ws();
+            if self.peek() != Some(b'"') {
+                return Err(self.error("key must be a string"));
+            }
+            let key = self.string()?;
+            self.ws();
+            self.eat(b':', "expected `:`")?;
+            self.ws();
+            member(self, key)?;
+            self.ws();
+            match self.peek() {
+                Some(b',') => self.i += 1,
+                Some(b'}') => {
+                    self.i += 1;
+                    return Ok(());
+                }
+                _ => return Err(self.error("expected `,` or `}`")),
+            }
+        }
+    }
+
+    /// A string value without escapes, as serde borrows it (`"type"` must be one).
+    fn borrowed_str(&mut self, field: &str) -> Result<&'a str> {
+        if self.peek() != Some(b'"') {
+            self.skip_value()?;
+            return Err(self.error(&format!("`{field}` is not a string")));
+        }
+        let raw = self.string()?;
+        if raw.escaped {
+            return Err(self.error(&format!("`{field}` holds an escape sequence")));
+        }
+        match raw.text()? {
+            Cow::Borrowed(s) => Ok(s),
+            Cow::Owned(_) => Err(self.error(&format!("`{field}` holds an escape sequence"))),
+        }
+    }
+
+    /// Reads an object's `kind` and `metadata` and skips the rest, validating all of it. The
+    /// outer result fails on a syntax error; the inner one on valid JSON of the wrong shape.
+    fn head(&mut self) -> Result<Result<Head<'a>>> {
+        if self.peek() != Some(b'{') {
+            self.skip_value()?;
+            return Ok(Err(self.error("the object is not a JSON object")));
+        }
+        let mut field_error = None;
+        let mut kind: Option<Option<()>> = None;
+        let mut metadata: Option<Option<Meta<'a>>> = None;
+        self.members(|s, key| {
+            let key = match key.text() {
+                Ok(key) => key,
+                Err(e) => {
+                    field_error.get_or_insert(e);
+                    return s.skip_value();
+                }
+            };
+            match &*key {
+                "kind" => {
+                    let value = s.optional(|s| s.borrowed_str("kind").map(|_| ()));
+                    if kind.is_some() {
+                        field_error.get_or_insert(s.error("duplicate field `kind`"));
+                    }
+                    match value? {
+                        Ok(v) => kind = Some(v),
+                        Err(e) => {
+                            field_error.get_or_insert(e);
+                        }
+                    }
+                }
+                "metadata" => {
+                    let value = s.optional(Scanner::meta);
+                    if metadata.is_some() {
+                        field_error.get_or_insert(s.error("duplicate field `metadata`"));
+                    }
+                    match value? {
+                        Ok(v) => metadata = Some(v),
+                        Err(e) => {
+                            field_error.get_or_insert(e);
+                        }
+                    }
+                }
+                _ => s.skip_value()?,
+            }
+            Ok(())
+        })?;
+        Ok(match field_error {
+            Some(e) => Err(e),
+            None => Ok(Head {
+                has_kind: matches!(kind, Some(Some(()))),
+                metadata: metadata.flatten(),
+            }),
+        })
+    }
+
+    /// `null` as `None`, else `read`. A syntax error from `read` is returned as the outer error
+    /// (the scan must stop); anything else as the inner one (after the value has been consumed).
+    fn optional<T>(
+        &mut self,
+        read: impl FnOnce(&mut Self) -> Result<T>,
+    ) -> Result<Result<Option<T>>> {
+        if self.peek() == Some(b'n') {
+            self.literal(b"null")?;
+            return Ok(Ok(None));
+        }
+        let start = self.i;
+        match read(self) {
+            Ok(v) => Ok(Ok(Some(v))),
+            Err(e) => {
+                // Tell a wrong shape from broken JSON: rescan the value as JSON only.
+                self.i = start;
+                self.skip_value()?;
+                Ok(Err(e))
+            }
+        }
+    }
+
+    /// The fields of `metadata`; any error (syntax or shape) is returned, and
+    /// [`optional`](Self::optional) sorts them out.
+    fn meta(&mut self) -> Result<Meta<'a>> {
+        if self.peek() != Some(b'{') {
+            return Err(self.error("`metadata` is not an object"));
+        }
+        let mut meta = Meta::default();
+        let mut field_error = None;
+        // Which of the four fields have appeared (`null` included), to reject duplicates.
+        let mut seen = [false; 4];
+        self.members(|s, key| {
+            let key = match key.text() {
+                Ok(key) => key,
+                Err(e) => {
+                    field_error.get_or_insert(e);
+                    return s.skip_value();
+                }
+            };
+            let (slot, index) = match &*key {
+                "uid" => (&mut meta.uid, 0),
+                "resourceVersion" => (&mut meta.resource_version, 1),
+                "name" => (&mut meta.name, 2),
+                "namespace" => (&mut meta.namespace, 3),
+                _ => return s.skip_value(),
+            };
+            let value = s.optional(|s| {
+                if s.peek() != Some(b'"') {
+                    return Err(s.error(&format!("`metadata.{key}` is not a string")));
+                }
+                s.string()?.text()
+            })?;
+            if std::mem::replace(&mut seen[index], true) {
+                field_error.get_or_insert(s.error(&format!("duplicate field `{key}`")));
+            }
+            match value {
+                Ok(v) => *slot = v,
+                Err(e) => {
+                    field_error.get_or_insert(e);
+                }
+            }
+            Ok(())
+        })?;
+        match field_error {
+            Some(e) => Err(e),
+            None => Ok(meta),
+        }
+    }
+
+    /// Consumes one JSON value of any kind, validating it. Iterative, so nesting depth costs
+    /// no stack.
+    fn skip_value(&mut self) -> Result<()> {
+        let mut nesting = Nesting::default();
+        loop {
+            self.ws();
+            match self.peek() {
+                Some(b'{') => {
+                    self.i += 1;
+                    self.ws();
+                    if self.peek() == Some(b'}') {
+                        self.i += 1;
+                    } else {
+                        nesting.push(true);
+                        self.key_colon()?;
+                        continue;
+                    }
+                }
+                Some(b'[') => {
+                    self.i += 1;
+                    self.ws();
+                    if self.peek() == Some(b']') {
+                        self.i += 1;
+                    } else {
+                        nesting.push(false);
+                        continue;
+                    }
+                }
+                Some(b'"') => {
+                    self.string()?;
+                }
+                Some(b'-' | b'0'..=b'9') => self.number()?,
+                Some(b't') => self.literal(b"true")?,
+                Some(b'f') => self.literal(b"false")?,
+                Some(b'n') => self.literal(b"null")?,
+                _ => return Err(self.error("expected a value")),
+            }
+            // A value is complete: close the containers it completes.
+            loop {
+                let Some(is_object) = nesting.top() else {
+                    return Ok(());
+                };
+                self.ws();
+                match self.peek() {
+                    Some(b',') => {
+                        self.i += 1;
+                        if is_object {
+                            self.key_colon()?;
+                        }
+                        break;
+                    }
+                    Some(b'}') if is_object => {
+                        self.i += 1;
+                        nesting.pop();
+                    }
+                    Some(b']') if !is_object => {
+                        self.i += 1;
+                        nesting.pop();
+                    }
+                    _ => return Err(self.error("expected `,` or the end of a container")),
+                }
+            }
+        }
+    }
+
+    /// A key and its colon, inside a skipped object.
+    fn key_colon(&mut self) -> Result<()> {
+        self.ws();
+        if self.peek() != Some(b'"') {
+            return Err(self.error("key must be a string"));
+        }
+        self.string()?;
+        self.ws();
+        self.eat(b':', "expected `:`")
+    }
+
+    fn literal(&mut self, lit: &[u8]) -> Result<()> {
+        if self.b[self.i..].starts_with(lit) {
+            self.i += lit.len();
+            Ok(())
+        } else {
+            Err(self.error("invalid literal"))
+        }
+    }
+
+    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`
+    fn number(&mut self) -> Result<()> {
+        if self.peek() == Some(b'-') {
+            self.i += 1;
+        }
+        match self.peek() {
+            Some(b'0') => {
+                self.i += 1;
+                if let Some(b'0'..=b'9') = self.peek() {
+                    return Err(self.error("invalid number"));
+                }
+            }
+            Some(b'1'..=b'9') => self.digits(),
+            _ => return Err(self.error("invalid number")),
+        }
+        if self.peek() == Some(b'.') {
+            self.i += 1;
+            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+                return Err(self.error("invalid number"));
+            }
+            self.digits();
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.i += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.i += 1;
+            }
+            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+                return Err(self.error("invalid number"));
+            }
+            self.digits();
+        }
+        Ok(())
+    }
+
+    fn digits(&mut self) {
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    /// A string whose opening quote is at the cursor. Escapes are checked (`\uXXXX` for four hex
+    /// digits); raw control characters are rejected, as JSON requires.
+    fn string(&mut self) -> Result<RawStr<'a>> {
+        let start = self.i;
+        self.i += 1;
+        let mut escaped = false;
+        loop {
+            self.i += find_special(&self.b[self.i..]);
+            match self.peek() {
+                Some(b'"') => {
+                    self.i += 1;
+                    return Ok(RawStr {
+                        token: &self.b[start..self.i],
+                        escaped,
+                    });
+                }
+                Some(b'\\') => {
+                    escaped = true;
+                    self.i += 1;
+                    match self.peek() {
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => self.i += 1,
+                        Some(b'u') => {
+                            let hex = self.b.get(self.i + 1..self.i + 5);
+                            if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
+                                return Err(self.error("invalid \\u escape"));
+                            }
+                            self.i += 5;
+                        }
+                        _ => return Err(self.error("invalid escape")),
+                    }
+                }
+                Some(_) => return Err(self.error("control character in a string")),
+                None => return Err(self.error("end of line inside a string")),
+            }
+        }
+    }
+}
+
+/// Offset of the first `"`, `\` or control character (< 0x20) in `bytes`, or its length.
+///
+/// Eight bytes at a time (the same word trick serde_json uses): a byte `x` is flagged when
+/// `x - k` borrows, for `k` = 0x20 (controls) or `x ^ c` = 0 for `c` in `"` and `\`. Borrows can
+/// flag bytes *after* a true hit, never before, so the lowest flag is exact.
+fn find_special(bytes: &[u8]) -> usize {
+    const ONES: u64 = u64::MAX / 255;
+    const HIGH: u64 = ONES << 7;
+    let mut offset = 0;
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        let x = u64::from_le_bytes(w);
+        let control = x.wrapping_sub(ONES * 0x20) & !x;
+        let q = x ^ (ONES * u64::from(b'"'));
+        let quote = q.wrapping_sub(ONES) & !q;
+        let bs = x ^ (ONES * u64::from(b'\\'));
+        let backslash = bs.wrapping_sub(ONES) & !bs;
+        let hits = (control | quote | backslash) & HIGH;
+        if hits != 0 {
+            return offset + (hits.trailing_zeros() / 8) as usize;
+        }
+        offset += 8;
+    }
+    offset
+        + words
+            .remainder()
+            .iter()
+            .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
+            .unwrap_or(words.remainder().len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn find_special_finds_the_first_hit_anywhere_in_a_word() {
+        for len in 0..20 {
+            for hit in 0..=len {
+                for special in [b'"', b'\\', 0x01, 0x1f] {
+                    let mut bytes = vec![b'a'; len];
+                    bytes.extend_from_slice(&[0xc3, 0xa9, b'~', 0x7f, b' ']);
+                    if hit < len {
+                        bytes[hit] = special;
+                        // A later special must not win.
+                        bytes.push(b'"');
+                    }
+                    let expected = bytes
+                        .iter()
+                        .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
+                        .unwrap_or(bytes.len());
+                    assert_eq!(find_special(&bytes), expected, "len {len} hit {hit}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn skip_value_accepts_json_and_rejects_the_rest() {
+        let ok = [
+            "0",
+            "-0.5e+10",
+            "1E5",
+            "\"a\\u00e9\\n\"",
+            "[]",
+            "{}",
+            "[1,[2,{\"a\":[true,false,null]}]]",
+            "{ \"a\" : { } , \"b\" : [ ] }",
+        ];
+        for doc in ok {
+            let mut s = Scanner {
+                b: doc.as_bytes(),
+                i: 0,
+            };
+            assert!(s.skip_value().is_ok() && s.end().is_ok(), "{doc}");
+        }
+        let bad = [
+            "",
+            "01",
+            "1.",
+            "1e",
+            "-",
+            "+1",
+            "[1,]",
+            "{\"a\":1,}",
+            "{\"a\"}",
+            "{a:1}",
+            "[1 2]",
+            "\"\\x\"",
+            "\"\\u12g4\"",
+            "\"a\u{1}\"",
+            "\"open",
+            "tru",
+            "nul",
+            "[",
+            "{\"a\":1]",
+            "[1}",
+        ];
+        for doc in bad {
+            let mut s = Scanner {
+                b: doc.as_bytes(),
+                i: 0,
+            };
+            assert!(s.skip_value().and_then(|()| s.end()).is_err(), "{doc}");
+        }
+    }
+
+    #[test]
+    fn deep_nesting_costs_no_stack() {
+        let doc = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let mut s = Scanner {
+            b: doc.as_bytes(),
+            i: 0,
+        };
+        assert!(s.skip_value().is_ok());
+        let doc = format!("{}1{}", "{\"a\":".repeat(70), "}".repeat(70));
+        let mut s = Scanner {
+            b: doc.as_bytes(),
+            i: 0,
+        };
+        assert!(s.skip_value().is_ok() && s.end().is_ok());
+        let doc = format!("{}1{}]", "{\"a\":".repeat(70), "}".repeat(69));
+        let mut s = Scanner {
+            b: doc.as_bytes(),
+            i: 0,
+        };
+        assert!(s.skip_value().is_err());
+    }
+}
