@@ -12,7 +12,6 @@
 //! empty state, and its first list re-announces every object (see `initial_state`).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use crate::event::{EventType, ObjectMeta, ResourceVersion};
 
@@ -66,7 +65,7 @@ impl UidKey {
     }
 }
 
-/// A resourceVersion as stored: an integer where it is one (every conforming server).
+/// A resourceVersion as received: an integer where it is one (every conforming server).
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Version {
     Number(u64),
@@ -76,40 +75,179 @@ enum Version {
 impl Version {
     fn new(rv: &ResourceVersion) -> Version {
         match rv.as_u64() {
-            // A leading zero would not survive the round trip through u64.
-            Some(n) if n.to_string() == rv.as_str() => Version::Number(n),
+            // A leading zero would not survive the round trip through u64; u64::MAX marks an
+            // opaque version in storage, so it is kept as text.
+            Some(n) if n != OPAQUE && n.to_string() == rv.as_str() => Version::Number(n),
             _ => Version::Opaque(rv.as_str().into()),
         }
     }
 
     /// Only integers are ordered; opaque versions are never "older".
-    fn older_than(&self, other: &Version) -> bool {
-        matches!((self, other), (Version::Number(a), Version::Number(b)) if a < b)
+    fn older_than(&self, other: &StoredVersion<'_>) -> bool {
+        matches!((self, other), (Version::Number(a), StoredVersion::Number(b)) if a < b)
     }
 
-    fn to_resource_version(&self) -> ResourceVersion {
-        match self {
-            Version::Number(n) => ResourceVersion::new(n.to_string()),
-            Version::Opaque(s) => ResourceVersion::new(s.clone()),
+    fn same_as(&self, other: &StoredVersion<'_>) -> bool {
+        match (self, other) {
+            (Version::Number(a), StoredVersion::Number(b)) => a == b,
+            (Version::Opaque(a), StoredVersion::Opaque(b)) => **a == **b,
+            _ => false,
         }
     }
 }
 
-#[derive(Debug)]
+/// The version a [`Tracked`] holds, read back.
+enum StoredVersion<'a> {
+    Number(u64),
+    Opaque(&'a str),
+}
+
+impl StoredVersion<'_> {
+    fn to_resource_version(&self) -> ResourceVersion {
+        match self {
+            StoredVersion::Number(n) => ResourceVersion::new(n.to_string()),
+            StoredVersion::Opaque(s) => ResourceVersion::new(*s),
+        }
+    }
+}
+
+/// `Tracked::version` of an object whose version is not an integer; the text is in
+/// `Dedupe::opaque_versions`.
+const OPAQUE: u64 = u64::MAX;
+/// `Tracked::namespace` of a cluster-scoped object.
+const NO_NAMESPACE: u32 = u32::MAX;
+
+/// What is remembered of one object: 24 bytes, plus its name in the shared [`Names`] text.
+///
+/// This is the bulk of kube2nats' memory (issue 7 asks for at most 100 bytes per object): with the
+/// 16-byte uid key and the hash table's spare room it comes to about 55 bytes, plus the name.
+#[derive(Debug, Clone, Copy)]
 struct Tracked {
-    version: Version,
-    name: Box<str>,
-    /// Shared between the objects of one namespace.
-    namespace: Option<Arc<str>>,
+    /// The integer resourceVersion, or [`OPAQUE`].
+    version: u64,
+    name: NameRef,
+    /// Index into [`Namespaces`], or [`NO_NAMESPACE`].
+    namespace: u32,
     /// The list generation that last saw this object.
     list_epoch: u32,
+}
+
+/// Where a name is in [`Names`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct NameRef {
+    offset: u32,
+    len: u32,
+}
+
+/// Every tracked object's name, back to back in one string: no allocation (and no allocator
+/// overhead) per object. Names of forgotten objects are garbage until the next compaction.
+#[derive(Debug, Default)]
+struct Names {
+    text: String,
+    garbage: usize,
+}
+
+/// Compaction waits for at least this much garbage, so small states are not rewritten often.
+const MIN_NAME_GARBAGE: usize = 64 * 1024;
+
+impl Names {
+    fn push(&mut self, name: &str) -> NameRef {
+        if self.text.capacity() - self.text.len() < name.len() {
+            // Grow by half rather than double: the text is most of the state's slack.
+            self.text
+                .reserve_exact(name.len().max(self.text.len() / 2).max(1024));
+        }
+        let offset = self.text.len();
+        self.text.push_str(name);
+        NameRef {
+            offset: u32::try_from(offset).expect(
+                "names stay below 4 GiB: compaction keeps them at most twice the live names",
+            ),
+            len: u32::try_from(name.len())
+                .expect("a Kubernetes name is at most a few hundred bytes"),
+        }
+    }
+
+    fn get(&self, name: NameRef) -> &str {
+        let start = name.offset as usize;
+        &self.text[start..start + name.len as usize]
+    }
+
+    fn needs_compaction(&self) -> bool {
+        self.garbage > MIN_NAME_GARBAGE && self.garbage > self.text.len() / 2
+    }
+}
+
+/// Namespaces, interned: each tracked object holds a 4-byte index. A namespace is dropped when its
+/// last object is forgotten.
+#[derive(Debug, Default)]
+struct Namespaces {
+    /// By index; `None` for a free slot.
+    names: Vec<Option<Box<str>>>,
+    /// Objects holding each index.
+    refs: Vec<u32>,
+    index: HashMap<Box<str>, u32>,
+    free: Vec<u32>,
+}
+
+impl Namespaces {
+    fn acquire(&mut self, namespace: Option<&str>) -> u32 {
+        let Some(namespace) = namespace else {
+            return NO_NAMESPACE;
+        };
+        let id = match self.index.get(namespace) {
+            Some(&id) => id,
+            None => {
+                let id = match self.free.pop() {
+                    Some(id) => {
+                        self.names[id as usize] = Some(namespace.into());
+                        id
+                    }
+                    None => {
+                        self.names.push(Some(namespace.into()));
+                        self.refs.push(0);
+                        u32::try_from(self.names.len() - 1)
+                            .expect("fewer than 4 billion namespaces")
+                    }
+                };
+                self.index.insert(namespace.into(), id);
+                id
+            }
+        };
+        self.refs[id as usize] += 1;
+        id
+    }
+
+    fn release(&mut self, id: u32) {
+        if id == NO_NAMESPACE {
+            return;
+        }
+        let refs = &mut self.refs[id as usize];
+        *refs -= 1;
+        if *refs == 0 {
+            if let Some(name) = self.names[id as usize].take() {
+                self.index.remove(&name);
+            }
+            self.free.push(id);
+        }
+    }
+
+    fn get(&self, id: u32) -> Option<&str> {
+        self.names.get(id as usize)?.as_deref()
+    }
 }
 
 /// The published state of one watch target.
 #[derive(Debug, Default)]
 pub struct Dedupe {
-    objects: HashMap<UidKey, Tracked>,
-    namespaces: HashMap<Arc<str>, ()>,
+    /// Objects with a canonical UUID uid: every object a real API server creates.
+    uuids: HashMap<[u8; 16], Tracked>,
+    /// Objects whose uid is anything else.
+    others: HashMap<Box<str>, Tracked>,
+    /// The text of versions that are not integers (stored as [`OPAQUE`]).
+    opaque_versions: HashMap<UidKey, Box<str>>,
+    names: Names,
+    namespaces: Namespaces,
     list_epoch: u32,
 }
 
@@ -120,29 +258,28 @@ impl Dedupe {
 
     /// Objects currently tracked.
     pub fn len(&self) -> usize {
-        self.objects.len()
+        self.uuids.len() + self.others.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.objects.is_empty()
+        self.len() == 0
     }
 
     /// Judges a received event and, when it is to be published, records it.
     pub fn observe(&mut self, meta: &ObjectMeta, event_type: EventType) -> Verdict {
         let key = UidKey::new(&meta.uid);
         let version = Version::new(&meta.resource_version);
-        if let Some(tracked) = self.objects.get_mut(&key) {
-            if version.older_than(&tracked.version) {
+        if let Some(tracked) = self.get(&key) {
+            let stored = self.stored_version(&key, tracked);
+            if version.older_than(&stored) {
                 return Verdict::Stale;
             }
-            if event_type != EventType::Deleted && version == tracked.version {
+            if event_type != EventType::Deleted && version.same_as(&stored) {
                 return Verdict::Duplicate;
             }
         }
         match event_type {
-            EventType::Deleted => {
-                self.objects.remove(&key);
-            }
+            EventType::Deleted => self.forget(&key),
             EventType::Added | EventType::Modified => self.track(key, version, meta),
         }
         Verdict::Publish
@@ -158,17 +295,25 @@ impl Dedupe {
     pub fn listed(&mut self, meta: &ObjectMeta) -> Listed {
         let key = UidKey::new(&meta.uid);
         let version = Version::new(&meta.resource_version);
-        let verdict = match self.objects.get_mut(&key) {
+        let verdict = match self.get(&key) {
             None => Listed::New,
             Some(tracked) => {
-                tracked.list_epoch = self.list_epoch;
-                if version == tracked.version {
-                    return Listed::Unchanged;
+                let stored = self.stored_version(&key, tracked);
+                let verdict = if version.same_as(&stored) {
+                    Listed::Unchanged
+                } else if version.older_than(&stored) {
+                    Listed::Stale
+                } else {
+                    Listed::Changed
+                };
+                if verdict != Listed::Changed {
+                    let epoch = self.list_epoch;
+                    if let Some(tracked) = self.get_mut(&key) {
+                        tracked.list_epoch = epoch;
+                    }
+                    return verdict;
                 }
-                if version.older_than(&tracked.version) {
-                    return Listed::Stale;
-                }
-                Listed::Changed
+                verdict
             }
         };
         self.track(key, version, meta);
@@ -181,52 +326,138 @@ impl Dedupe {
     pub fn end_list(&mut self) -> Vec<Vanished> {
         let epoch = self.list_epoch;
         let gone: Vec<UidKey> = self
-            .objects
+            .uuids
             .iter()
             .filter(|(_, t)| t.list_epoch != epoch)
-            .map(|(k, _)| k.clone())
+            .map(|(k, _)| UidKey::Uuid(*k))
+            .chain(
+                self.others
+                    .iter()
+                    .filter(|(_, t)| t.list_epoch != epoch)
+                    .map(|(k, _)| UidKey::Other(k.clone())),
+            )
             .collect();
         let mut vanished = gone
             .into_iter()
             .filter_map(|key| {
-                let tracked = self.objects.remove(&key)?;
-                Some(Vanished {
-                    meta: ObjectMeta {
-                        uid: key.to_uid_string(),
-                        resource_version: tracked.version.to_resource_version(),
-                        name: tracked.name.into(),
-                        namespace: tracked.namespace.map(|ns| ns.to_string()),
-                    },
-                })
+                let tracked = self.get(&key)?;
+                let meta = ObjectMeta {
+                    uid: key.to_uid_string(),
+                    resource_version: self.stored_version(&key, tracked).to_resource_version(),
+                    name: self.names.get(tracked.name).to_owned(),
+                    namespace: self.namespaces.get(tracked.namespace).map(str::to_owned),
+                };
+                self.forget(&key);
+                Some(Vanished { meta })
             })
             .collect::<Vec<_>>();
-        self.namespaces.retain(|ns, _| Arc::strong_count(ns) > 1);
         vanished.sort_by(|a, b| {
             (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name))
         });
         vanished
     }
 
-    fn track(&mut self, key: UidKey, version: Version, meta: &ObjectMeta) {
-        let namespace = meta.namespace.as_deref().map(|ns| self.intern(ns));
-        self.objects.insert(
-            key,
-            Tracked {
-                version,
-                name: meta.name.as_str().into(),
-                namespace,
-                list_epoch: self.list_epoch,
-            },
-        );
+    fn get(&self, key: &UidKey) -> Option<Tracked> {
+        match key {
+            UidKey::Uuid(uuid) => self.uuids.get(uuid).copied(),
+            UidKey::Other(uid) => self.others.get(uid).copied(),
+        }
     }
 
-    fn intern(&mut self, namespace: &str) -> Arc<str> {
-        if let Some((ns, _)) = self.namespaces.get_key_value(namespace) {
-            return ns.clone();
+    fn get_mut(&mut self, key: &UidKey) -> Option<&mut Tracked> {
+        match key {
+            UidKey::Uuid(uuid) => self.uuids.get_mut(uuid),
+            UidKey::Other(uid) => self.others.get_mut(uid),
         }
-        let ns: Arc<str> = namespace.into();
-        self.namespaces.insert(ns.clone(), ());
-        ns
+    }
+
+    fn stored_version(&self, key: &UidKey, tracked: Tracked) -> StoredVersion<'_> {
+        match tracked.version {
+            OPAQUE => StoredVersion::Opaque(self.opaque_versions.get(key).map_or("", |v| &**v)),
+            n => StoredVersion::Number(n),
+        }
+    }
+
+    /// Records `version` for the object; its name and namespace are stored on first sight.
+    fn track(&mut self, key: UidKey, version: Version, meta: &ObjectMeta) {
+        let version = match version {
+            Version::Number(n) => {
+                if !self.opaque_versions.is_empty() {
+                    self.opaque_versions.remove(&key);
+                }
+                n
+            }
+            Version::Opaque(text) => {
+                self.opaque_versions.insert(key.clone(), text);
+                OPAQUE
+            }
+        };
+        let epoch = self.list_epoch;
+        if let Some(tracked) = self.get_mut(&key) {
+            tracked.version = version;
+            tracked.list_epoch = epoch;
+            let old = *tracked;
+            // Name and namespace of an object never change in Kubernetes; should a server say
+            // otherwise, the latest wins.
+            if self.names.get(old.name) != meta.name
+                || self.namespaces.get(old.namespace) != meta.namespace.as_deref()
+            {
+                let name = self.names.push(&meta.name);
+                self.names.garbage += old.name.len as usize;
+                let namespace = self.namespaces.acquire(meta.namespace.as_deref());
+                self.namespaces.release(old.namespace);
+                if let Some(tracked) = self.get_mut(&key) {
+                    tracked.name = name;
+                    tracked.namespace = namespace;
+                }
+                if self.names.needs_compaction() {
+                    self.compact_names();
+                }
+            }
+            return;
+        }
+        let tracked = Tracked {
+            version,
+            name: self.names.push(&meta.name),
+            namespace: self.namespaces.acquire(meta.namespace.as_deref()),
+            list_epoch: epoch,
+        };
+        match key {
+            UidKey::Uuid(uuid) => self.uuids.insert(uuid, tracked),
+            UidKey::Other(uid) => self.others.insert(uid, tracked),
+        };
+    }
+
+    /// Drops everything remembered of the object.
+    fn forget(&mut self, key: &UidKey) {
+        let removed = match key {
+            UidKey::Uuid(uuid) => self.uuids.remove(uuid),
+            UidKey::Other(uid) => self.others.remove(uid),
+        };
+        let Some(tracked) = removed else {
+            return;
+        };
+        if tracked.version == OPAQUE {
+            self.opaque_versions.remove(key);
+        }
+        self.namespaces.release(tracked.namespace);
+        self.names.garbage += tracked.name.len as usize;
+        if self.names.needs_compaction() {
+            self.compact_names();
+        }
+    }
+
+    /// Rewrites the names of the live objects into a new, tight string.
+    fn compact_names(&mut self) {
+        let live = self.names.text.len() - self.names.garbage;
+        let mut names = Names {
+            text: String::with_capacity(live + live / 4),
+            garbage: 0,
+        };
+        for tracked in self.uuids.values_mut().chain(self.others.values_mut()) {
+            tracked.name = names.push(self.names.get(tracked.name));
+        }
+        self.names = names;
     }
 }
 
@@ -398,5 +629,59 @@ mod tests {
         assert_eq!(vanished.len(), 1);
         assert_eq!(vanished[0].meta.uid, A);
         assert_eq!(vanished[0].meta.name, "web");
+    }
+
+    fn uuid_of(i: u64) -> String {
+        format!("{:08x}-0000-4000-8000-{:012x}", i >> 16, i)
+    }
+
+    #[test]
+    fn names_survive_compaction_and_namespaces_are_released() {
+        let mut d = Dedupe::new();
+        d.begin_list();
+        for i in 0..20_000 {
+            let mut m = meta(&uuid_of(i), "5", &format!("pod-with-a-longish-name-{i}"));
+            m.namespace = Some(format!("ns-{}", i % 3));
+            d.listed(&m);
+        }
+        d.end_list();
+        // Delete most of them: the names' text is compacted on the way.
+        for i in 0..19_000 {
+            let m = meta(&uuid_of(i), "6", "ignored");
+            assert_eq!(d.observe(&m, EventType::Deleted), Verdict::Publish);
+        }
+        assert!(d.names.text.len() < 100_000, "{}", d.names.text.len());
+        d.begin_list();
+        let vanished = d.end_list();
+        assert_eq!(vanished.len(), 1000);
+        assert_eq!(vanished[0].meta.namespace.as_deref(), Some("ns-0"));
+        assert!(vanished
+            .iter()
+            .all(|v| v.meta.name.starts_with("pod-with-a-longish-name-")));
+        let mut names: Vec<_> = vanished.iter().map(|v| v.meta.name.clone()).collect();
+        names.dedup();
+        assert_eq!(names.len(), 1000);
+        assert!(d.is_empty());
+        assert!(d.namespaces.index.is_empty());
+    }
+
+    #[test]
+    fn opaque_and_numeric_versions_round_trip_through_a_relist() {
+        let mut d = Dedupe::new();
+        d.observe(&meta(A, "abc", "a"), EventType::Added);
+        d.observe(&meta(B, "18446744073709551615", "b"), EventType::Added);
+        d.observe(&meta("c", "17", "c"), EventType::Added);
+        d.begin_list();
+        let mut vanished: Vec<_> = d.end_list().into_iter().map(|v| v.meta).collect();
+        vanished.sort_by(|x, y| x.name.cmp(&y.name));
+        assert_eq!(
+            vanished,
+            vec![
+                meta(A, "abc", "a"),
+                meta(B, "18446744073709551615", "b"),
+                meta("c", "17", "c")
+            ]
+        );
+        assert!(d.opaque_versions.is_empty());
     }
 }

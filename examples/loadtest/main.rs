@@ -112,6 +112,9 @@ struct Args {
     /// The nats-server binary (default: $NATS_SERVER_BIN, else nats-server on PATH).
     #[arg(long)]
     nats_server: Option<PathBuf>,
+    /// Write every latency sample of the latency scenario (`change-index latency-µs`) to this file.
+    #[arg(long)]
+    dump_latencies: Option<PathBuf>,
     /// Keep the work directory (configs, logs) for inspection.
     #[arg(long)]
     keep: bool,
@@ -430,8 +433,8 @@ impl Worker {
 struct Arrivals {
     count: AtomicU64,
     last_ns: AtomicU64,
-    /// Latency samples (ns), paced runs only.
-    latencies: std::sync::Mutex<Vec<u64>>,
+    /// Latency samples (change index, ns), paced runs only.
+    latencies: std::sync::Mutex<Vec<(u64, u64)>>,
 }
 
 async fn subscribe(
@@ -472,7 +475,7 @@ async fn subscribe(
                             .latencies
                             .lock()
                             .expect("not poisoned")
-                            .push(now.saturating_sub(sent));
+                            .push((idx as u64, now.saturating_sub(sent)));
                     }
                 }
             }
@@ -771,7 +774,15 @@ async fn latency(env: &Env) -> anyhow::Result<Vec<String>> {
             );
         }
         let cpu = daemon.cpu() - cpu0;
-        let mut lat = std::mem::take(&mut *arrivals.latencies.lock().expect("not poisoned"));
+        let samples = std::mem::take(&mut *arrivals.latencies.lock().expect("not poisoned"));
+        if let Some(path) = &env.args.dump_latencies {
+            let text: String = samples
+                .iter()
+                .map(|(i, ns)| format!("{i} {}\n", ns / 1000))
+                .collect();
+            std::fs::write(path, text)?;
+        }
+        let mut lat: Vec<u64> = samples.into_iter().map(|(_, ns)| ns).collect();
         lat.sort_unstable();
         let pct =
             |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)] as f64 / 1000.0;
