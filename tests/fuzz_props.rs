@@ -156,3 +156,13 @@ proptest! {
         props::check_decode_line(&line);
     }
 }
+
+/// Inputs the fuzzers found, kept as regression tests.
+#[test]
+fn fuzz_findings_stay_fixed() {
+    // decode_line, found 2026-11-22 after 448k runs: invalid UTF-8 in a key nested inside
+    // `metadata`. The serde decoder skips such a value without validating it; the first version of
+    // the reference validated it (by reading `metadata` as a RawValue) and so disagreed with
+    // kube2nats, which (like the original decoder) reports the missing uid.
+    props::check_decode_line(b"{\"type\":\"BOOKMARK\",\"objectd\":\"Pod\",\"apiVersion\":\"v0\",\"metadata\":{\"ata\":{\"resourceVers\xe9d\":\"Pod\",\"apon\":\"404\",\"creADDEDTimestamp\":null,\"annotations\":{\"tml>oops</ht%u8s.io/666initial-eventspiVe-eventspiVersnd\":\"true\"}}}}");
+}

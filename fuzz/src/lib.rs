@@ -223,19 +223,67 @@ pub mod serde_reference {
         #[serde(borrow, default)]
         kind: Option<&'a str>,
         #[serde(borrow)]
-        metadata: Option<&'a RawValue>,
+        metadata: Option<MetaFields<'a>>,
     }
 
-    #[derive(Deserialize)]
+    /// What `#[derive(Deserialize)]` on these four `Option<Cow<str>>` fields did — unknown keys
+    /// ignored (their values skipped as serde skips them), a repeated known key an error, `null`
+    /// as absent — except that only a JSON object is accepted, not an array. (Reading `metadata`
+    /// as a `RawValue` first would reject arrays too, but it also validates the UTF-8 of skipped
+    /// strings, which the derived decoder never did; the first version of this reference did
+    /// that, and the fuzzer duly reported the difference.)
     struct MetaFields<'a> {
-        #[serde(borrow, default)]
         uid: Option<Cow<'a, str>>,
-        #[serde(rename = "resourceVersion", borrow, default)]
         resource_version: Option<Cow<'a, str>>,
-        #[serde(borrow, default)]
         name: Option<Cow<'a, str>>,
-        #[serde(borrow, default)]
         namespace: Option<Cow<'a, str>>,
+    }
+
+    impl<'de: 'a, 'a> Deserialize<'de> for MetaFields<'a> {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_map(MetaVisitor(std::marker::PhantomData))
+        }
+    }
+
+    struct MetaVisitor<'a>(std::marker::PhantomData<&'a ()>);
+
+    impl<'de: 'a, 'a> serde::de::Visitor<'de> for MetaVisitor<'a> {
+        type Value = MetaFields<'a>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("object metadata")
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            type Field<'a> = Option<Option<Cow<'a, str>>>;
+            let (mut uid, mut rv, mut name, mut namespace): (Field, Field, Field, Field) =
+                (None, None, None, None);
+            while let Some(key) = map.next_key::<String>()? {
+                let (slot, field) = match key.as_str() {
+                    "uid" => (&mut uid, "uid"),
+                    "resourceVersion" => (&mut rv, "resourceVersion"),
+                    "name" => (&mut name, "name"),
+                    "namespace" => (&mut namespace, "namespace"),
+                    _ => {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                        continue;
+                    }
+                };
+                if slot.is_some() {
+                    return Err(serde::de::Error::duplicate_field(field));
+                }
+                *slot = Some(map.next_value::<Option<Cow<'a, str>>>()?);
+            }
+            Ok(MetaFields {
+                uid: uid.flatten(),
+                resource_version: rv.flatten(),
+                name: name.flatten(),
+                namespace: namespace.flatten(),
+            })
+        }
     }
 
     #[derive(Deserialize)]
@@ -310,15 +358,7 @@ pub mod serde_reference {
         if let Some(e) = array_error(object) {
             return Err(e);
         }
-        let metadata = match head.metadata {
-            Some(raw) if raw.get() != "null" => raw,
-            _ => return Err(DecodeError::MissingField("metadata")),
-        };
-        if let Some(e) = array_error(metadata.get().as_bytes()) {
-            return Err(e);
-        }
-        let meta: MetaFields =
-            serde_json::from_str(metadata.get()).map_err(DecodeError::Malformed)?;
+        let meta = head.metadata.ok_or(DecodeError::MissingField("metadata"))?;
         let uid = meta
             .uid
             .filter(|s| !s.is_empty())
