@@ -199,6 +199,26 @@ namespaces = ["default"]
     )
 }
 
+/// A nats-server that a client can talk to. The harness calls a server ready once its port
+/// accepts a TCP connection; with the hundreds of loopback sockets these tests open at once (300
+/// watches, a daemon and a server per case), the port it picked can be taken by another socket
+/// before nats-server binds it, and the "ready" server is then someone else. Start again then.
+async fn nats_server() -> NatsServer {
+    let mut last_error = String::new();
+    for _ in 0..5 {
+        let server = NatsServer::start().await.expect("starting nats-server");
+        let connect = async_nats::ConnectOptions::new()
+            .connection_timeout(Duration::from_secs(2))
+            .connect(server.url());
+        match tokio::time::timeout(Duration::from_secs(5), connect).await {
+            Ok(Ok(_client)) => return server,
+            Ok(Err(e)) => last_error = e.to_string(),
+            Err(_) => last_error = "connect timed out".into(),
+        }
+    }
+    panic!("no usable nats-server after 5 starts: {last_error}");
+}
+
 /// Runs `cases` concurrently (each is named by its first element); fails with the panic message
 /// of every case that failed, and prints the row each successful case reports.
 async fn run_all<F>(cases: Vec<(String, F)>)
@@ -381,7 +401,7 @@ async fn run_line_case(case: LineCase, nats_url: String) -> String {
 /// next change is published.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_watch_lines() {
-    let nats = NatsServer::start().await.unwrap();
+    let nats = nats_server().await;
     let cases = line_cases()
         .into_iter()
         .map(|case| (case.name.to_owned(), run_line_case(case, nats.url())))
@@ -680,7 +700,7 @@ async fn run_raw_case(case: RawCase, nats_url: String, token: PathBuf) -> String
 /// back off) and for a list (a decode error).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_responses() {
-    let nats = NatsServer::start().await.unwrap();
+    let nats = nats_server().await;
     let dir = tempfile::tempdir().unwrap();
     let token = common::token_file(dir.path(), "raw-server-ignores-it");
     let cases = raw_cases()
@@ -729,7 +749,7 @@ async fn tls_certificate_that_does_not_match() {
     let sim = ApiServer::start(tls.clone()).await.unwrap();
     let other = ApiServer::start(tls).await.unwrap();
     let (port, _proxy) = proxy_from_127_0_0_2(sim.addr()).await;
-    let nats = NatsServer::start().await.unwrap();
+    let nats = nats_server().await;
     let sim_ca = sim.ca_file().unwrap();
     let other_ca = other.ca_file().unwrap();
 
@@ -789,7 +809,7 @@ async fn three_hundred_namespaces() {
     const N: usize = 300;
     const RSS_BOUND_KIB: u64 = 128 * 1024;
     let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
-    let nats = NatsServer::start().await.unwrap();
+    let nats = nats_server().await;
     let namespaces: Vec<String> = (0..N).map(|i| format!("ns-{i:03}")).collect();
     for ns in &namespaces {
         sim.create("pods", Some(ns), pod("before"));
