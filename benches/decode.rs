@@ -28,6 +28,9 @@ fn decode(c: &mut Criterion) {
         b.iter(|| decode_line(std::hint::black_box(&line)).expect("valid line"))
     });
     let object = line.slice(br#"{"type":"MODIFIED","object":"#.len()..line.len() - 1);
+    group.bench_function("serde_two_pass_reference/pod_modified", |b| {
+        b.iter(|| serde_two_pass(std::hint::black_box(&line)))
+    });
     group.bench_function("decode_object_meta/pod", |b| {
         b.iter(|| decode_object_meta(std::hint::black_box(&object)).expect("valid object"))
     });
@@ -57,6 +60,38 @@ fn decode(c: &mut Criterion) {
         )
     });
     group.finish();
+}
+
+/// What `decode_line` did before the one-pass scanner (for comparison): serde_json finds the raw
+/// object in the line, then parses the object again for `kind` and `metadata`.
+fn serde_two_pass(line: &[u8]) -> (usize, usize) {
+    #[derive(serde::Deserialize)]
+    struct RawLine<'a> {
+        #[serde(rename = "type")]
+        _event_type: &'a str,
+        #[serde(borrow)]
+        object: &'a serde_json::value::RawValue,
+    }
+    #[derive(serde::Deserialize)]
+    struct Head<'a> {
+        #[serde(borrow, default)]
+        _kind: Option<&'a str>,
+        #[serde(borrow)]
+        metadata: Meta<'a>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta<'a> {
+        #[serde(borrow)]
+        uid: std::borrow::Cow<'a, str>,
+        #[serde(rename = "resourceVersion", borrow)]
+        resource_version: std::borrow::Cow<'a, str>,
+    }
+    let raw: RawLine = serde_json::from_slice(line).expect("valid line");
+    let head: Head = serde_json::from_str(raw.object.get()).expect("valid object");
+    (
+        head.metadata.uid.len(),
+        head.metadata.resource_version.len(),
+    )
 }
 
 criterion_group!(benches, decode);

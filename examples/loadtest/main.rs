@@ -892,7 +892,7 @@ async fn list(env: &Env) -> anyhow::Result<Vec<String>> {
 // idle: three idle watches
 
 async fn idle(env: &Env) -> anyhow::Result<Vec<String>> {
-    let (mut rss, mut hwm) = (Vec::new(), Vec::new());
+    let (mut rss, mut hwm, mut anon, mut file) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for run in 0..env.args.runs {
         let dir = workdir(env, "idle")?;
         let scenario = Arc::new(Scenario::new(100, 0, None, Instant::now()));
@@ -921,6 +921,8 @@ async fn idle(env: &Env) -> anyhow::Result<Vec<String>> {
         tokio::time::sleep(Duration::from_secs(3)).await;
         let now = procfs::status_mib(daemon.pid, "VmRSS");
         let peak = procfs::status_mib(daemon.pid, "VmHWM");
+        anon.push(procfs::status_mib(daemon.pid, "RssAnon"));
+        file.push(procfs::status_mib(daemon.pid, "RssFile"));
         eprintln!("idle run {}: three idle watches (100 pods listed each): RSS {now:.1} MiB (peak {peak:.1} MiB)", run + 1);
         rss.push(now);
         hwm.push(peak);
@@ -935,5 +937,7 @@ async fn idle(env: &Env) -> anyhow::Result<Vec<String>> {
             stat(&rss, 1)
         ),
         format!("  kube2nats peak RSS (MiB):           {}", stat(&hwm, 1)),
+        format!("  of which anonymous (heap, stacks):  {}", stat(&anon, 1)),
+        format!("  of which file-backed (the binary):  {}", stat(&file, 1)),
     ])
 }
