@@ -123,6 +123,8 @@ fn on_event(event: &Event, connected: &IntGauge) {
             connected.set(0);
             tracing::warn!("disconnected from NATS; reconnecting");
         }
+        // Draining is how kube2nats itself closes the connection at shutdown.
+        Event::Draining => tracing::info!("draining the NATS connection"),
         Event::Closed => {
             connected.set(0);
             tracing::info!("NATS connection closed");

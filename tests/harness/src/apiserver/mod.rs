@@ -47,7 +47,8 @@ pub use status::ApiError;
 use store::{Store, WatchFault, WatchMsg};
 pub use watch::Framing;
 
-/// The user RBAC messages name: the service account kube2nats runs as in the deploy manifests.
+/// The user RBAC messages name: a kube2nats service account (the manifests in deploy/ use the
+/// namespace `kube2nats`; the simulator keeps `default`, which is what the tests assert on).
 pub const USER: &str = "system:serviceaccount:default:kube2nats";
 
 /// The token written to [`ApiServer::token_file`] and accepted at start.
