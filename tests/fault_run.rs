@@ -14,8 +14,6 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::io::Write as _;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,24 +90,6 @@ fn object(c: Collection, name: &str, generation: u64) -> serde_json::Value {
     }
 }
 
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// What the stream says about one uid.
 #[derive(Debug, Default)]
 struct History {
@@ -143,20 +123,8 @@ async fn randomized_fault_run_keeps_the_delivery_promise() {
         kube_section(&sim, &sim.token_file()).replace("watch_timeout = \"30s\"", "watch_timeout = \"3s\"\ntoken_reload_interval = \"1s\""),
         nats.url()
     );
-    let mut file = tempfile::NamedTempFile::new().unwrap();
-    file.write_all(config.as_bytes()).unwrap();
-    let log = tempfile::NamedTempFile::new().unwrap();
-    let daemon = Daemon(
-        Command::new(env!("CARGO_BIN_EXE_kube2nats"))
-            .arg("--config")
-            .arg(file.path())
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log.reopen().unwrap()))
-            .spawn()
-            .expect("starting kube2nats"),
-    );
-    let pid = daemon.0.id();
+    let daemon = Process::spawn(&config);
+    let pid = daemon.pid();
     let peak_rss = Arc::new(AtomicU64::new(0));
     let sampling = Arc::new(AtomicBool::new(true));
     let sampler = {
@@ -276,11 +244,8 @@ async fn randomized_fault_run_keeps_the_delivery_promise() {
         "{} objects, {messages} messages in the stream, peak RSS {peak} KiB",
         uids.len()
     );
-    if std::env::var("FAULT_RUN_LOG").is_ok() {
-        let _ = std::fs::copy(log.path(), "/tmp/fault_run.log");
-    }
     if !problems.is_empty() {
-        let log = std::fs::read_to_string(log.path()).unwrap_or_default();
+        let log = daemon.rest();
         let tail: Vec<&str> = log.lines().rev().take(40).collect();
         panic!(
             "seed {seed}: {} problem(s):\n{}\n--- last log lines ---\n{}",

@@ -4,8 +4,6 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::io::Write as _;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
@@ -20,31 +18,6 @@ fn big_pod(name: &str) -> serde_json::Value {
         "metadata": {"name": name, "annotations": {"filler": "x".repeat(4000)}},
         "spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}
     })
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
-struct Kube2nats(Child);
-
-impl Drop for Kube2nats {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// Stopped and restarted nats-server mid-stream: the stream ends up holding every change exactly
@@ -71,18 +44,8 @@ async fn nats_outage_in_jetstream_mode_loses_nothing_and_repeats_nothing() {
         kube_section(&sim, &token).replace("listen = \"127.0.0.1:0\"", &format!("listen = \"127.0.0.1:{}\"", free_port())),
         nats.url()
     );
-    let mut file = tempfile::NamedTempFile::new().unwrap();
-    file.write_all(config.as_bytes()).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_kube2nats"))
-        .arg("--config")
-        .arg(file.path())
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starting kube2nats");
-    let daemon = Kube2nats(child);
-    let pid = daemon.0.id();
+    let daemon = Process::spawn(&config);
+    let pid = daemon.pid();
 
     let nc = async_nats::connect(nats.url()).await.unwrap();
     let js = async_nats::jetstream::new(nc);

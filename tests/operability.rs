@@ -5,8 +5,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Write as _};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
@@ -321,93 +320,6 @@ async fn eventually_ready(daemon: &kube2nats::app::Daemon) {
     while get(daemon, "/readyz").await.0 != 200 {
         assert!(tokio::time::Instant::now() < deadline, "never ready again");
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// The real binary, its stderr lines collected in the background.
-struct Process {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    _config: tempfile::NamedTempFile,
-}
-
-impl Process {
-    fn spawn(config: &str) -> Process {
-        let mut file = tempfile::NamedTempFile::new().unwrap();
-        file.write_all(config.as_bytes()).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kube2nats"))
-            .arg("--config")
-            .arg(file.path())
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting kube2nats");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        Process {
-            child,
-            lines,
-            _config: file,
-        }
-    }
-
-    /// Waits for a line containing every one of `needles`.
-    fn line_with(&self, needles: &[&str]) -> String {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        let mut seen = Vec::new();
-        while tokio::time::Instant::now() < deadline {
-            if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(100)) {
-                if needles.iter().all(|n| line.contains(n)) {
-                    return line;
-                }
-                seen.push(line);
-            }
-        }
-        panic!("no log line with {needles:?}; saw:\n{}", seen.join("\n"));
-    }
-
-    fn rest(&self) -> String {
-        self.lines.try_iter().collect::<Vec<_>>().join("\n")
-    }
-
-    fn terminate(&self) {
-        let ok = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-    }
-
-    /// Waits for exit; returns the code and how long it took.
-    fn wait_exit(&mut self, within: Duration) -> (Option<i32>, Duration) {
-        let started = tokio::time::Instant::now();
-        while started.elapsed() < within {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return (status.code(), started.elapsed());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        panic!(
-            "kube2nats did not exit within {within:?}; log:\n{}",
-            self.rest()
-        );
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

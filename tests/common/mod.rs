@@ -5,7 +5,9 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write as _};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -347,4 +349,122 @@ pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
                 None
             }
         })
+}
+
+/// The real binary, its stderr lines collected in the background.
+pub struct Process {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    _config: tempfile::NamedTempFile,
+}
+
+impl Process {
+    /// Starts the binary with `config` (TOML text) and `RUST_LOG=info`.
+    pub fn spawn(config: &str) -> Process {
+        Process::spawn_with(config, &[])
+    }
+
+    /// As [`Process::spawn`], with extra arguments (e.g. `--log-format json`).
+    pub fn spawn_with(config: &str, args: &[&str]) -> Process {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(config.as_bytes()).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kube2nats"))
+            .args(args)
+            .arg("--config")
+            .arg(file.path())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting kube2nats");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Process {
+            child,
+            lines,
+            _config: file,
+        }
+    }
+
+    /// Waits for a line containing every one of `needles`.
+    pub fn line_with(&self, needles: &[&str]) -> String {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        let mut seen = Vec::new();
+        while tokio::time::Instant::now() < deadline {
+            if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(100)) {
+                if needles.iter().all(|n| line.contains(n)) {
+                    return line;
+                }
+                seen.push(line);
+            }
+        }
+        panic!("no log line with {needles:?}; saw:\n{}", seen.join("\n"));
+    }
+
+    pub fn rest(&self) -> String {
+        self.lines.try_iter().collect::<Vec<_>>().join("\n")
+    }
+
+    pub fn terminate(&self) {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+
+    /// Waits for exit; returns the code and how long it took.
+    pub fn wait_exit(&mut self, within: Duration) -> (Option<i32>, Duration) {
+        let started = tokio::time::Instant::now();
+        while started.elapsed() < within {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return (status.code(), started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        panic!(
+            "kube2nats did not exit within {within:?}; log:\n{}",
+            self.rest()
+        );
+    }
+}
+
+impl Process {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Resident memory of a process, from /proc (KiB; 0 once it has exited).
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
 }
