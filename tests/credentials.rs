@@ -34,13 +34,7 @@ fn client_for(
     let endpoint = credentials::resolve(cfg, |name| {
         env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone())
     })?;
-    let counter =
-        prometheus::IntCounterVec::new(prometheus::Opts::new("c", "c"), &["verb", "code"]).unwrap();
-    Ok(std::sync::Arc::new(ApiClient::new(
-        endpoint,
-        cfg.request_timeout,
-        counter,
-    )?))
+    Ok(api_client(endpoint))
 }
 
 async fn lists_pods(client: std::sync::Arc<ApiClient>) {

@@ -372,12 +372,7 @@ async fn tls_with_the_ca_file() {
         )),
         insecure_skip_tls_verify: false,
     };
-    let counter =
-        prometheus::IntCounterVec::new(prometheus::Opts::new("c", "c"), &["verb", "code"]).unwrap();
-    let untrusting = std::sync::Arc::new(
-        kube2nats::kube::ApiClient::new(endpoint, Duration::from_secs(5), counter).unwrap(),
-    );
-    let mut rec = Recorder::start(untrusting, target(pods(), Some("default")));
+    let mut rec = Recorder::start(api_client(endpoint), target(pods(), Some("default")));
     assert_eq!(rec.next().await, "restart transport");
 }
 

@@ -60,7 +60,7 @@ pub fn pods() -> ResourceInfo {
 
 /// A client for `sim` that reads its token from `token_file` (re-read every `reload`).
 pub fn client(sim: &ApiServer, token_file: Option<PathBuf>, reload: Duration) -> Arc<ApiClient> {
-    let endpoint = Endpoint {
+    api_client(Endpoint {
         base_url: sim.url().parse().expect("simulator URL"),
         ca_pem: sim
             .ca_file()
@@ -68,7 +68,11 @@ pub fn client(sim: &ApiServer, token_file: Option<PathBuf>, reload: Duration) ->
         identity_pem: None,
         token: token_file.map(|p| TokenSource::file(p, reload)),
         insecure_skip_tls_verify: false,
-    };
+    })
+}
+
+/// A client for `endpoint`, counting its requests into a throwaway counter.
+pub fn api_client(endpoint: Endpoint) -> Arc<ApiClient> {
     let counter = prometheus::IntCounterVec::new(
         prometheus::Opts::new("api_requests_total", "test"),
         &["verb", "code"],
