@@ -117,6 +117,19 @@ async fn free_port() -> anyhow::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
+/// Whether a NATS server answers on `addr`: it sends `INFO {…}` as soon as a client connects.
+async fn greets_as_nats(addr: SocketAddr) -> bool {
+    use tokio::io::AsyncReadExt as _;
+    let Ok(mut stream) = TcpStream::connect(addr).await else {
+        return false;
+    };
+    let mut greeting = [0u8; 5];
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), stream.read_exact(&mut greeting)).await,
+        Ok(Ok(_)) if &greeting == b"INFO "
+    )
+}
+
 /// Quotes a string for the NATS config format (JSON string syntax is accepted).
 fn quote(s: &str) -> String {
     serde_json::Value::String(s.to_string()).to_string()
@@ -293,7 +306,10 @@ impl NatsServer {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     break;
                 }
-                if TcpStream::connect(addr).await.is_ok() {
+                // Ready when *this* nats-server greets: another process that happened to take
+                // the port would accept connections too, but would not say INFO (and our
+                // child would have exited, unable to bind).
+                if greets_as_nats(addr).await && child.try_wait()?.is_none() {
                     self.child = Some(child);
                     return Ok(());
                 }
