@@ -58,7 +58,14 @@ struct InFlight {
 
 /// The publishing side of one watch target.
 pub struct Outbox {
+    /// The connection, only ever borrowed: kept apart from the mutable state so the hot path
+    /// never clones it.
     nats: Nats,
+    window: Window,
+}
+
+/// What publishing changes: the unacknowledged messages and the retry pacing.
+struct Window {
     in_flight: VecDeque<InFlight>,
     max_in_flight: usize,
     metrics: WatchMetrics,
@@ -70,43 +77,44 @@ impl Outbox {
     pub fn new(nats: Nats, max_in_flight: usize, metrics: WatchMetrics) -> Outbox {
         Outbox {
             nats,
-            in_flight: VecDeque::new(),
-            max_in_flight: max_in_flight.max(1),
-            metrics,
-            retry: Backoff::new(RETRY_BACKOFF),
+            window: Window {
+                in_flight: VecDeque::new(),
+                max_in_flight: max_in_flight.max(1),
+                metrics,
+                retry: Backoff::new(RETRY_BACKOFF),
+            },
         }
     }
 
     /// Hands one message to NATS; returns once it is accepted (core) or in the ack window (JetStream).
     pub async fn publish(&mut self, msg: OutMessage) {
-        match self.nats.clone() {
-            Nats::Core(client) => self.publish_core(&client, msg).await,
-            Nats::JetStream { context, .. } => self.publish_jetstream(&context, msg).await,
+        match &self.nats {
+            Nats::Core(client) => self.window.publish_core(client, msg).await,
+            Nats::JetStream { client, context } => {
+                self.window.publish_jetstream(client, context, msg).await
+            }
         }
     }
 
     /// Waits until everything handed over is acknowledged (JetStream) or has reached the server
     /// (core: a flush round trip). After it returns, the watch may checkpoint.
     pub async fn settle(&mut self) {
-        match self.nats.clone() {
-            Nats::JetStream { context, .. } => {
-                while !self.in_flight.is_empty() {
-                    self.complete_oldest(&context).await;
+        match &self.nats {
+            Nats::JetStream { client, context } => {
+                while !self.window.in_flight.is_empty() {
+                    self.window.complete_oldest(client, context).await;
                 }
             }
             Nats::Core(client) => {
                 if let Err(e) = client.flush().await {
-                    tracing::debug!(watch = %self.metrics.watch, error = %e, "flush to NATS failed; messages stay queued in the client");
+                    tracing::debug!(watch = %self.window.metrics.watch, error = %e, "flush to NATS failed; messages stay queued in the client");
                 }
             }
         }
     }
+}
 
-    /// Messages handed over and not yet acknowledged.
-    pub fn in_flight(&self) -> usize {
-        self.in_flight.len()
-    }
-
+impl Window {
     async fn publish_core(&mut self, client: &Client, msg: OutMessage) {
         let started = Instant::now();
         loop {
@@ -128,22 +136,27 @@ impl Outbox {
                 Err(e) if e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded => {
                     return self.too_large(&msg, &e)
                 }
-                Err(e) => self.pause_after_failure(&msg, &e).await,
+                Err(e) => self.pause_after_failure(client, &msg, &e).await,
             }
         }
     }
 
-    async fn publish_jetstream(&mut self, context: &jetstream::Context, msg: OutMessage) {
+    async fn publish_jetstream(
+        &mut self,
+        client: &Client,
+        context: &jetstream::Context,
+        msg: OutMessage,
+    ) {
         while self.in_flight.len() >= self.max_in_flight
             || self
                 .in_flight
                 .iter()
                 .any(|f| f.msg.object_key == msg.object_key)
         {
-            self.complete_oldest(context).await;
+            self.complete_oldest(client, context).await;
         }
         let sent_at = Instant::now();
-        if let Some(ack) = self.send(context, &msg).await {
+        if let Some(ack) = self.send(client, context, &msg).await {
             self.in_flight.push_back(InFlight { msg, ack, sent_at });
         }
         self.metrics.queue_depth.set(self.in_flight.len() as i64);
@@ -153,6 +166,7 @@ impl Outbox {
     /// that can never be published (larger than the server's `max_payload`).
     async fn send(
         &mut self,
+        client: &Client,
         context: &jetstream::Context,
         msg: &OutMessage,
     ) -> Option<PublishAckFuture> {
@@ -166,14 +180,14 @@ impl Outbox {
                     self.too_large(msg, &e);
                     return None;
                 }
-                Err(e) => self.pause_after_failure(msg, &e).await,
+                Err(e) => self.pause_after_failure(client, msg, &e).await,
             }
         }
     }
 
     /// Awaits the oldest acknowledgement; on failure publishes it, and the rest of the window,
     /// again until it is acknowledged.
-    async fn complete_oldest(&mut self, context: &jetstream::Context) {
+    async fn complete_oldest(&mut self, client: &Client, context: &jetstream::Context) {
         let Some(InFlight {
             msg,
             mut ack,
@@ -196,12 +210,12 @@ impl Outbox {
                     break;
                 }
                 Err(e) => {
-                    self.pause_after_failure(&msg, &e).await;
-                    let Some(again) = self.send(context, &msg).await else {
+                    self.pause_after_failure(client, &msg, &e).await;
+                    let Some(again) = self.send(client, context, &msg).await else {
                         break;
                     };
                     ack = again;
-                    self.resend_window(context).await;
+                    self.resend_window(client, context).await;
                 }
             }
         }
@@ -212,10 +226,10 @@ impl Outbox {
     /// restarted, the stream was not there yet): publish all of it again now, in order, so one
     /// outage costs one pause rather than one per message. Messages the stream already holds come
     /// back flagged duplicate and are not stored twice.
-    async fn resend_window(&mut self, context: &jetstream::Context) {
+    async fn resend_window(&mut self, client: &Client, context: &jetstream::Context) {
         let window = std::mem::take(&mut self.in_flight);
         for InFlight { msg, sent_at, .. } in window {
-            if let Some(ack) = self.send(context, &msg).await {
+            if let Some(ack) = self.send(client, context, &msg).await {
                 self.in_flight.push_back(InFlight { msg, ack, sent_at });
             }
         }
@@ -232,6 +246,7 @@ impl Outbox {
     /// back if it is down, else a growing backoff.
     async fn pause_after_failure(
         &mut self,
+        client: &Client,
         msg: &OutMessage,
         error: &(dyn std::error::Error + Send + Sync),
     ) {
@@ -240,7 +255,6 @@ impl Outbox {
         let error = error.to_string();
         tracing::warn!(watch = %self.metrics.watch, subject = %msg.subject, error, retry_in = ?delay, "publish to NATS failed; retrying with the same Nats-Msg-Id");
         tokio::time::sleep(delay).await;
-        let client = self.nats.client().clone();
         while client.connection_state() != async_nats::connection::State::Connected {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
