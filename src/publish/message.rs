@@ -7,17 +7,20 @@ use super::subject::{SubjectFields, SubjectTemplate};
 use crate::config::PayloadMode;
 use crate::event::{EventType, ObjectEvent, ObjectMeta, ResourceInfo};
 
-/// Header names: a public interface.
+/// Header names: a public interface. Built at compile time, so per message only the values are
+/// allocated.
 pub mod header {
-    pub const EVENT_TYPE: &str = "Kube-Event-Type";
-    pub const RESOURCE_VERSION: &str = "Kube-Resource-Version";
-    pub const UID: &str = "Kube-Uid";
-    pub const NAMESPACE: &str = "Kube-Namespace";
-    pub const NAME: &str = "Kube-Name";
-    pub const KIND: &str = "Kube-Kind";
-    pub const API_VERSION: &str = "Kube-Api-Version";
-    pub const SYNTHESIZED: &str = "Kube-Synthesized";
-    pub const MSG_ID: &str = "Nats-Msg-Id";
+    use async_nats::HeaderName;
+
+    pub const EVENT_TYPE: HeaderName = HeaderName::from_static("Kube-Event-Type");
+    pub const RESOURCE_VERSION: HeaderName = HeaderName::from_static("Kube-Resource-Version");
+    pub const UID: HeaderName = HeaderName::from_static("Kube-Uid");
+    pub const NAMESPACE: HeaderName = HeaderName::from_static("Kube-Namespace");
+    pub const NAME: HeaderName = HeaderName::from_static("Kube-Name");
+    pub const KIND: HeaderName = HeaderName::from_static("Kube-Kind");
+    pub const API_VERSION: HeaderName = HeaderName::from_static("Kube-Api-Version");
+    pub const SYNTHESIZED: HeaderName = HeaderName::from_static("Kube-Synthesized");
+    pub const MSG_ID: HeaderName = HeaderName::from_static("Nats-Msg-Id");
 }
 
 /// The value of `Kube-Synthesized` on events derived from a list rather than received.
@@ -81,30 +84,19 @@ impl MessageBuilder {
             },
             &mut subject,
         );
-        // Names are built once (`from_static`): per message only the values are allocated.
-        use async_nats::HeaderName;
-        const EVENT_TYPE: HeaderName = HeaderName::from_static(header::EVENT_TYPE);
-        const RESOURCE_VERSION: HeaderName = HeaderName::from_static(header::RESOURCE_VERSION);
-        const UID: HeaderName = HeaderName::from_static(header::UID);
-        const NAMESPACE: HeaderName = HeaderName::from_static(header::NAMESPACE);
-        const NAME: HeaderName = HeaderName::from_static(header::NAME);
-        const KIND: HeaderName = HeaderName::from_static(header::KIND);
-        const API_VERSION: HeaderName = HeaderName::from_static(header::API_VERSION);
-        const MSG_ID: HeaderName = HeaderName::from_static(header::MSG_ID);
-        const SYNTHESIZED: HeaderName = HeaderName::from_static(header::SYNTHESIZED);
         let mut headers = async_nats::HeaderMap::new();
-        headers.insert(EVENT_TYPE, event.event_type.as_str());
-        headers.insert(RESOURCE_VERSION, meta.resource_version.as_str());
-        headers.insert(UID, meta.uid.as_str());
+        headers.insert(header::EVENT_TYPE, event.event_type.as_str());
+        headers.insert(header::RESOURCE_VERSION, meta.resource_version.as_str());
+        headers.insert(header::UID, meta.uid.as_str());
         if let Some(ns) = &meta.namespace {
-            headers.insert(NAMESPACE, ns.as_str());
+            headers.insert(header::NAMESPACE, ns.as_str());
         }
-        headers.insert(NAME, meta.name.as_str());
-        headers.insert(KIND, self.resource.kind.as_str());
-        headers.insert(API_VERSION, self.api_version.as_str());
-        headers.insert(MSG_ID, msg_id(meta, event.event_type));
+        headers.insert(header::NAME, meta.name.as_str());
+        headers.insert(header::KIND, self.resource.kind.as_str());
+        headers.insert(header::API_VERSION, self.api_version.as_str());
+        headers.insert(header::MSG_ID, msg_id(meta, event.event_type));
         if synthesized {
-            headers.insert(SYNTHESIZED, SYNTHESIZED_RELIST);
+            headers.insert(header::SYNTHESIZED, SYNTHESIZED_RELIST);
         }
         OutMessage {
             subject,
@@ -223,7 +215,7 @@ mod tests {
     fn subject_and_headers() {
         let m = builder(PayloadMode::Event).build(&event(None), true);
         assert_eq!(m.subject, "kube.core.v1.pods.default.web_1.modified");
-        let h = |k: &str| m.headers.get(k).map(|v| v.as_str().to_owned());
+        let h = |k: async_nats::HeaderName| m.headers.get(k).map(|v| v.as_str().to_owned());
         assert_eq!(h(header::EVENT_TYPE).as_deref(), Some("MODIFIED"));
         assert_eq!(h(header::MSG_ID).as_deref(), Some("u1:7:MODIFIED"));
         assert_eq!(h(header::NAMESPACE).as_deref(), Some("default"));
