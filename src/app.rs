@@ -162,7 +162,6 @@ async fn run_watches(
             // Every line a watch task logs (its publishes included) carries these fields.
             let span = tracing::info_span!("watch", watch = %watch.name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
             let target = Arc::new(Target {
-                watch: watch.name.as_str().into(),
                 resource: plan.resource.clone(),
                 namespace,
                 label_selector: watch.label_selector.clone(),

@@ -105,10 +105,6 @@ impl ApiClient {
         })
     }
 
-    pub fn base_url(&self) -> &Url {
-        &self.base
-    }
-
     /// GET a JSON document (discovery), within the request timeout.
     pub async fn get(&self, path: &str) -> Result<Bytes, ApiError> {
         let response = self

@@ -32,8 +32,6 @@ const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
 /// What one watch target watches, fixed at start.
 #[derive(Debug, Clone)]
 pub struct Target {
-    /// The configured watch's name, for logs and metrics.
-    pub watch: Arc<str>,
     pub resource: ResourceInfo,
     /// `None`: all namespaces (or a cluster-scoped resource).
     pub namespace: Option<String>,

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::InitialState;
 use crate::dedupe::{Dedupe, Listed, Verdict};
 use crate::event::{EventType, ObjectEvent};
+use crate::kube::client::Verb;
 use crate::publish::{MessageBuilder, Outbox};
 use crate::rbac;
 use crate::telemetry::metrics::WatchMetrics;
@@ -23,14 +24,14 @@ pub use machine::{ListReason, Target};
 
 /// One watch target's task: the machine, its memory of what was published, and its outbox.
 pub struct WatchTask {
-    pub machine: Machine,
-    pub dedupe: Dedupe,
-    pub outbox: Outbox,
-    pub messages: MessageBuilder,
+    machine: Machine,
+    dedupe: Dedupe,
+    outbox: Outbox,
+    messages: MessageBuilder,
     /// The event types published; the rest are counted as filtered.
-    pub events: Vec<EventType>,
-    pub initial_state: InitialState,
-    pub metrics: WatchMetrics,
+    events: Vec<EventType>,
+    initial_state: InitialState,
+    metrics: WatchMetrics,
     /// Whether a list has completed; until then `initial_state` applies.
     listed_once: bool,
     synced: bool,
@@ -193,7 +194,8 @@ impl WatchTask {
         let watch = &*self.metrics.watch;
         let namespace = self.namespace();
         let error = error.unwrap_or_default();
-        let verb = verb.map_or("", |v| v.as_str());
+        let list_failed = verb == Some(Verb::List);
+        let verb = verb.map_or("", Verb::as_str);
         match reason {
             RestartReason::StreamEnded => {
                 tracing::debug!(watch, namespace, "watch ended by the server; resuming")
@@ -209,7 +211,7 @@ impl WatchTask {
                 tracing::warn!(watch, namespace, verb, retry_in = ?retry_in, "the API server rejected the token (401); re-reading the token file and retrying");
             }
             // A list page that does not parse is retried as a list, not "resumed": say so.
-            RestartReason::DecodeError if verb == "list" => {
+            RestartReason::DecodeError if list_failed => {
                 self.metrics.decode_errors.inc();
                 tracing::warn!(watch, namespace, verb, retry_in = ?retry_in, error, "malformed list response; retrying the list");
             }

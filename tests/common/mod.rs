@@ -83,7 +83,6 @@ pub fn api_client(endpoint: Endpoint) -> Arc<ApiClient> {
 
 pub fn target(resource: ResourceInfo, namespace: Option<&str>) -> Target {
     Target {
-        watch: "test".into(),
         resource,
         namespace: namespace.map(str::to_owned),
         label_selector: None,
