@@ -4,10 +4,13 @@
 //! is accepted (core NATS) or when the window has room (JetStream), so a slow or absent NATS stops
 //! the watch from reading the API server instead of filling memory.
 //!
-//! Two invariants keep the delivery promise:
+//! In JetStream mode two invariants keep the delivery promise:
 //! - a message that fails is published again, with the same `Nats-Msg-Id`, until it succeeds;
 //! - two messages of the same object are never in flight together, so a retry can never put an
 //!   older version of an object behind a newer one.
+//!
+//! Core NATS acknowledges nothing: a message is handed to the client once (it queues messages
+//! while disconnected) and the outbox only flushes before a checkpoint.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -115,28 +118,28 @@ impl Outbox {
 }
 
 impl Window {
+    /// A core publish fails only for a message over `max_payload`, an invalid subject or a closed
+    /// client, and retrying helps none of them; so the message is handed over once, without a
+    /// copy. (While NATS is disconnected the client queues it; a full queue makes this wait.)
     async fn publish_core(&mut self, client: &Client, msg: OutMessage) {
         let started = Instant::now();
-        loop {
-            match client
-                .publish_with_headers(
-                    msg.subject.clone(),
-                    msg.headers.clone(),
-                    msg.payload.clone(),
-                )
-                .await
-            {
-                Ok(()) => {
-                    self.metrics.published(msg.event_type);
-                    self.metrics
-                        .publish_duration
-                        .observe(started.elapsed().as_secs_f64());
-                    return;
-                }
-                Err(e) if e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded => {
-                    return self.too_large(&msg, &e)
-                }
-                Err(e) => self.pause_after_failure(client, &msg, &e).await,
+        let bytes = msg.payload.len();
+        match client
+            .publish_with_headers(msg.subject.clone(), msg.headers, msg.payload)
+            .await
+        {
+            Ok(()) => {
+                self.metrics.published(msg.event_type);
+                self.metrics
+                    .publish_duration
+                    .observe(started.elapsed().as_secs_f64());
+            }
+            Err(e) if e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded => {
+                self.too_large(&msg.subject, bytes, &e)
+            }
+            Err(e) => {
+                self.metrics.publish_errors.inc();
+                tracing::error!(watch = %self.metrics.watch, subject = %msg.subject, error = %e, "NATS refused the message; not published");
             }
         }
     }
@@ -177,7 +180,7 @@ impl Window {
             match context.send_publish(msg.subject.clone(), publish).await {
                 Ok(ack) => return Some(ack),
                 Err(e) if e.kind() == jetstream::context::PublishErrorKind::MaxPayloadExceeded => {
-                    self.too_large(msg, &e);
+                    self.too_large(&msg.subject, msg.payload.len(), &e);
                     return None;
                 }
                 Err(e) => self.pause_after_failure(client, msg, &e).await,
@@ -236,10 +239,10 @@ impl Window {
     }
 
     /// A message over the server's `max_payload` can never be published: counted, logged, skipped.
-    fn too_large(&self, msg: &OutMessage, error: &dyn std::error::Error) {
+    fn too_large(&self, subject: &str, bytes: usize, error: &dyn std::error::Error) {
         self.metrics.publish_errors.inc();
         self.metrics.dropped_too_large.inc();
-        tracing::error!(watch = %self.metrics.watch, subject = %msg.subject, bytes = msg.payload.len(), error = %error, "message exceeds the NATS server's max_payload; not published (raise max_payload, or publish objects with a smaller payload mode)");
+        tracing::error!(watch = %self.metrics.watch, subject, bytes, error = %error, "message exceeds the NATS server's max_payload; not published (raise max_payload, or publish objects with a smaller payload mode)");
     }
 
     /// Counts and logs a failed attempt, then waits before the next: until the connection is
