@@ -13,6 +13,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+
 use crate::event::{EventType, ObjectMeta, ResourceVersion};
 
 /// What to do with one received watch event.
@@ -74,11 +76,14 @@ enum Version {
 
 impl Version {
     fn new(rv: &ResourceVersion) -> Version {
+        // Only the canonical spelling of an integer round-trips through u64 (no sign, no leading
+        // zero); u64::MAX marks an opaque version in storage, so it is kept as text.
+        let text = rv.as_str();
+        let canonical =
+            text.bytes().all(|c| c.is_ascii_digit()) && (text.len() == 1 || !text.starts_with('0'));
         match rv.as_u64() {
-            // A leading zero would not survive the round trip through u64; u64::MAX marks an
-            // opaque version in storage, so it is kept as text.
-            Some(n) if n != OPAQUE && n.to_string() == rv.as_str() => Version::Number(n),
-            _ => Version::Opaque(rv.as_str().into()),
+            Some(n) if canonical && n != OPAQUE => Version::Number(n),
+            _ => Version::Opaque(text.into()),
         }
     }
 
@@ -240,8 +245,9 @@ impl Namespaces {
 /// The published state of one watch target.
 #[derive(Debug, Default)]
 pub struct Dedupe {
-    /// Objects with a canonical UUID uid: every object a real API server creates.
-    uuids: HashMap<[u8; 16], Tracked>,
+    /// Objects with a canonical UUID uid: every object a real API server creates. The API server
+    /// assigns uids (clients cannot choose them), so a fast unkeyed hash is safe here.
+    uuids: FxHashMap<[u8; 16], Tracked>,
     /// Objects whose uid is anything else.
     others: HashMap<Box<str>, Tracked>,
     /// The text of versions that are not integers (stored as [`OPAQUE`]).

@@ -168,7 +168,7 @@ fn wrap_event(event_type: EventType, object: &[u8]) -> Bytes {
 
 fn object_key(uid: &str) -> u64 {
     use std::hash::Hasher;
-    let mut h = std::hash::DefaultHasher::new();
+    let mut h = rustc_hash::FxHasher::default();
     h.write(uid.as_bytes());
     h.finish()
 }
