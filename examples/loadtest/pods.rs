@@ -1,7 +1,7 @@
 //! Realistic pod objects, serialized once and stamped with a uid and resourceVersion per event.
 //!
 //! Each pod is ~3.5 KB of JSON in the order kube-apiserver writes it: labels, annotations,
-//! ownerReferences, managedFields, two containers with env, ports and resources, and a status with
+//! ownerReferences, two containers with env, ports and resources, and a status with
 //! conditions and containerStatuses. The text is split at the uid and the resourceVersion once, so
 //! producing an event costs a few `memcpy`s, never a serialization.
 
