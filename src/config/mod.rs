@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::event::EventType;
-use crate::publish::subject::SubjectTemplate;
+use crate::subject::SubjectTemplate;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use raw::*;

@@ -338,7 +338,7 @@ pub struct RawPublish {
     pub subject_prefix: String,
     /// Value of `{cluster}`; a template using `{cluster}` needs it non-empty. Default `""`.
     pub cluster: String,
-    /// Subject template. Default [`crate::publish::subject::DEFAULT_TEMPLATE`].
+    /// Subject template. Default [`crate::subject::DEFAULT_TEMPLATE`].
     pub subject: String,
     /// `event` or `object`. Default [`DEFAULT_PAYLOAD`].
     pub payload: String,
@@ -349,7 +349,7 @@ impl Default for RawPublish {
         RawPublish {
             subject_prefix: s(DEFAULT_SUBJECT_PREFIX),
             cluster: String::new(),
-            subject: s(crate::publish::subject::DEFAULT_TEMPLATE),
+            subject: s(crate::subject::DEFAULT_TEMPLATE),
             payload: s(DEFAULT_PAYLOAD),
         }
     }

@@ -8,7 +8,7 @@ use super::raw::{RawPublish, RawWatch};
 use super::selector::{check_field_selector, check_label_selector, is_dns_label};
 use super::{InitialState, PayloadMode, WatchConfig};
 use crate::event::EventType;
-use crate::publish::subject::{validate_prefix, SubjectTemplate};
+use crate::subject::{validate_prefix, SubjectTemplate};
 
 const PAYLOADS: [(&str, PayloadMode); 2] = [
     ("event", PayloadMode::Event),
