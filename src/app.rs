@@ -25,6 +25,7 @@ use crate::kube::discovery::Discovery;
 use crate::kube::ApiClient;
 use crate::publish::{connect, MessageBuilder, Nats, Outbox};
 use crate::rbac;
+use crate::state::{StateMetrics, StateStore};
 use crate::telemetry::http::{self, Readiness};
 use crate::telemetry::metrics::Metrics;
 use crate::watcher::machine::{Machine, Target};
@@ -147,6 +148,13 @@ async fn run_watches(
     if !ensure_stream(&config, &nats, &shutdown).await {
         return Ok(());
     }
+    let state_metrics =
+        StateMetrics::register(&metrics.registry).context("registering the state metrics")?;
+    let Some(state) =
+        StateStore::open(&config.state, nats.client(), state_metrics, &shutdown).await
+    else {
+        return Ok(());
+    };
 
     let mut tasks = JoinSet::new();
     let mut all_watch_metrics = Vec::new();
@@ -171,12 +179,14 @@ async fn run_watches(
                 streaming_list: config.kubernetes.streaming_list,
                 max_line_bytes: config.kubernetes.max_line_bytes,
             });
+            let saved = state.target(&watch.name, &target);
             let machine = Machine::new(
                 client.clone(),
                 target,
                 Backoff::new(config.kubernetes.backoff),
             );
             let messages = MessageBuilder::new(
+                watch.name.clone(),
                 watch.subject.clone(),
                 watch.subject_prefix.clone(),
                 watch.cluster.clone(),
@@ -191,6 +201,7 @@ async fn run_watches(
                 watch.events.clone(),
                 watch.initial_state,
                 watch_metrics.clone(),
+                saved,
             );
             tasks.spawn(task.run(shutdown.child_token()).instrument(span));
         }

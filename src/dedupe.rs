@@ -467,6 +467,90 @@ impl Dedupe {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Saving and restoring: how the durable state (`crate::state`) reads and refills this memory.
+// ---------------------------------------------------------------------------------------------
+
+/// One tracked object as the durable state stores it, borrowed from the memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SavedObject<'a> {
+    pub uid: SavedUid<'a>,
+    pub version: SavedVersion<'a>,
+    pub name: &'a str,
+    pub namespace: Option<&'a str>,
+}
+
+/// A uid: the 16 bytes of a canonical UUID, or the text of any other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SavedUid<'a> {
+    Uuid([u8; 16]),
+    Text(&'a str),
+}
+
+/// A resourceVersion: an integer where it is one, the text otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SavedVersion<'a> {
+    Number(u64),
+    Text(&'a str),
+}
+
+impl Dedupe {
+    /// Calls `f` with every tracked object, in no particular order.
+    pub fn for_each_saved<'s>(&'s self, mut f: impl FnMut(SavedObject<'s>)) {
+        let saved = |key: &UidKey, tracked: &Tracked| -> SavedObject<'s> {
+            let version = match self.stored_version(key, *tracked) {
+                StoredVersion::Number(n) => SavedVersion::Number(n),
+                StoredVersion::Opaque(text) => SavedVersion::Text(text),
+            };
+            SavedObject {
+                uid: SavedUid::Text(""),
+                version,
+                name: self.names.get(tracked.name),
+                namespace: self.namespaces.get(tracked.namespace),
+            }
+        };
+        for (uuid, tracked) in &self.uuids {
+            let key = UidKey::Uuid(*uuid);
+            f(SavedObject {
+                uid: SavedUid::Uuid(*uuid),
+                ..saved(&key, tracked)
+            });
+        }
+        for (uid, tracked) in &self.others {
+            // Opaque versions are looked up by key; only objects holding one need it built.
+            let key = if tracked.version == OPAQUE {
+                UidKey::Other(uid.clone())
+            } else {
+                UidKey::Uuid([0; 16])
+            };
+            f(SavedObject {
+                uid: SavedUid::Text(uid),
+                ..saved(&key, tracked)
+            });
+        }
+    }
+
+    /// Tracks a saved object again, as published at its saved version.
+    pub fn restore(&mut self, saved: SavedObject<'_>) {
+        let key = match saved.uid {
+            SavedUid::Uuid(bytes) => UidKey::Uuid(bytes),
+            SavedUid::Text(text) => UidKey::new(text),
+        };
+        let version = match saved.version {
+            SavedVersion::Number(n) if n != OPAQUE => Version::Number(n),
+            SavedVersion::Number(n) => Version::Opaque(n.to_string().into()),
+            SavedVersion::Text(text) => Version::new(&ResourceVersion::new(text)),
+        };
+        let meta = ObjectMeta {
+            uid: String::new(),
+            resource_version: ResourceVersion::new(""),
+            name: saved.name.to_owned(),
+            namespace: saved.namespace.map(str::to_owned),
+        };
+        self.track(key, version, &meta);
+    }
+}
+
 /// Parses the canonical `8-4-4-4-12` hex form; anything else is not a UUID here.
 fn parse_uuid(s: &str) -> Option<[u8; 16]> {
     let b = s.as_bytes();
@@ -689,5 +773,33 @@ mod tests {
             ]
         );
         assert!(d.opaque_versions.is_empty());
+    }
+
+    #[test]
+    fn saved_objects_restore_the_same_memory() {
+        let mut d = Dedupe::new();
+        d.observe(&meta(A, "abc", "a"), EventType::Added);
+        d.observe(&meta(B, "17", "b"), EventType::Added);
+        let mut cluster = meta(&uuid_of(3), "18", "c");
+        cluster.namespace = None;
+        d.observe(&cluster, EventType::Added);
+        let mut restored = Dedupe::new();
+        d.for_each_saved(|o| restored.restore(o));
+        assert_eq!(restored.len(), 3);
+        assert_eq!(
+            restored.observe(&meta(A, "abc", "a"), EventType::Modified),
+            Verdict::Duplicate
+        );
+        assert_eq!(
+            restored.observe(&meta(B, "16", "b"), EventType::Modified),
+            Verdict::Stale
+        );
+        restored.begin_list();
+        let mut vanished: Vec<_> = restored.end_list().into_iter().map(|v| v.meta).collect();
+        vanished.sort_by(|x, y| x.name.cmp(&y.name));
+        assert_eq!(
+            vanished,
+            vec![meta(A, "abc", "a"), meta(B, "17", "b"), cluster]
+        );
     }
 }

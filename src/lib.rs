@@ -10,6 +10,7 @@ pub mod event;
 pub mod kube;
 pub mod publish;
 pub mod rbac;
+pub mod state;
 pub mod subject;
 pub mod telemetry;
 pub mod watcher;

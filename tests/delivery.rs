@@ -119,10 +119,11 @@ fn assert_headers(m: &Got, event_type: &str, obj: &serde_json::Value) {
     assert_eq!(m.header("Kube-Uid"), Some(uid));
     assert_eq!(m.header("Kube-Namespace"), meta["namespace"].as_str());
     assert_eq!(m.header("Kube-Name"), meta["name"].as_str());
-    assert_eq!(
-        m.header("Nats-Msg-Id"),
-        Some(format!("{uid}:{rv}:{event_type}").as_str())
-    );
+    let msg_id = match event_type {
+        "DELETED" => format!("pods:{uid}:{rv}:DELETED"),
+        _ => format!("pods:{uid}:{rv}"),
+    };
+    assert_eq!(m.header("Nats-Msg-Id"), Some(msg_id.as_str()));
 }
 
 /// A create, an update and a delete arrive as exactly ADDED, MODIFIED, DELETED, in order, on the

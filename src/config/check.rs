@@ -39,7 +39,12 @@ impl Checker {
     }
 
     /// A duration of at least `min`.
-    fn duration_min(&mut self, key: &str, value: &str, min: Duration) -> Option<Duration> {
+    pub(super) fn duration_min(
+        &mut self,
+        key: &str,
+        value: &str,
+        min: Duration,
+    ) -> Option<Duration> {
         let d = self.duration(key, value)?;
         if d < min {
             let shown = if min == Duration::from_nanos(1) {
@@ -75,7 +80,7 @@ impl Checker {
         )
     }
 
-    fn range<T: PartialOrd + fmt::Display + Copy>(
+    pub(super) fn range<T: PartialOrd + fmt::Display + Copy>(
         &mut self,
         key: &str,
         value: T,
@@ -111,6 +116,7 @@ impl TryFrom<RawConfig> for Config {
             publish,
             http,
             shutdown,
+            state,
             watches,
         } = raw;
         let mut c = Checker::default();
@@ -120,7 +126,8 @@ impl TryFrom<RawConfig> for Config {
         let watches = check_watches(&mut c, &publish, &watches);
         let http = c.listen_addr(&http.listen);
         let grace_period = c.duration("shutdown.grace_period", &shutdown.grace_period);
-        match (log, kubernetes, nats, watches, http, grace_period) {
+        let state = super::state::check_state(&mut c, &state);
+        match (log, kubernetes, nats, watches, http, grace_period, state) {
             (
                 Some(log),
                 Some(kubernetes),
@@ -128,12 +135,14 @@ impl TryFrom<RawConfig> for Config {
                 Some(watches),
                 Some(listen),
                 Some(grace_period),
+                Some(state),
             ) if c.errors.is_empty() => Ok(Config {
                 log,
                 kubernetes,
                 nats,
                 http: HttpConfig { listen },
                 shutdown: ShutdownConfig { grace_period },
+                state,
                 watches,
             }),
             _ => Err(ConfigErrors(c.errors)),

@@ -29,6 +29,7 @@ mod error;
 mod raw;
 mod selector;
 mod source;
+mod state;
 mod watches;
 
 #[cfg(test)]
@@ -46,6 +47,7 @@ pub use error::{ConfigError, ConfigErrors};
 pub use raw::*;
 pub use selector::{check_field_selector, check_label_selector};
 pub use source::{env_var_name, ENV_PREFIX, ENV_SEPARATOR, REDACTED};
+pub use state::{RawState, StateConfig};
 
 use source::{name_env_sources, process_environment, read_raw};
 
@@ -57,6 +59,7 @@ pub struct Config {
     pub nats: NatsConfig,
     pub http: HttpConfig,
     pub shutdown: ShutdownConfig,
+    pub state: StateConfig,
     pub watches: Vec<WatchConfig>,
 }
 

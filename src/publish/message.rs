@@ -40,6 +40,8 @@ pub struct OutMessage {
 /// How one watch names and shapes its messages; built once per watch.
 #[derive(Debug, Clone)]
 pub struct MessageBuilder {
+    /// The configured watch's name: the first part of every `Nats-Msg-Id`.
+    pub watch: String,
     pub template: SubjectTemplate,
     pub prefix: String,
     pub cluster: String,
@@ -50,6 +52,7 @@ pub struct MessageBuilder {
 
 impl MessageBuilder {
     pub fn new(
+        watch: String,
         template: SubjectTemplate,
         prefix: String,
         cluster: String,
@@ -58,6 +61,7 @@ impl MessageBuilder {
     ) -> MessageBuilder {
         let api_version = resource.api_version();
         MessageBuilder {
+            watch,
             template,
             prefix,
             cluster,
@@ -94,7 +98,7 @@ impl MessageBuilder {
         headers.insert(header::NAME, meta.name.as_str());
         headers.insert(header::KIND, self.resource.kind.as_str());
         headers.insert(header::API_VERSION, self.api_version.as_str());
-        headers.insert(header::MSG_ID, msg_id(meta, event.event_type));
+        headers.insert(header::MSG_ID, msg_id(&self.watch, meta, event.event_type));
         if synthesized {
             headers.insert(header::SYNTHESIZED, SYNTHESIZED_RELIST);
         }
@@ -135,20 +139,23 @@ impl MessageBuilder {
     }
 }
 
-/// `Nats-Msg-Id`: deterministic per (uid, resourceVersion, type), so JetStream drops a repeat
-/// within its duplicate window, even from another replica.
-pub fn msg_id(meta: &ObjectMeta, event_type: EventType) -> String {
-    let (uid, rv, t) = (
-        meta.uid.as_str(),
-        meta.resource_version.as_str(),
-        event_type.as_str(),
-    );
-    let mut id = String::with_capacity(uid.len() + rv.len() + t.len() + 2);
+/// `Nats-Msg-Id`: `{watch}:{uid}:{resourceVersion}` for ADDED and MODIFIED, with `:DELETED`
+/// appended for deletions. It names one object version as one watch publishes it, whatever the
+/// type it is published with: a version re-listed after a crash (as ADDED or MODIFIED) has the same
+/// id as when it was first published, so JetStream drops it within its duplicate window, even from
+/// another replica. A deletion is a distinct message with the last known version.
+pub fn msg_id(watch: &str, meta: &ObjectMeta, event_type: EventType) -> String {
+    const DELETED: &str = ":DELETED";
+    let (uid, rv) = (meta.uid.as_str(), meta.resource_version.as_str());
+    let mut id = String::with_capacity(watch.len() + uid.len() + rv.len() + 2 + DELETED.len());
+    id.push_str(watch);
+    id.push(':');
     id.push_str(uid);
     id.push(':');
     id.push_str(rv);
-    id.push(':');
-    id.push_str(t);
+    if event_type == EventType::Deleted {
+        id.push_str(DELETED);
+    }
     id
 }
 
@@ -180,6 +187,7 @@ mod tests {
 
     fn builder(payload: PayloadMode) -> MessageBuilder {
         MessageBuilder::new(
+            "pods".into(),
             SubjectTemplate::parse(
                 "{prefix}.{group}.{version}.{resource}.{namespace}.{name}.{type}",
             )
@@ -217,7 +225,7 @@ mod tests {
         assert_eq!(m.subject, "kube.core.v1.pods.default.web_1.modified");
         let h = |k: async_nats::HeaderName| m.headers.get(k).map(|v| v.as_str().to_owned());
         assert_eq!(h(header::EVENT_TYPE).as_deref(), Some("MODIFIED"));
-        assert_eq!(h(header::MSG_ID).as_deref(), Some("u1:7:MODIFIED"));
+        assert_eq!(h(header::MSG_ID).as_deref(), Some("pods:u1:7"));
         assert_eq!(h(header::NAMESPACE).as_deref(), Some("default"));
         assert_eq!(h(header::KIND).as_deref(), Some("Pod"));
         assert_eq!(h(header::API_VERSION).as_deref(), Some("v1"));
@@ -248,5 +256,23 @@ mod tests {
             .headers
             .get(header::SYNTHESIZED)
             .is_none());
+    }
+
+    #[test]
+    fn msg_id_names_the_version_whatever_its_type_and_marks_deletions() {
+        let mut e = event(None);
+        let b = builder(PayloadMode::Event);
+        let id = |e: &ObjectEvent| {
+            b.build(e, false)
+                .headers
+                .get(header::MSG_ID)
+                .map(|v| v.as_str().to_owned())
+        };
+        e.event_type = EventType::Added;
+        assert_eq!(id(&e).as_deref(), Some("pods:u1:7"));
+        e.event_type = EventType::Modified;
+        assert_eq!(id(&e).as_deref(), Some("pods:u1:7"));
+        e.event_type = EventType::Deleted;
+        assert_eq!(id(&e).as_deref(), Some("pods:u1:7:DELETED"));
     }
 }

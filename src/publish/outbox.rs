@@ -100,19 +100,22 @@ impl Outbox {
     }
 
     /// Waits until everything handed over is acknowledged (JetStream) or has reached the server
-    /// (core: a flush round trip). After it returns, the watch may checkpoint.
-    pub async fn settle(&mut self) {
+    /// (core: a flush round trip). `true` when it has: then the watch may checkpoint.
+    pub async fn settle(&mut self) -> bool {
         match &self.nats {
             Nats::JetStream { client, context } => {
                 while !self.window.in_flight.is_empty() {
                     self.window.complete_oldest(client, context).await;
                 }
+                true
             }
-            Nats::Core(client) => {
-                if let Err(e) = client.flush().await {
+            Nats::Core(client) => match client.flush().await {
+                Ok(()) => true,
+                Err(e) => {
                     tracing::debug!(watch = %self.window.metrics.watch, error = %e, "flush to NATS failed; messages stay queued in the client");
+                    false
                 }
-            }
+            },
         }
     }
 }

@@ -216,6 +216,12 @@ impl Machine {
         self.list(ListReason::Initial)
     }
 
+    /// The first state when saved state exists: a watch from the saved version, which the server
+    /// answers with the changes since (or 410, and then a relist).
+    pub fn resume(&self, rv: ResourceVersion) -> State {
+        State::Connecting { rv }
+    }
+
     fn list(&self, reason: ListReason) -> State {
         if self.streaming_list {
             State::StreamListing { reason }

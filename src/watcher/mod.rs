@@ -5,6 +5,8 @@
 //! handed to the outbox. That is the backpressure promise (a slow NATS slows the watch instead of
 //! filling memory), and it makes checkpointing simple: before a watch is reopened, the outbox is
 //! settled, so the version the watch resumes from is always one whose events are all published.
+//! The same holds for the durable checkpoints ([`crate::state`]): when one is due, the task settles
+//! the outbox while its next step waits, and snapshots its memory at that point.
 
 pub mod machine;
 
@@ -16,6 +18,7 @@ use crate::event::{EventType, ObjectEvent};
 use crate::kube::client::Verb;
 use crate::publish::{MessageBuilder, Outbox};
 use crate::rbac;
+use crate::state::{Checkpoints, Start, TargetState};
 use crate::telemetry::metrics::WatchMetrics;
 use machine::{Machine, Outcome, Restart, RestartReason, State};
 
@@ -31,8 +34,15 @@ pub struct WatchTask {
     events: Vec<EventType>,
     initial_state: InitialState,
     metrics: WatchMetrics,
-    /// Whether a list has completed; until then `initial_state` applies.
+    /// The saved state, until it is loaded at the start of [`run`](Self::run).
+    saved: Option<TargetState>,
+    /// Whether a list has completed or state was loaded; until then `initial_state` applies.
     listed_once: bool,
+    /// Objects loaded from saved state, until the resumed watch delivers something (the saved
+    /// version was still available) or a list completes (it was not; the diff is reported).
+    resuming: Option<usize>,
+    /// Objects a list found new, changed and vanished: reported after a list that followed a load.
+    diff: [usize; 3],
     synced: bool,
     /// This target's share of the watch's `tracked_objects` gauge, as last reported.
     tracked_reported: usize,
@@ -46,6 +56,7 @@ impl WatchTask {
         events: Vec<EventType>,
         initial_state: InitialState,
         metrics: WatchMetrics,
+        saved: TargetState,
     ) -> WatchTask {
         WatchTask {
             machine,
@@ -55,7 +66,10 @@ impl WatchTask {
             events,
             initial_state,
             metrics,
+            saved: Some(saved),
             listed_once: false,
+            resuming: None,
+            diff: [0; 3],
             synced: false,
             tracked_reported: 0,
         }
@@ -64,25 +78,66 @@ impl WatchTask {
     /// Runs until `shutdown` is cancelled, then publishes what is in flight and returns.
     /// Cancellation is honoured between events, never in the middle of publishing one.
     pub async fn run(mut self, shutdown: CancellationToken) {
-        let mut state = self.machine.start();
+        let Some((mut state, mut checkpoints)) = self.start(&shutdown).await else {
+            return;
+        };
         loop {
             if matches!(state, State::Connecting { .. }) {
-                // Checkpoint: the watch resumes from a version only once everything before it is published.
+                // The watch resumes from a version only once everything before it is published.
                 self.outbox.settle().await;
             }
-            let (outcome, next) = tokio::select! {
-                biased;
-                _ = shutdown.cancelled() => break,
-                stepped = self.machine.step(state) => stepped,
+            let stepped = {
+                let step = self.machine.step(state);
+                tokio::pin!(step);
+                loop {
+                    let due = checkpoints.due();
+                    tokio::select! {
+                        biased;
+                        _ = shutdown.cancelled() => break None,
+                        stepped = &mut step => break Some(stepped),
+                        () = sleep_until(due) => {
+                            // The step waits (a line not yet arrived): everything handled so far
+                            // is a consistent point once published.
+                            if self.outbox.settle().await {
+                                checkpoints.save(&self.dedupe);
+                            }
+                        }
+                    }
+                }
+            };
+            let Some((outcome, next)) = stepped else {
+                break;
             };
             state = next;
-            self.handle(outcome).await;
+            self.handle(outcome, &mut checkpoints).await;
         }
-        self.outbox.settle().await;
+        if self.outbox.settle().await {
+            checkpoints.save(&self.dedupe);
+        }
+        checkpoints.finish().await;
         tracing::debug!(watch = %self.metrics.watch, namespace = self.namespace(), "watch stopped");
     }
 
-    async fn handle(&mut self, outcome: Outcome) {
+    /// Loads the saved state: with it the watch resumes from the saved version, without it it
+    /// lists. `None` if shutdown came first.
+    async fn start(&mut self, shutdown: &CancellationToken) -> Option<(State, Checkpoints)> {
+        let saved = self.saved.take()?;
+        let (start, mut checkpoints) = saved.load(shutdown).await?;
+        match start {
+            Start::Saved { dedupe, version } => {
+                self.dedupe = dedupe;
+                self.listed_once = true;
+                self.resuming = Some(self.dedupe.len());
+                self.report_tracked();
+                tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %version, objects = self.dedupe.len(), "loaded saved state: resuming the watch from the saved resourceVersion, without a list");
+                checkpoints.advanced(&version);
+                Some((self.machine.resume(version), checkpoints))
+            }
+            Start::Fresh => Some((self.machine.start(), checkpoints)),
+        }
+    }
+
+    async fn handle(&mut self, outcome: Outcome, checkpoints: &mut Checkpoints) {
         match outcome {
             Outcome::ListPage {
                 started,
@@ -90,18 +145,31 @@ impl WatchTask {
                 complete,
             } => {
                 if let Some(reason) = started {
+                    checkpoints.list_started();
                     self.list_started(reason);
                 }
                 for item in items {
-                    self.listed(item).await;
+                    if self.listed(item).await {
+                        checkpoints.objects_changed();
+                    }
                 }
                 if let Some(rv) = complete {
-                    self.list_complete(rv).await;
+                    self.list_complete(&rv).await;
+                    checkpoints.objects_changed();
+                    checkpoints.advanced(&rv);
                 }
             }
-            Outcome::Event(event) => self.received(event).await,
+            Outcome::Event(event) => {
+                self.resuming = None;
+                checkpoints.advanced(&event.meta.resource_version);
+                if self.received(event).await {
+                    checkpoints.objects_changed();
+                }
+            }
             Outcome::Bookmark(rv) => {
+                self.resuming = None;
                 self.metrics.touch();
+                checkpoints.advanced(&rv);
                 tracing::trace!(watch = %self.metrics.watch, resource_version = %rv, "bookmark");
             }
             Outcome::WatchOpened(rv) => {
@@ -116,28 +184,41 @@ impl WatchTask {
     }
 
     fn list_started(&mut self, reason: ListReason) {
+        self.diff = [0; 3];
         self.dedupe.begin_list();
         self.metrics.relist(reason.as_str());
         self.set_synced(false);
         tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), reason = reason.as_str(), "listing");
     }
 
-    async fn listed(&mut self, mut item: ObjectEvent) {
-        match self.dedupe.listed(&item.meta) {
-            Listed::New if !self.listed_once && self.initial_state == InitialState::Skip => {}
-            Listed::New => self.publish(item, true).await,
+    /// Diffs one listed object against the memory; `true` if the memory changed.
+    async fn listed(&mut self, mut item: ObjectEvent) -> bool {
+        let changed = match self.dedupe.listed(&item.meta) {
+            Listed::New if !self.listed_once && self.initial_state == InitialState::Skip => true,
+            Listed::New => {
+                self.diff[0] += 1;
+                self.publish(item, true).await;
+                true
+            }
             Listed::Changed => {
+                self.diff[1] += 1;
                 item.event_type = EventType::Modified;
                 self.publish(item, true).await;
+                true
             }
-            Listed::Unchanged => {}
-            Listed::Stale => self.metrics.dropped_stale.inc(),
-        }
+            Listed::Unchanged => false,
+            Listed::Stale => {
+                self.metrics.dropped_stale.inc();
+                false
+            }
+        };
         self.report_tracked();
+        changed
     }
 
-    async fn list_complete(&mut self, rv: crate::event::ResourceVersion) {
+    async fn list_complete(&mut self, rv: &crate::event::ResourceVersion) {
         let vanished = self.dedupe.end_list();
+        self.diff[2] = vanished.len();
         for gone in vanished {
             let object = self.messages.vanished_object(&gone.meta);
             let event = ObjectEvent {
@@ -152,18 +233,33 @@ impl WatchTask {
         self.metrics.touch();
         self.listed_once = true;
         self.set_synced(true);
+        if let Some(saved) = self.resuming.take() {
+            let [added, modified, deleted] = self.diff;
+            tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %rv, saved_objects = saved, added, modified, deleted, "the saved resourceVersion was too old: relisted and diffed against the saved objects");
+        }
         tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %rv, objects = self.dedupe.len(), "synced");
     }
 
-    async fn received(&mut self, event: ObjectEvent) {
+    /// Judges and publishes one received event; `true` if the memory changed.
+    async fn received(&mut self, event: ObjectEvent) -> bool {
         self.metrics.received(event.event_type);
         self.metrics.touch();
-        match self.dedupe.observe(&event.meta, event.event_type) {
-            Verdict::Publish => self.publish(event, false).await,
-            Verdict::Duplicate => self.metrics.dropped_duplicate.inc(),
-            Verdict::Stale => self.metrics.dropped_stale.inc(),
-        }
+        let changed = match self.dedupe.observe(&event.meta, event.event_type) {
+            Verdict::Publish => {
+                self.publish(event, false).await;
+                true
+            }
+            Verdict::Duplicate => {
+                self.metrics.dropped_duplicate.inc();
+                false
+            }
+            Verdict::Stale => {
+                self.metrics.dropped_stale.inc();
+                false
+            }
+        };
         self.report_tracked();
+        changed
     }
 
     /// Publishes one event unless its type is filtered out; `synthesized` marks list-derived events.
@@ -250,5 +346,13 @@ impl WatchTask {
 
     fn namespace(&self) -> &str {
         self.machine.target().namespace.as_deref().unwrap_or("*")
+    }
+}
+
+/// Sleeps until `at`, or forever when there is nothing to wait for.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

@@ -1,0 +1,132 @@
+//! `[state]`: where the durable state (`crate::state`) is kept and how often it is checkpointed;
+//! the section's raw form, defaults, check and typed value together.
+
+use std::time::Duration;
+
+use super::check::Checker;
+use super::raw::s;
+
+/// `state.bucket`: the JetStream key-value bucket; one per kube2nats deployment sharing a NATS.
+pub const DEFAULT_STATE_BUCKET: &str = "kube2nats-state";
+/// `state.replicas`: one, as a single NATS server needs; three on a clustered JetStream.
+pub const DEFAULT_STATE_REPLICAS: usize = 1;
+/// `state.checkpoint_interval`: a crash re-announces at most this much of the watch's history (in
+/// JetStream mode the duplicate window drops even that); a checkpoint rewrites every object of a
+/// changed target, so much shorter intervals cost CPU on large targets.
+pub const DEFAULT_CHECKPOINT_INTERVAL: &str = "5s";
+/// The shortest `state.checkpoint_interval` accepted.
+const MIN_CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The validated `[state]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateConfig {
+    /// Checkpoint to JetStream; `false` keeps state in memory only (a restart re-announces all).
+    pub enabled: bool,
+    pub bucket: String,
+    /// Replicas of the bucket when kube2nats creates it (an existing bucket is not changed).
+    pub replicas: usize,
+    /// Time between checkpoints of a watch target that changed.
+    pub checkpoint_interval: Duration,
+}
+
+/// `[state]`
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawState {
+    /// Default `true`.
+    pub enabled: bool,
+    /// `[A-Za-z0-9_-]+`. Default [`DEFAULT_STATE_BUCKET`].
+    pub bucket: String,
+    /// 1..=5. Default [`DEFAULT_STATE_REPLICAS`].
+    pub replicas: usize,
+    /// Duration, >= 100ms. Default [`DEFAULT_CHECKPOINT_INTERVAL`].
+    pub checkpoint_interval: String,
+}
+
+impl Default for RawState {
+    fn default() -> Self {
+        RawState {
+            enabled: true,
+            bucket: s(DEFAULT_STATE_BUCKET),
+            replicas: DEFAULT_STATE_REPLICAS,
+            checkpoint_interval: s(DEFAULT_CHECKPOINT_INTERVAL),
+        }
+    }
+}
+
+pub(super) fn check_state(c: &mut Checker, raw: &RawState) -> Option<StateConfig> {
+    let bucket_ok = !raw.bucket.is_empty()
+        && raw
+            .bucket
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    let bucket = if bucket_ok {
+        Some(raw.bucket.clone())
+    } else {
+        c.fail(
+            "state.bucket",
+            format!(
+                "invalid bucket name {:?} (allowed: [A-Za-z0-9_-], not empty)",
+                raw.bucket
+            ),
+        )
+    };
+    let replicas = c.range("state.replicas", raw.replicas, 1, Some(5));
+    let interval = c.duration_min(
+        "state.checkpoint_interval",
+        &raw.checkpoint_interval,
+        MIN_CHECKPOINT_INTERVAL,
+    );
+    Some(StateConfig {
+        enabled: raw.enabled,
+        bucket: bucket?,
+        replicas: replicas?,
+        checkpoint_interval: interval?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{assert_error, load_str, MINIMAL};
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let c = load_str(MINIMAL).unwrap();
+        assert_eq!(
+            c.state,
+            StateConfig {
+                enabled: true,
+                bucket: "kube2nats-state".into(),
+                replicas: 1,
+                checkpoint_interval: Duration::from_secs(5),
+            }
+        );
+    }
+
+    #[test]
+    fn overrides() {
+        let c = load_str(&format!(
+            "[state]\nenabled = false\nbucket = \"k2n_prod-1\"\nreplicas = 3\ncheckpoint_interval = \"500ms\"\n{MINIMAL}"
+        ))
+        .unwrap();
+        assert!(!c.state.enabled);
+        assert_eq!(c.state.bucket, "k2n_prod-1");
+        assert_eq!(c.state.replicas, 3);
+        assert_eq!(c.state.checkpoint_interval, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn invalid_values_name_their_key() {
+        assert_error(
+            "[state]\nbucket = \"a.b\"",
+            "state.bucket: invalid bucket name",
+        );
+        assert_error("[state]\nreplicas = 0", "state.replicas: 0 is out of range");
+        assert_error("[state]\nreplicas = 7", "state.replicas: 7 is out of range");
+        assert_error(
+            "[state]\ncheckpoint_interval = \"10ms\"",
+            "state.checkpoint_interval: \"10ms\" is too short",
+        );
+    }
+}

@@ -1,0 +1,199 @@
+//! The durable state's metrics, registered by the state stage itself.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
+use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+
+const NAMESPACE: &str = "kube2nats";
+
+/// Every metric of the state stage.
+#[derive(Clone)]
+pub struct StateMetrics {
+    /// 1 while state is saved to JetStream; 0 when it is kept in memory only (disabled, or the
+    /// server has no JetStream).
+    pub durable: IntGauge,
+    checkpoints: IntCounterVec,
+    failures: IntCounterVec,
+    load_duration: prometheus::GaugeVec,
+    objects_loaded: IntGaugeVec,
+    stored_bytes: IntGaugeVec,
+    ages: CheckpointAges,
+}
+
+impl StateMetrics {
+    pub fn register(registry: &Registry) -> prometheus::Result<StateMetrics> {
+        let opts = |name: &str, help: &str| Opts::new(name, help).namespace(NAMESPACE);
+        let durable = IntGauge::with_opts(opts(
+            "state_durable",
+            "1 while the watches' state is checkpointed to JetStream; 0 when it is kept in memory only.",
+        ))?;
+        registry.register(Box::new(durable.clone()))?;
+        let checkpoints = IntCounterVec::new(
+            opts(
+                "state_checkpoints_total",
+                "Checkpoints of the published state written to JetStream.",
+            ),
+            &["watch"],
+        )?;
+        registry.register(Box::new(checkpoints.clone()))?;
+        let failures = IntCounterVec::new(
+            opts(
+                "state_checkpoint_failures_total",
+                "Checkpoint writes that failed (each is retried).",
+            ),
+            &["watch"],
+        )?;
+        registry.register(Box::new(failures.clone()))?;
+        let load_duration = prometheus::GaugeVec::new(
+            opts(
+                "state_load_duration_seconds",
+                "Time the last start took to load the saved state (the slowest target of the watch).",
+            ),
+            &["watch"],
+        )?;
+        registry.register(Box::new(load_duration.clone()))?;
+        let objects_loaded = IntGaugeVec::new(
+            opts(
+                "state_objects_loaded",
+                "Objects loaded from the saved state at start.",
+            ),
+            &["watch"],
+        )?;
+        registry.register(Box::new(objects_loaded.clone()))?;
+        let stored_bytes = IntGaugeVec::new(
+            opts(
+                "state_stored_bytes",
+                "Size of the last checkpoint written (the watch's targets together).",
+            ),
+            &["watch"],
+        )?;
+        registry.register(Box::new(stored_bytes.clone()))?;
+        let ages = CheckpointAges::new()?;
+        registry.register(Box::new(ages.clone()))?;
+        Ok(StateMetrics {
+            durable,
+            checkpoints,
+            failures,
+            load_duration,
+            objects_loaded,
+            stored_bytes,
+            ages,
+        })
+    }
+
+    /// Handles for one target of `watch`.
+    pub fn for_target(&self, watch: &str) -> TargetMetrics {
+        let started = Arc::new(AtomicU64::new(unix_millis()));
+        self.ages.add(watch, started.clone());
+        TargetMetrics {
+            watch: watch.into(),
+            checkpoints: self.checkpoints.with_label_values(&[watch]),
+            failures: self.failures.with_label_values(&[watch]),
+            load_duration: self.load_duration.with_label_values(&[watch]),
+            objects_loaded: self.objects_loaded.with_label_values(&[watch]),
+            stored_bytes: self.stored_bytes.with_label_values(&[watch]),
+            last_current: started,
+            stored: Arc::new(AtomicU64::new(0)),
+        }
+    }
+}
+
+/// The state metrics of one watch target.
+#[derive(Clone)]
+pub struct TargetMetrics {
+    pub watch: Arc<str>,
+    pub checkpoints: prometheus::IntCounter,
+    pub failures: prometheus::IntCounter,
+    load_duration: prometheus::Gauge,
+    objects_loaded: IntGauge,
+    stored_bytes: IntGauge,
+    /// Unix millis of the last moment the saved state matched what was published.
+    last_current: Arc<AtomicU64>,
+    /// This target's share of `stored_bytes`.
+    stored: Arc<AtomicU64>,
+}
+
+impl TargetMetrics {
+    pub fn loaded(&self, objects: usize, seconds: f64) {
+        self.objects_loaded.add(objects as i64);
+        if seconds > self.load_duration.get() {
+            self.load_duration.set(seconds);
+        }
+    }
+
+    /// The saved state matches what was published, as of now.
+    pub fn current(&self) {
+        self.last_current.store(unix_millis(), Ordering::Relaxed);
+    }
+
+    pub fn stored(&self, bytes: u64) {
+        let before = self.stored.swap(bytes, Ordering::Relaxed);
+        self.stored_bytes.add(bytes as i64 - before as i64);
+    }
+}
+
+fn unix_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `kube2nats_state_checkpoint_age_seconds{watch}`: how long ago the saved state last matched
+/// what was published, for the target of the watch that lags most. Computed when scraped, so it
+/// keeps growing while checkpoints fail or the watch is stuck.
+#[derive(Clone)]
+struct CheckpointAges {
+    gauge: prometheus::GaugeVec,
+    targets: Arc<Mutex<Vec<(Arc<str>, Arc<AtomicU64>)>>>,
+}
+
+impl CheckpointAges {
+    fn new() -> prometheus::Result<CheckpointAges> {
+        let gauge = prometheus::GaugeVec::new(
+            Opts::new(
+                "state_checkpoint_age_seconds",
+                "Seconds since the saved state last matched what was published (the most lagging target of the watch).",
+            )
+            .namespace(NAMESPACE),
+            &["watch"],
+        )?;
+        Ok(CheckpointAges {
+            gauge,
+            targets: Arc::default(),
+        })
+    }
+
+    fn add(&self, watch: &str, last_current: Arc<AtomicU64>) {
+        if let Ok(mut targets) = self.targets.lock() {
+            targets.push((watch.into(), last_current));
+        }
+    }
+}
+
+impl Collector for CheckpointAges {
+    fn desc(&self) -> Vec<&Desc> {
+        self.gauge.desc()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let now = unix_millis();
+        if let Ok(targets) = self.targets.lock() {
+            let mut oldest: Vec<(&str, u64)> = Vec::new();
+            for (watch, last) in targets.iter() {
+                let last = last.load(Ordering::Relaxed);
+                match oldest.iter_mut().find(|(w, _)| *w == &**watch) {
+                    Some((_, l)) => *l = (*l).min(last),
+                    None => oldest.push((watch, last)),
+                }
+            }
+            for (watch, last) in oldest {
+                let age = now.saturating_sub(last) as f64 / 1000.0;
+                self.gauge.with_label_values(&[watch]).set(age);
+            }
+        }
+        self.gauge.collect()
+    }
+}

@@ -1,0 +1,724 @@
+//! Durable state: checkpoints of each watch target's memory of what it published, kept in NATS
+//! JetStream and loaded at start, so that a restart, crash or rollout publishes exactly what
+//! changed while kube2nats was down.
+//!
+//! What is saved per target: the version to resume the watch from, and for every tracked object
+//! its uid, last published version, name and namespace (what a synthesized DELETED needs). At
+//! start the watch resumes from the saved version (no list, nothing re-published); when the API
+//! server no longer has it (410), the relist is diffed against the loaded memory by
+//! [`crate::dedupe`], which yields exactly the creates, changes and deletions made meanwhile.
+//!
+//! ## Where and how
+//!
+//! One JetStream key-value bucket (`state.bucket`, file storage, history 1) holds, per target
+//! (`{watch}.{namespace or _all}`):
+//! - `….a.N` / `….b.N`: two sets of chunks, each a whole snapshot of the memory split into
+//!   chunks of at most 256 KiB (see [`codec`]): 100,000 objects are ~5 MB, far more than one
+//!   NATS message may carry;
+//! - `….manifest`: a small JSON record naming the committed set, its generation, object count,
+//!   checksum, the watch's identity and the resume version.
+//!
+//! A snapshot is written to the set the manifest does *not* point at, and the manifest is written
+//! last, so a crash or NATS outage mid-write leaves the previous snapshot intact: the manifest is
+//! the commit. With history 1 and two fixed sets, storage is bounded by twice the largest snapshot.
+//!
+//! Alternatives weighed: one key per object makes every event a second JetStream write (the CPU
+//! budget is +10% per event, a JetStream publish costs about as much as the event itself); a
+//! delta log needs compaction and replay logic of its own. A whole snapshot costs O(objects) per
+//! checkpoint but nothing per event, and checkpoints are rate-limited (`state.checkpoint_interval`),
+//! so the cost is bounded whatever the event rate; a checkpoint in which no object changed (only
+//! the resume version moved, e.g. by bookmarks) rewrites only the manifest.
+//!
+//! ## Never ahead of what is published
+//!
+//! The watch task ([`crate::watcher`]) takes a snapshot only after its outbox is settled (every
+//! JetStream publish acknowledged; in core mode, flushed to the server), at a moment when no list
+//! is half-way, and hands it to this target's writer task, which writes it in the background.
+//! A crash between a publish and the next checkpoint re-publishes at most the events since that
+//! checkpoint; in JetStream mode their `Nats-Msg-Id`s are the same, so the stream drops them.
+//!
+//! ## Identity, damage, absence
+//!
+//! State belongs to the watch's identity (resource, namespace, selectors), stored in the manifest:
+//! a watch whose identity changed starts afresh (one log line says so). Damaged state (bad
+//! manifest, missing or mismatched chunk, wrong checksum) starts afresh with one error line, never a
+//! crash. A NATS server without JetStream leaves kube2nats with memory-only state (said once,
+//! and `kube2nats_state_durable` is 0); `state.enabled = false` opts out.
+
+pub mod codec;
+pub mod metrics;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv};
+use async_nats::Client;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::Backoff;
+use crate::config::{BackoffConfig, StateConfig};
+use crate::dedupe::Dedupe;
+use crate::event::ResourceVersion;
+use crate::watcher::Target;
+use codec::{CodecError, Encoded, Encoder, Fnv, Manifest, Slot, FORMAT};
+pub use metrics::{StateMetrics, TargetMetrics};
+
+/// The largest chunk: far below NATS' default `max_payload` (1 MiB), and small enough that
+/// loading holds little more than the memory being rebuilt.
+const MAX_CHUNK_BYTES: usize = 256 * 1024;
+/// Room left under the server's `max_payload` for subject and headers.
+const PAYLOAD_HEADROOM: usize = 4 * 1024;
+/// Timeout of one request to JetStream (a put, a get, a bucket lookup).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Retries of setting up the bucket, loading and writing: quick at first, capped low so a
+/// recovered NATS is used within seconds.
+const RETRY_BACKOFF: BackoffConfig = BackoffConfig {
+    initial: Duration::from_millis(100),
+    max: Duration::from_secs(2),
+    multiplier: 2.0,
+    jitter: 0.2,
+    reset_after: Duration::from_secs(60),
+};
+
+/// Where the state of every watch is kept; cheap to clone.
+#[derive(Clone)]
+pub struct StateStore {
+    backend: Backend,
+    metrics: StateMetrics,
+    checkpoint_interval: Duration,
+}
+
+#[derive(Clone)]
+enum Backend {
+    /// `state.enabled = false`.
+    Disabled,
+    /// The NATS server has no JetStream.
+    MemoryOnly,
+    Durable(Arc<Bucket>),
+}
+
+/// The bucket, and what is needed to create it again should it vanish.
+struct Bucket {
+    context: jetstream::Context,
+    config: kv::Config,
+    store: Mutex<kv::Store>,
+    chunk_limit: usize,
+}
+
+impl Bucket {
+    fn store(&self) -> kv::Store {
+        self.store
+            .lock()
+            .map_or_else(|e| e.into_inner().clone(), |s| s.clone())
+    }
+}
+
+/// Why the bucket could not be set up.
+#[derive(Debug, thiserror::Error)]
+enum BucketError {
+    #[error("the NATS server has no JetStream")]
+    NoJetStream,
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl StateStore {
+    /// Sets up the bucket (creating it, or checking the existing one), retrying while NATS does
+    /// not answer. `None` if shutdown came first.
+    pub async fn open(
+        config: &StateConfig,
+        client: &Client,
+        metrics: StateMetrics,
+        shutdown: &CancellationToken,
+    ) -> Option<StateStore> {
+        let store = |backend| StateStore {
+            backend,
+            metrics: metrics.clone(),
+            checkpoint_interval: config.checkpoint_interval,
+        };
+        if !config.enabled {
+            metrics.durable.set(0);
+            tracing::info!("durable state is off (state.enabled = false): a restart announces every object again");
+            return Some(store(Backend::Disabled));
+        }
+        let context = jetstream::ContextBuilder::new()
+            .timeout(REQUEST_TIMEOUT)
+            .build(client.clone());
+        let wanted = kv::Config {
+            bucket: config.bucket.clone(),
+            description: "kube2nats: what each watch has published (durable state)".into(),
+            history: 1,
+            storage: jetstream::stream::StorageType::File,
+            num_replicas: config.replicas,
+            ..Default::default()
+        };
+        let mut backoff = Backoff::new(RETRY_BACKOFF);
+        loop {
+            let attempt = tokio::select! {
+                _ = shutdown.cancelled() => return None,
+                attempt = ensure_bucket(&context, &wanted) => attempt,
+            };
+            let error = match attempt {
+                Ok(kv) => {
+                    metrics.durable.set(1);
+                    let max_payload = client.server_info().max_payload;
+                    let chunk_limit = if max_payload > 2 * PAYLOAD_HEADROOM {
+                        MAX_CHUNK_BYTES.min(max_payload - PAYLOAD_HEADROOM)
+                    } else {
+                        MAX_CHUNK_BYTES
+                    };
+                    let bucket = Bucket {
+                        context,
+                        config: wanted,
+                        store: Mutex::new(kv),
+                        chunk_limit,
+                    };
+                    return Some(store(Backend::Durable(Arc::new(bucket))));
+                }
+                Err(BucketError::NoJetStream) => {
+                    metrics.durable.set(0);
+                    tracing::warn!(bucket = %config.bucket, "the NATS server has no JetStream: state is kept in memory only, and a restart announces every object again (enable JetStream, or set state.enabled = false to silence this)");
+                    return Some(store(Backend::MemoryOnly));
+                }
+                Err(BucketError::Unavailable(e)) => e,
+            };
+            let delay = backoff.next_delay();
+            tracing::warn!(bucket = %config.bucket, error, retry_in = ?delay, "cannot set up the state bucket yet; retrying");
+            tokio::select! {
+                _ = shutdown.cancelled() => return None,
+                () = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    /// The state of one watch target.
+    pub fn target(&self, watch: &str, target: &Target) -> TargetState {
+        let namespace = target.namespace.as_deref().unwrap_or("_all");
+        TargetState {
+            key: format!("{watch}.{namespace}"),
+            identity: identity(target),
+            backend: self.backend.clone(),
+            metrics: self.metrics.for_target(watch),
+            checkpoint_interval: self.checkpoint_interval,
+        }
+    }
+}
+
+/// What a target watches, as stored in its manifest: state saved under another identity describes
+/// other objects and is not used.
+fn identity(target: &Target) -> String {
+    let r = &target.resource;
+    format!(
+        "resource={}.{} namespace={} labelSelector={} fieldSelector={}",
+        r.plural,
+        r.group_token(),
+        target.namespace.as_deref().unwrap_or("*"),
+        target.label_selector.as_deref().unwrap_or(""),
+        target.field_selector.as_deref().unwrap_or(""),
+    )
+}
+
+/// Finds the bucket or creates it. An existing bucket is checked, never changed.
+async fn ensure_bucket(
+    context: &jetstream::Context,
+    wanted: &kv::Config,
+) -> Result<kv::Store, BucketError> {
+    use jetstream::context::AccountErrorKind;
+    use jetstream::ErrorCode;
+    if let Err(e) = context.query_account().await {
+        return Err(match e.kind() {
+            AccountErrorKind::JetStreamUnavailable => BucketError::NoJetStream,
+            AccountErrorKind::JetStream(api)
+                if api.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED
+                    || api.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT =>
+            {
+                BucketError::NoJetStream
+            }
+            _ => BucketError::Unavailable(e.to_string()),
+        });
+    }
+    if let Ok(store) = context.get_key_value(&wanted.bucket).await {
+        check_bucket(&store, wanted);
+        return Ok(store);
+    }
+    let store = context
+        .create_key_value(wanted.clone())
+        .await
+        .map_err(|e| BucketError::Unavailable(format!("creating the state bucket: {e}")))?;
+    tracing::info!(bucket = %wanted.bucket, replicas = wanted.num_replicas, "created the state bucket (file storage, history 1)");
+    Ok(store)
+}
+
+/// Warns about an existing bucket that differs from what kube2nats would create.
+fn check_bucket(store: &kv::Store, wanted: &kv::Config) {
+    let config = &store.stream.cached_info().config;
+    if config.max_messages_per_subject != 1 {
+        tracing::warn!(bucket = %wanted.bucket, history = config.max_messages_per_subject, "the existing state bucket keeps more than one revision per key; kube2nats needs only one and does not change existing buckets (storage grows by that factor)");
+    }
+    if config.storage != jetstream::stream::StorageType::File {
+        tracing::warn!(bucket = %wanted.bucket, "the existing state bucket uses memory storage: state is lost when the NATS server restarts; kube2nats does not change existing buckets");
+    }
+    if config.num_replicas != wanted.num_replicas {
+        tracing::warn!(bucket = %wanted.bucket, replicas = config.num_replicas, configured = wanted.num_replicas, "the existing state bucket has another replica count than state.replicas; kube2nats does not change existing buckets");
+    }
+    tracing::info!(bucket = %wanted.bucket, "using the existing state bucket");
+}
+
+/// What a target starts from.
+pub enum Start {
+    /// Saved state: resume the watch from `version`; `dedupe` holds what was published.
+    Saved {
+        dedupe: Dedupe,
+        version: ResourceVersion,
+    },
+    /// Nothing usable was saved (the reason is logged).
+    Fresh,
+}
+
+/// Why saved state was not loaded.
+#[derive(Debug, thiserror::Error)]
+enum LoadError {
+    #[error("the state was saved for another configuration of this watch ({saved})")]
+    OtherIdentity { saved: String },
+    #[error("the saved state is damaged: {0}")]
+    Damaged(#[from] CodecError),
+    #[error("reading the state bucket: {0}")]
+    Unavailable(String),
+}
+
+/// The state of one watch target, before it is loaded.
+pub struct TargetState {
+    key: String,
+    identity: String,
+    backend: Backend,
+    metrics: TargetMetrics,
+    checkpoint_interval: Duration,
+}
+
+impl TargetState {
+    /// Loads the saved state, retrying while NATS does not answer; says in one log line (the
+    /// watch's fields come from the caller's span) when it starts fresh, and why. `None` if
+    /// shutdown came first.
+    pub async fn load(self, shutdown: &CancellationToken) -> Option<(Start, Checkpoints)> {
+        let bucket = match &self.backend {
+            Backend::Durable(bucket) => bucket.clone(),
+            Backend::Disabled | Backend::MemoryOnly => {
+                tracing::info!("started fresh: state is not durable");
+                return Some((Start::Fresh, self.checkpoints(None, None)));
+            }
+        };
+        let started = Instant::now();
+        let mut backoff = Backoff::new(RETRY_BACKOFF);
+        loop {
+            let attempt = tokio::select! {
+                _ = shutdown.cancelled() => return None,
+                attempt = self.read(&bucket) => attempt,
+            };
+            let error = match attempt {
+                Ok(Some((manifest, dedupe))) => {
+                    self.metrics
+                        .loaded(dedupe.len(), started.elapsed().as_secs_f64());
+                    self.metrics.stored(manifest.bytes);
+                    self.metrics.current();
+                    tracing::debug!(objects = dedupe.len(), resource_version = %manifest.resume_version, generation = manifest.generation, elapsed = ?started.elapsed(), "loaded saved state");
+                    let version = ResourceVersion::new(manifest.resume_version.as_str());
+                    let checkpoints = self.checkpoints(Some(bucket), Some(manifest));
+                    return Some((Start::Saved { dedupe, version }, checkpoints));
+                }
+                Ok(None) => {
+                    tracing::info!("started fresh: no saved state");
+                    return Some((Start::Fresh, self.checkpoints(Some(bucket), None)));
+                }
+                Err(e @ LoadError::OtherIdentity { .. }) => {
+                    tracing::info!(identity = %self.identity, reason = %e, "started fresh: the watch's resource, namespace or selectors changed since its state was saved");
+                    return Some((Start::Fresh, self.checkpoints(Some(bucket), None)));
+                }
+                Err(e @ LoadError::Damaged(_)) => {
+                    tracing::error!(key = %self.key, error = %e, "started fresh: the saved state cannot be used; it will be overwritten by the next checkpoint");
+                    return Some((Start::Fresh, self.checkpoints(Some(bucket), None)));
+                }
+                Err(LoadError::Unavailable(e)) => e,
+            };
+            let delay = backoff.next_delay();
+            tracing::warn!(error, retry_in = ?delay, "cannot read the saved state yet; retrying");
+            tokio::select! {
+                _ = shutdown.cancelled() => return None,
+                () = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    /// Reads the manifest and its chunks into a fresh memory; `None` when nothing was saved.
+    async fn read(&self, bucket: &Bucket) -> Result<Option<(Manifest, Dedupe)>, LoadError> {
+        let store = bucket.store();
+        let get = |key: String| {
+            let store = store.clone();
+            async move {
+                store
+                    .get(key)
+                    .await
+                    .map_err(|e| LoadError::Unavailable(e.to_string()))
+            }
+        };
+        let Some(raw) = get(manifest_key(&self.key)).await? else {
+            return Ok(None);
+        };
+        let manifest: Manifest =
+            serde_json::from_slice(&raw).map_err(|e| CodecError::Manifest(e.to_string()))?;
+        if manifest.format != FORMAT {
+            return Err(CodecError::Format {
+                found: manifest.format,
+            }
+            .into());
+        }
+        if manifest.identity != self.identity {
+            return Err(LoadError::OtherIdentity {
+                saved: manifest.identity,
+            });
+        }
+        if manifest.resume_version.is_empty() {
+            return Err(CodecError::Mismatch {
+                what: "no resume version",
+            }
+            .into());
+        }
+        let mut dedupe = Dedupe::new();
+        let mut checksum = Fnv::new();
+        for index in 0..manifest.chunks {
+            let chunk = get(chunk_key(&self.key, manifest.slot, index))
+                .await?
+                .ok_or(CodecError::MissingChunk { index })?;
+            checksum.write(&chunk);
+            codec::decode_chunk(&chunk, manifest.generation, index, |o| dedupe.restore(o))?;
+        }
+        if checksum.0 != manifest.checksum {
+            return Err(CodecError::Mismatch { what: "checksum" }.into());
+        }
+        if dedupe.len() as u64 != manifest.objects {
+            return Err(CodecError::Mismatch {
+                what: "object count",
+            }
+            .into());
+        }
+        Ok(Some((manifest, dedupe)))
+    }
+
+    fn checkpoints(self, bucket: Option<Arc<Bucket>>, committed: Option<Manifest>) -> Checkpoints {
+        let next_generation = committed.as_ref().map_or(1, |m| m.generation + 1);
+        let saved_version = committed.as_ref().map(|m| m.resume_version.clone());
+        let chunk_limit = bucket.as_ref().map_or(MAX_CHUNK_BYTES, |b| b.chunk_limit);
+        let writer = bucket.map(|bucket| {
+            let mailbox = Arc::new(Mailbox::default());
+            let writer = Writer {
+                key: self.key.clone(),
+                identity: self.identity.clone(),
+                bucket,
+                committed,
+                mailbox: mailbox.clone(),
+                metrics: self.metrics.clone(),
+            };
+            let task = tokio::spawn(writer.run());
+            (mailbox, task)
+        });
+        Checkpoints {
+            interval: self.checkpoint_interval,
+            next_due: Instant::now() + self.checkpoint_interval,
+            version: String::new(),
+            consistent: false,
+            objects_changed: saved_version.is_none(),
+            saved_version,
+            next_generation,
+            chunk_limit,
+            writer,
+            metrics: self.metrics,
+        }
+    }
+}
+
+fn manifest_key(target: &str) -> String {
+    format!("{target}.manifest")
+}
+
+fn chunk_key(target: &str, slot: Slot, index: u32) -> String {
+    format!("{target}.{}.{index}", slot.as_str())
+}
+
+/// The watch task's side of checkpointing: what changed since the last snapshot, and when the
+/// next is due. The watch task tells it about every change and takes snapshots only with its
+/// outbox settled.
+pub struct Checkpoints {
+    interval: Duration,
+    next_due: Instant,
+    /// The version up to which every event has been handed to the outbox.
+    version: String,
+    /// False while a list is half-way: the memory is then neither the old state nor the new.
+    consistent: bool,
+    objects_changed: bool,
+    /// The version in the last snapshot handed to the writer.
+    saved_version: Option<String>,
+    next_generation: u64,
+    chunk_limit: usize,
+    writer: Option<(Arc<Mailbox>, tokio::task::JoinHandle<()>)>,
+    metrics: TargetMetrics,
+}
+
+impl Checkpoints {
+    /// An object was published (or, with `initial_state = "skip"`, tracked) or forgotten.
+    pub fn objects_changed(&mut self) {
+        self.objects_changed = true;
+    }
+
+    /// Every event up to `version` has been handed to the outbox.
+    pub fn advanced(&mut self, version: &ResourceVersion) {
+        self.version.clear();
+        self.version.push_str(version.as_str());
+        self.consistent = true;
+    }
+
+    /// A list began: until it completes there is no point to checkpoint.
+    pub fn list_started(&mut self) {
+        self.consistent = false;
+    }
+
+    /// When the next checkpoint is due; `None` when there is nothing to write to or no
+    /// consistent point.
+    pub fn due(&self) -> Option<Instant> {
+        (self.writer.is_some() && self.consistent).then_some(self.next_due)
+    }
+
+    /// Takes a snapshot and hands it to the writer. Call only with the outbox settled.
+    pub fn save(&mut self, dedupe: &Dedupe) {
+        let Some((mailbox, _)) = &self.writer else {
+            return;
+        };
+        if !self.consistent {
+            return;
+        }
+        self.next_due = Instant::now() + self.interval;
+        let version_moved = self.saved_version.as_deref() != Some(self.version.as_str());
+        if !self.objects_changed && !version_moved {
+            if mailbox.is_idle() {
+                self.metrics.current();
+            }
+            return;
+        }
+        let encoded = self.objects_changed.then(|| {
+            let generation = self.next_generation;
+            self.next_generation += 1;
+            let mut encoder = Encoder::new(generation, self.chunk_limit);
+            dedupe.for_each_saved(|o| encoder.push(o));
+            Arc::new(encoder.finish())
+        });
+        mailbox.post(Job {
+            encoded,
+            version: self.version.clone(),
+        });
+        self.objects_changed = false;
+        self.saved_version = Some(self.version.clone());
+    }
+
+    /// Waits until the writer has written the last snapshot (or given up on it).
+    pub async fn finish(self) {
+        if let Some((mailbox, task)) = self.writer {
+            mailbox.close();
+            let _ = task.await;
+        }
+    }
+}
+
+/// One snapshot to write. `encoded: None`: no object changed since the previous snapshot, only
+/// the resume version moved.
+struct Job {
+    encoded: Option<Arc<Encoded>>,
+    version: String,
+}
+
+impl Job {
+    /// `newer` replaces `self`, keeping `self`'s objects if `newer` has none of its own.
+    fn merged_into(self, newer: Job) -> Job {
+        Job {
+            encoded: newer.encoded.or(self.encoded),
+            version: newer.version,
+        }
+    }
+}
+
+/// Hands the latest snapshot to the writer; a snapshot not yet written is replaced (merged) by
+/// a newer one, so a slow or absent NATS costs at most one snapshot of memory.
+#[derive(Default)]
+struct Mailbox {
+    inner: Mutex<MailboxState>,
+    notify: Notify,
+}
+
+#[derive(Default)]
+struct MailboxState {
+    pending: Option<Job>,
+    writing: bool,
+    failing: bool,
+    closed: bool,
+}
+
+impl Mailbox {
+    fn lock(&self) -> std::sync::MutexGuard<'_, MailboxState> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn post(&self, job: Job) {
+        let mut state = self.lock();
+        state.pending = Some(match state.pending.take() {
+            Some(older) => older.merged_into(job),
+            None => job,
+        });
+        drop(state);
+        self.notify.notify_one();
+    }
+
+    /// Puts a job that failed back, unless a newer one (which it is merged into) arrived.
+    fn requeue(&self, job: Job) {
+        let mut state = self.lock();
+        state.pending = Some(match state.pending.take() {
+            Some(newer) => job.merged_into(newer),
+            None => job,
+        });
+    }
+
+    fn take(&self) -> Option<Job> {
+        let mut state = self.lock();
+        let job = state.pending.take();
+        state.writing = job.is_some();
+        job
+    }
+
+    fn is_idle(&self) -> bool {
+        let state = self.lock();
+        state.pending.is_none() && !state.writing && !state.failing
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.notify.notify_one();
+    }
+}
+
+/// Writes one target's snapshots in the background, one at a time, the latest first.
+struct Writer {
+    key: String,
+    identity: String,
+    bucket: Arc<Bucket>,
+    /// The manifest last written (or loaded).
+    committed: Option<Manifest>,
+    mailbox: Arc<Mailbox>,
+    metrics: TargetMetrics,
+}
+
+impl Writer {
+    async fn run(mut self) {
+        let mut backoff = Backoff::new(RETRY_BACKOFF);
+        let mut store = self.bucket.store();
+        loop {
+            let Some(job) = self.mailbox.take() else {
+                if self.mailbox.lock().closed {
+                    return;
+                }
+                self.mailbox.notify.notified().await;
+                continue;
+            };
+            match self.write(&store, &job).await {
+                Ok(()) => {
+                    let mut state = self.mailbox.lock();
+                    state.writing = false;
+                    if state.failing {
+                        state.failing = false;
+                        tracing::info!(watch = %self.metrics.watch, key = %self.key, "checkpoints are written again");
+                    }
+                    drop(state);
+                    self.metrics.checkpoints.inc();
+                    self.metrics.current();
+                    backoff.reset();
+                }
+                Err(e) => {
+                    self.metrics.failures.inc();
+                    let (first, closed) = {
+                        let mut state = self.mailbox.lock();
+                        state.writing = false;
+                        let first = !state.failing;
+                        state.failing = true;
+                        (first, state.closed)
+                    };
+                    if closed {
+                        tracing::warn!(watch = %self.metrics.watch, key = %self.key, error = %e, "the last checkpoint could not be written before shutdown; the next start diffs against the previous one");
+                        return;
+                    }
+                    let delay = backoff.next_delay();
+                    if first {
+                        tracing::warn!(watch = %self.metrics.watch, key = %self.key, error = %e, retry_in = ?delay, "writing a checkpoint failed; retrying");
+                    } else {
+                        tracing::debug!(watch = %self.metrics.watch, key = %self.key, error = %e, retry_in = ?delay, "writing a checkpoint failed again");
+                    }
+                    self.mailbox.requeue(job);
+                    tokio::time::sleep(delay).await;
+                    // The bucket may have been deleted: find or create it again.
+                    match ensure_bucket(&self.bucket.context, &self.bucket.config).await {
+                        Ok(found) => store = found,
+                        Err(e) => {
+                            tracing::debug!(watch = %self.metrics.watch, error = %e, "state bucket not reachable")
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes the job's chunks (if it has any) to the free slot, then the manifest that commits them.
+    async fn write(&mut self, store: &kv::Store, job: &Job) -> Result<(), WriteError> {
+        let previous = self.committed.as_ref();
+        let mut manifest = match (&job.encoded, previous) {
+            (Some(encoded), previous) => {
+                let slot = previous.map_or(Slot::A, |m| m.slot.other());
+                for (index, chunk) in encoded.chunks.iter().enumerate() {
+                    let index = u32::try_from(index).unwrap_or(u32::MAX);
+                    store
+                        .put(chunk_key(&self.key, slot, index), chunk.clone())
+                        .await?;
+                }
+                Manifest {
+                    format: FORMAT,
+                    identity: self.identity.clone(),
+                    resume_version: String::new(),
+                    generation: encoded.generation,
+                    slot,
+                    chunks: u32::try_from(encoded.chunks.len()).unwrap_or(u32::MAX),
+                    objects: encoded.objects,
+                    bytes: encoded.bytes,
+                    checksum: encoded.checksum,
+                    saved_at: 0,
+                }
+            }
+            (None, Some(previous)) => previous.clone(),
+            // Nothing was ever encoded: nothing to commit.
+            (None, None) => return Ok(()),
+        };
+        manifest.resume_version.clone_from(&job.version);
+        manifest.saved_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let json = serde_json::to_vec(&manifest).map_err(|e| WriteError(e.to_string()))?;
+        store.put(manifest_key(&self.key), json.into()).await?;
+        self.metrics.stored(manifest.bytes);
+        self.committed = Some(manifest);
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct WriteError(String);
+
+impl From<kv::PutError> for WriteError {
+    fn from(e: kv::PutError) -> Self {
+        WriteError(e.to_string())
+    }
+}
