@@ -11,6 +11,7 @@
 //! - [`dedupe`]: what each watch has published, so no change is published twice or missed.
 //! - [`subject`]: subject templates and the token escaping rule.
 //! - [`publish`]: headers, payloads, and publishing to core NATS or JetStream.
+//! - [`state`]: durable checkpoints of each watch's memory in JetStream, loaded at start.
 //! - [`telemetry`]: logs, Prometheus metrics, health and readiness.
 //! - [`app`]: builds every stage from the configuration, runs them, and stops them in order.
 
