@@ -431,30 +431,50 @@ fn tail_created_and_deleted(
 /// The busy stream, the kill -9 at a seeded moment, changes while down, a restart (after
 /// compaction when `compact`), and every check of the promise.
 async fn crash_and_restart(mode: Mode, seed: u64, compact: bool) {
-    println!("mode {mode:?}, seed {seed}, compact {compact}");
+    crash_and_restart_with(mode, seed, compact, false).await
+}
+
+/// [`crash_and_restart`], with nats-server restarted half-way through the busy stream when
+/// `nats_outage` (while checkpoints are being written).
+async fn crash_and_restart_with(mode: Mode, seed: u64, compact: bool, nats_outage: bool) {
+    println!("mode {mode:?}, seed {seed}, compact {compact}, nats outage {nats_outage}");
     let mut rng = StdRng::seed_from_u64(seed);
-    let cluster = Cluster::start(mode, 100_000).await;
-    let sim = &cluster.sim;
+    let mut cluster = Cluster::start(mode, 100_000).await;
     for i in 0..NAMES / 2 {
-        sim.create("pods", Some(NS), pod_named(&format!("p{i}"), 0));
+        cluster
+            .sim
+            .create("pods", Some(NS), pod_named(&format!("p{i}"), 0));
     }
     let recording = Recording::start(&cluster.nats.url()).await;
     let config = cluster.config(PODS_WATCH, "");
     let daemon = Process::spawn(&config);
-    converge(sim, &recording, &HashSet::new()).await;
+    converge(&cluster.sim, &recording, &HashSet::new()).await;
     cluster
-        .checkpoint_at_least(PODS_KEY, sim.resource_version())
+        .checkpoint_at_least(PODS_KEY, cluster.sim.resource_version())
         .await;
 
     // A busy stream, killed at a random moment.
     let ops = rng.random_range(20..300);
     for op in 0..ops {
-        random_change(sim, &mut rng, op);
+        random_change(&cluster.sim, &mut rng, op);
         // ~2 ms per change on average: several checkpoints happen during the stream.
         tokio::time::sleep(Duration::from_micros(rng.random_range(0..4000))).await;
+        if nats_outage && op == ops / 2 {
+            cluster.nats.stop().await;
+            tokio::time::sleep(Duration::from_millis(rng.random_range(100..1000))).await;
+            cluster.nats.restart().await.unwrap();
+        }
+    }
+    if nats_outage {
+        // Checkpoints are written again after the outage.
+        cluster
+            .checkpoint_at_least(PODS_KEY, cluster.sim.resource_version())
+            .await;
     }
     drop(daemon); // SIGKILL
+    let sim = &cluster.sim;
     let before_len = recording.mark().await;
+    let before_all = recording.all();
     let saved_rv: u64 = cluster
         .manifest(PODS_KEY)
         .await
@@ -462,7 +482,7 @@ async fn crash_and_restart(mode: Mode, seed: u64, compact: bool) {
         .resume_version
         .parse()
         .unwrap();
-    let before = recording.all()[..before_len].to_vec();
+    let before = before_all[..before_len].to_vec();
 
     let changes = change_while_down(sim, &mut rng);
     let unannounceable = if compact {
@@ -616,4 +636,224 @@ async fn kill_9_then_resume_from_the_saved_version_without_a_list_jetstream() {
     for seed in SEEDS {
         crash_and_restart(Mode::JetStream, seed, false).await;
     }
+}
+
+/// nats-server restarts while checkpoints are being written: the writer retries, checkpoints
+/// resume, and a later kill -9 with changes while down still publishes exactly those changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_restart_while_checkpointing_then_kill_9_keeps_the_promise() {
+    for seed in [11, 12] {
+        crash_and_restart_with(Mode::JetStream, seed, true, true).await;
+    }
+}
+
+/// Starts a daemon on `cluster` with `config`, waits until every pod is published and a
+/// checkpoint covers the current version, then kills it (-9).
+async fn run_until_checkpointed(cluster: &Cluster, recording: &Recording, config: &str, key: &str) {
+    let daemon = Process::spawn(config);
+    converge(&cluster.sim, recording, &HashSet::new()).await;
+    cluster
+        .checkpoint_at_least(key, cluster.sim.resource_version())
+        .await;
+    drop(daemon);
+}
+
+/// Damaged state — a manifest that is not JSON, then a chunk that does not match its manifest —
+/// starts the watch afresh with one error line (every object announced again, as on a first
+/// start), never a crash; the next checkpoint repairs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damaged_state_starts_afresh_with_an_error_line() {
+    let cluster = Cluster::start(Mode::Core, 10_000).await;
+    for i in 0..10 {
+        cluster
+            .sim
+            .create("pods", Some(NS), pod_named(&format!("p{i}"), 0));
+    }
+    let recording = Recording::start(&cluster.nats.url()).await;
+    let config = cluster.config(PODS_WATCH, "");
+    run_until_checkpointed(&cluster, &recording, &config, PODS_KEY).await;
+    let kv = cluster.kv().await;
+
+    kv.put(format!("{PODS_KEY}.manifest"), "{not json".into())
+        .await
+        .unwrap();
+    let published = recording.mark().await;
+    let daemon = Process::spawn(&config);
+    let line = daemon.line_with(&["started fresh", "cannot be used"]);
+    assert!(line.contains("ERROR"), "an error line: {line}");
+    eventually("every pod announced again", || {
+        recording.all().len() >= published + 10
+    })
+    .await;
+    cluster
+        .checkpoint_at_least(PODS_KEY, cluster.sim.resource_version())
+        .await;
+    cluster.sim.update("pods", Some(NS), "p1", |o| {
+        o["metadata"]["labels"]["x"] = "1".into()
+    });
+    cluster
+        .checkpoint_at_least(PODS_KEY, cluster.sim.resource_version())
+        .await;
+    drop(daemon);
+
+    let manifest = cluster.manifest(PODS_KEY).await.unwrap();
+    let chunk = format!(
+        "{PODS_KEY}.{}.0",
+        serde_json::to_value(manifest.slot)
+            .unwrap()
+            .as_str()
+            .unwrap()
+    );
+    let mut bytes = kv.get(&chunk).await.unwrap().unwrap().to_vec();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x5a;
+    kv.put(&chunk, bytes.into()).await.unwrap();
+    cluster.sim.clear_requests();
+    let daemon = Process::spawn(&config);
+    let line = daemon.line_with(&["started fresh", "cannot be used"]);
+    assert!(line.contains("ERROR"), "an error line: {line}");
+    daemon.line_with(&["synced"]);
+    assert_eq!(cluster.lists(PODS_PATH), 1, "started afresh with a list");
+}
+
+/// The state bucket deleted while kube2nats runs is created again by the next checkpoint (with a
+/// warning), and a restart then resumes without a list; deleted while kube2nats is down, the
+/// restart starts fresh (no saved state) and lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_bucket_is_recreated_or_means_a_fresh_start() {
+    let cluster = Cluster::start(Mode::JetStream, 10_000).await;
+    for i in 0..10 {
+        cluster
+            .sim
+            .create("pods", Some(NS), pod_named(&format!("p{i}"), 0));
+    }
+    let recording = Recording::start(&cluster.nats.url()).await;
+    let config = cluster.config(PODS_WATCH, "");
+    let daemon = Process::spawn(&config);
+    converge(&cluster.sim, &recording, &HashSet::new()).await;
+    cluster
+        .checkpoint_at_least(PODS_KEY, cluster.sim.resource_version())
+        .await;
+    let js = async_nats::jetstream::new(async_nats::connect(cluster.nats.url()).await.unwrap());
+    js.delete_key_value(BUCKET).await.unwrap();
+    cluster.sim.update("pods", Some(NS), "p2", |o| {
+        o["metadata"]["labels"]["x"] = "1".into()
+    });
+    daemon.line_with(&["writing a checkpoint failed"]);
+    cluster
+        .checkpoint_at_least(PODS_KEY, cluster.sim.resource_version())
+        .await;
+    drop(daemon);
+
+    cluster.sim.clear_requests();
+    let daemon = Process::spawn(&config);
+    daemon.line_with(&["loaded saved state"]);
+    daemon.line_with(&["watching from resourceVersion"]);
+    assert_eq!(cluster.lists(PODS_PATH), 0, "resumed without a list");
+    drop(daemon);
+
+    js.delete_key_value(BUCKET).await.unwrap();
+    cluster.sim.clear_requests();
+    let daemon = Process::spawn(&config);
+    daemon.line_with(&["created the state bucket"]);
+    daemon.line_with(&["started fresh: no saved state"]);
+    daemon.line_with(&["synced"]);
+    assert_eq!(cluster.lists(PODS_PATH), 1);
+}
+
+/// Changing one watch's selector starts that watch afresh (with a log line saying why) while
+/// the other resumes from its saved version without a list; the load is in the metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_watch_starts_afresh_and_the_others_resume() {
+    let cluster = Cluster::start(Mode::Core, 10_000).await;
+    for i in 0..5 {
+        for ns in ["a", "b"] {
+            cluster
+                .sim
+                .create("pods", Some(ns), pod_named(&format!("p{i}"), 0));
+        }
+    }
+    let watches = |selector: &str| {
+        format!(
+            "[[watches]]\nname = \"in-a\"\nresource = \"pods\"\nnamespaces = [\"a\"]\nlabel_selector = \"{selector}\"\n\n[[watches]]\nname = \"in-b\"\nresource = \"pods\"\nnamespaces = [\"b\"]\n"
+        )
+    };
+    let recording = Recording::start(&cluster.nats.url()).await;
+    let daemon = Process::spawn(&cluster.config(&watches(""), ""));
+    eventually("10 pods announced", || recording.all().len() >= 10).await;
+    let rv = cluster.sim.resource_version();
+    cluster.checkpoint_at_least("in-a.a", rv).await;
+    cluster.checkpoint_at_least("in-b.b", rv).await;
+    drop(daemon);
+
+    cluster.sim.clear_requests();
+    let daemon = Process::spawn(&cluster.config(&watches("gen=0"), ""));
+    let line = daemon.line_with(&["started fresh", "changed since its state was saved"]);
+    assert!(line.contains("in-a"), "the changed watch says so: {line}");
+    daemon.line_with(&["in-b", "loaded saved state"]);
+    eventually("both watches watching", || {
+        cluster.watch_versions("/api/v1/namespaces/a/pods").len()
+            + cluster.watch_versions("/api/v1/namespaces/b/pods").len()
+            >= 2
+    })
+    .await;
+    assert_eq!(cluster.lists("/api/v1/namespaces/a/pods"), 1);
+    assert_eq!(cluster.lists("/api/v1/namespaces/b/pods"), 0);
+    let metrics = cluster.metrics().await;
+    let loaded = |w: &str| metric(&metrics, "kube2nats_state_objects_loaded", &[("watch", w)]);
+    assert_eq!(loaded("in-b"), Some(5.0));
+    assert_eq!(loaded("in-a"), Some(0.0));
+    assert_eq!(metric(&metrics, "kube2nats_state_durable", &[]), Some(1.0));
+    assert!(metric(
+        &metrics,
+        "kube2nats_state_load_duration_seconds",
+        &[("watch", "in-b")]
+    )
+    .is_some());
+    assert!(metric(
+        &metrics,
+        "kube2nats_state_checkpoint_age_seconds",
+        &[("watch", "in-b")]
+    )
+    .is_some());
+}
+
+/// Without JetStream on the server, kube2nats keeps its state in memory, says so once and in
+/// `kube2nats_state_durable`, and publishes as before (core mode).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_jetstream_state_is_memory_only_and_said_once() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let nats = NatsServer::start_with(kube2nats_harness::nats::NatsOptions {
+        jetstream: false,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    sim.create("pods", Some(NS), pod_named("p0", 0));
+    let port = free_port();
+    let config = format!(
+        "{}\n[nats]\nurl = \"{}\"\n{PODS_WATCH}",
+        kube_section(&sim, &sim.token_file()).replace(
+            "listen = \"127.0.0.1:0\"",
+            &format!("listen = \"127.0.0.1:{port}\"")
+        ),
+        nats.url()
+    );
+    let recording = Recording::start(&nats.url()).await;
+    let daemon = Process::spawn(&config);
+    let line = daemon.line_with(&["no JetStream", "memory only"]);
+    assert!(line.contains("WARN"), "{line}");
+    eventually("the pod is published", || recording.all().len() == 1).await;
+    let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(metric(&metrics, "kube2nats_state_durable", &[]), Some(0.0));
+    assert_eq!(
+        daemon.rest().matches("no JetStream").count(),
+        0,
+        "said once"
+    );
 }

@@ -147,8 +147,11 @@ fn unix_millis() -> u64 {
 #[derive(Clone)]
 struct CheckpointAges {
     gauge: prometheus::GaugeVec,
-    targets: Arc<Mutex<Vec<(Arc<str>, Arc<AtomicU64>)>>>,
+    targets: Arc<Mutex<Vec<TargetAge>>>,
 }
+
+/// A watch's name and the time (unix millis) one of its targets was last checkpointed.
+type TargetAge = (Arc<str>, Arc<AtomicU64>);
 
 impl CheckpointAges {
     fn new() -> prometheus::Result<CheckpointAges> {

@@ -270,7 +270,7 @@ fn check_bucket(store: &kv::Store, wanted: &kv::Config) {
 pub enum Start {
     /// Saved state: resume the watch from `version`; `dedupe` holds what was published.
     Saved {
-        dedupe: Dedupe,
+        dedupe: Box<Dedupe>,
         version: ResourceVersion,
     },
     /// Nothing usable was saved (the reason is logged).
@@ -325,6 +325,7 @@ impl TargetState {
                     tracing::debug!(objects = dedupe.len(), resource_version = %manifest.resume_version, generation = manifest.generation, elapsed = ?started.elapsed(), "loaded saved state");
                     let version = ResourceVersion::new(manifest.resume_version.as_str());
                     let checkpoints = self.checkpoints(Some(bucket), Some(manifest));
+                    let dedupe = Box::new(dedupe);
                     return Some((Start::Saved { dedupe, version }, checkpoints));
                 }
                 Ok(None) => {

@@ -125,7 +125,7 @@ impl WatchTask {
         let (start, mut checkpoints) = saved.load(shutdown).await?;
         match start {
             Start::Saved { dedupe, version } => {
-                self.dedupe = dedupe;
+                self.dedupe = *dedupe;
                 self.listed_once = true;
                 self.resuming = Some(self.dedupe.len());
                 self.report_tracked();
