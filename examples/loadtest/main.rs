@@ -17,6 +17,11 @@
 //! - `latency`: events paced at `--rate` per second; API server → subscriber latency p50/p99;
 //! - `list`: peak RSS while listing (and publishing) `--list-objects` pods;
 //! - `idle`: RSS with three idle watches.
+//! - `restart`: durable state of `--list-objects` pods: bytes stored per object, then a kill -9
+//!   and a restart that loads it (load seconds, peak RSS against the RSS holding them before).
+//!
+//! `--state on|off|both` sets `state.enabled` for the daemons; with `both`, the `core` and
+//! `jetstream` scenarios alternate runs with state on and off and report each.
 //!
 //! Every scenario runs `--runs` times; the report gives the median (and min–max).
 
@@ -88,9 +93,12 @@ struct Args {
     /// Runs of each scenario; the report gives the median.
     #[arg(long, default_value_t = 3)]
     runs: usize,
-    /// Scenarios to run, comma-separated: state, core, jetstream, latency, list, idle.
-    #[arg(long, default_value = "state,core,jetstream,latency,list,idle")]
+    /// Scenarios to run, comma-separated: state, core, jetstream, latency, list, idle, restart.
+    #[arg(long, default_value = "state,core,jetstream,latency,list,idle,restart")]
     only: String,
+    /// Durable state of the daemons: on, off, or both (core/jetstream alternate runs).
+    #[arg(long, default_value = "on")]
+    state: String,
     /// Watch events in JetStream mode (stored in a memory stream; default: --events).
     #[arg(long)]
     jetstream_events: Option<u64>,
@@ -153,6 +161,7 @@ fn main() -> anyhow::Result<()> {
             "latency" => runtime.block_on(latency(&env))?,
             "list" => runtime.block_on(list(&env))?,
             "idle" => runtime.block_on(idle(&env))?,
+            "restart" => runtime.block_on(restart(&env))?,
             other => bail!("unknown scenario {other:?}"),
         };
         for line in &lines {
@@ -355,6 +364,10 @@ async fn start_nats(env: &Env, dir: &Path) -> anyhow::Result<(Proc, String)> {
 }
 
 struct DaemonCfg<'a> {
+    /// `state.enabled`.
+    state: bool,
+    /// Where `/metrics` is served (`None`: any free port).
+    http_port: Option<u16>,
     api_port: u16,
     nats_url: &'a str,
     jetstream: bool,
@@ -365,10 +378,12 @@ struct DaemonCfg<'a> {
 
 fn start_kube2nats(env: &Env, dir: &Path, cfg: &DaemonCfg<'_>) -> anyhow::Result<Proc> {
     let mut toml = format!(
-        "[log]\nfilter = \"info\"\n\n[kubernetes]\napi_url = \"http://127.0.0.1:{}\"\nlist_page_size = 500\n\n[nats]\nurl = \"{}\"\nmode = \"{}\"\n\n[http]\nlisten = \"127.0.0.1:0\"\n",
+        "[log]\nfilter = \"info\"\n\n[kubernetes]\napi_url = \"http://127.0.0.1:{}\"\nlist_page_size = 500\n\n[nats]\nurl = \"{}\"\nmode = \"{}\"\n\n[http]\nlisten = \"127.0.0.1:{}\"\n\n[state]\nenabled = {}\n",
         cfg.api_port,
         cfg.nats_url,
         if cfg.jetstream { "jetstream" } else { "core" },
+        cfg.http_port.unwrap_or(0),
+        cfg.state,
     );
     for w in 0..cfg.watches {
         let namespaces = cfg
@@ -545,63 +560,87 @@ async fn throughput(env: &Env, jetstream: bool) -> anyhow::Result<Vec<String>> {
         env.args.events
     };
     let mode = if jetstream { "jetstream" } else { "core" };
-    let mut results = Vec::new();
+    let variants: &[bool] = match env.args.state.as_str() {
+        "both" => &[true, false],
+        "off" => &[false],
+        _ => &[true],
+    };
+    // Runs alternate between the variants, so a machine that gets busier or quieter over time
+    // affects both alike.
+    let mut results: Vec<Vec<RunResult>> = variants.iter().map(|_| Vec::new()).collect();
     for run in 0..env.args.runs {
-        let r = throughput_run(env, jetstream, env.args.objects, events).await?;
-        eprintln!(
-            "{mode} run {}: {:.0} events/s end to end, kube2nats {:.3} CPU-s/100k events ({:.0} events per CPU-second), peak RSS {:.1} MiB; CPU-s/100k: API server {:.3}, subscriber {:.3}, nats-server {:.3}",
-            run + 1,
-            r.events_per_sec,
-            r.kube_cpu_per_100k,
-            r.events_per_cpu_sec,
-            r.peak_rss_mib,
-            r.server_cpu_per_100k,
-            r.subscriber_cpu_per_100k,
-            r.nats_cpu_per_100k
-        );
-        results.push(r);
+        for (v, &state) in variants.iter().enumerate() {
+            let r = throughput_run(env, jetstream, state, env.args.objects, events).await?;
+            eprintln!(
+                "{mode} (state {}) run {}: {:.0} events/s end to end, kube2nats {:.3} CPU-s/100k events ({:.0} events per CPU-second), peak RSS {:.1} MiB; CPU-s/100k: API server {:.3}, subscriber {:.3}, nats-server {:.3}",
+                on_off(state),
+                run + 1,
+                r.events_per_sec,
+                r.kube_cpu_per_100k,
+                r.events_per_cpu_sec,
+                r.peak_rss_mib,
+                r.server_cpu_per_100k,
+                r.subscriber_cpu_per_100k,
+                r.nats_cpu_per_100k
+            );
+            results[v].push(r);
+        }
     }
-    let col = |f: fn(&RunResult) -> f64| results.iter().map(f).collect::<Vec<_>>();
-    Ok(vec![
-        format!(
-            "{mode} (N={}, M={events}, ~{} B/event):",
-            env.args.objects,
-            pods::PodTemplate::new(0).approx_len()
-        ),
-        format!(
-            "  events/s end to end:                {}",
-            stat(&col(|r| r.events_per_sec), 0)
-        ),
-        format!(
-            "  kube2nats CPU-s per 100k events:    {}",
-            stat(&col(|r| r.kube_cpu_per_100k), 3)
-        ),
-        format!(
-            "  kube2nats events per CPU-second:    {}  [target >= 200000]",
-            stat(&col(|r| r.events_per_cpu_sec), 0)
-        ),
-        format!(
-            "  kube2nats peak RSS (MiB):           {}",
-            stat(&col(|r| r.peak_rss_mib), 1)
-        ),
-        format!(
-            "  API server CPU-s per 100k events:   {}",
-            stat(&col(|r| r.server_cpu_per_100k), 3)
-        ),
-        format!(
-            "  subscriber CPU-s per 100k events:   {}",
-            stat(&col(|r| r.subscriber_cpu_per_100k), 3)
-        ),
-        format!(
-            "  nats-server CPU-s per 100k events:  {}",
-            stat(&col(|r| r.nats_cpu_per_100k), 3)
-        ),
-    ])
+    let mut lines = Vec::new();
+    for (results, &state) in results.iter().zip(variants) {
+        let col = |f: fn(&RunResult) -> f64| results.iter().map(f).collect::<Vec<_>>();
+        lines.extend([
+            format!(
+                "{mode}, state {} (N={}, M={events}, ~{} B/event):",
+                on_off(state),
+                env.args.objects,
+                pods::PodTemplate::new(0).approx_len()
+            ),
+            format!(
+                "  events/s end to end:                {}",
+                stat(&col(|r| r.events_per_sec), 0)
+            ),
+            format!(
+                "  kube2nats CPU-s per 100k events:    {}",
+                stat(&col(|r| r.kube_cpu_per_100k), 3)
+            ),
+            format!(
+                "  kube2nats events per CPU-second:    {}  [target >= 200000]",
+                stat(&col(|r| r.events_per_cpu_sec), 0)
+            ),
+            format!(
+                "  kube2nats peak RSS (MiB):           {}",
+                stat(&col(|r| r.peak_rss_mib), 1)
+            ),
+            format!(
+                "  API server CPU-s per 100k events:   {}",
+                stat(&col(|r| r.server_cpu_per_100k), 3)
+            ),
+            format!(
+                "  subscriber CPU-s per 100k events:   {}",
+                stat(&col(|r| r.subscriber_cpu_per_100k), 3)
+            ),
+            format!(
+                "  nats-server CPU-s per 100k events:  {}",
+                stat(&col(|r| r.nats_cpu_per_100k), 3)
+            ),
+        ]);
+    }
+    Ok(lines)
+}
+
+fn on_off(state: bool) -> &'static str {
+    if state {
+        "on"
+    } else {
+        "off"
+    }
 }
 
 async fn throughput_run(
     env: &Env,
     jetstream: bool,
+    state: bool,
     objects: u64,
     events: u64,
 ) -> anyhow::Result<RunResult> {
@@ -645,6 +684,8 @@ async fn throughput_run(
         env,
         dir.path(),
         &DaemonCfg {
+            state,
+            http_port: None,
             api_port,
             nats_url: &nats_url,
             jetstream,
@@ -750,6 +791,8 @@ async fn latency(env: &Env) -> anyhow::Result<Vec<String>> {
             env,
             dir.path(),
             &DaemonCfg {
+                state: env.args.state != "off",
+                http_port: None,
                 api_port,
                 nats_url: &nats_url,
                 jetstream: false,
@@ -845,6 +888,8 @@ async fn list(env: &Env) -> anyhow::Result<Vec<String>> {
             env,
             dir.path(),
             &DaemonCfg {
+                state: env.args.state != "off",
+                http_port: None,
                 api_port,
                 nats_url: &nats_url,
                 jetstream: false,
@@ -889,6 +934,124 @@ async fn list(env: &Env) -> anyhow::Result<Vec<String>> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// restart: durable state of many objects, stored and loaded
+
+async fn restart(env: &Env) -> anyhow::Result<Vec<String>> {
+    let objects = env.args.list_objects;
+    let (mut per_object, mut stored_per_object, mut load_secs) =
+        (Vec::new(), Vec::new(), Vec::new());
+    let (mut held, mut restart_hwm, mut extra, mut load_cpu) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for run in 0..env.args.runs {
+        let dir = workdir(env, "restart")?;
+        let scenario = Arc::new(Scenario::new(objects, 0, None, Instant::now()));
+        let (nats, nats_url) = start_nats(env, dir.path()).await?;
+        let server = Worker::start("apiserver");
+        let api_port = server
+            .handle
+            .spawn(apiserver::serve(scenario.clone()))
+            .await??;
+        let cfg = |http_port| DaemonCfg {
+            state: true,
+            http_port: Some(http_port),
+            api_port,
+            nats_url: &nats_url,
+            jetstream: false,
+            initial_state: "skip",
+            namespaces: &[],
+            watches: 1,
+        };
+        let first = start_kube2nats(env, dir.path(), &cfg(free_port()?))?;
+        if !wait_for_watch(&scenario).await {
+            bail!("kube2nats never opened the watch");
+        }
+        // The first checkpoint after the list holds every object.
+        let js = async_nats::jetstream::new(async_nats::connect(&nats_url).await?);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let manifest = loop {
+            if let Ok(kv) = js.get_key_value("kube2nats-state").await {
+                if let Ok(Some(raw)) = kv.get("pods0._all.manifest").await {
+                    let m: kube2nats::state::codec::Manifest = serde_json::from_slice(&raw)?;
+                    if m.objects == objects {
+                        break m;
+                    }
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("no checkpoint of {objects} objects within two minutes");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let bucket_bytes = js
+            .get_key_value("kube2nats-state")
+            .await?
+            .status()
+            .await?
+            .info
+            .state
+            .bytes;
+        let held_mib = procfs::status_mib(first.pid, "VmRSS");
+        // kill -9, then a restart that loads the state and resumes the watch (no list).
+        first.stop().await;
+        let port = free_port()?;
+        let t0 = Instant::now();
+        let second = start_kube2nats(env, dir.path(), &cfg(port))?;
+        let metrics_url = format!("http://127.0.0.1:{port}/metrics");
+        let loaded_line = format!("kube2nats_state_objects_loaded{{watch=\"pods0\"}} {objects}");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let text = loop {
+            if let Ok(r) = reqwest::get(&metrics_url).await {
+                let text = r.text().await.unwrap_or_default();
+                if text.contains(&loaded_line) {
+                    break text;
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("the restarted kube2nats did not load {objects} objects");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let until_loaded = t0.elapsed().as_secs_f64();
+        let load = text
+            .lines()
+            .find_map(|l| l.strip_prefix("kube2nats_state_load_duration_seconds{watch=\"pods0\"} "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN);
+        // Let the resumed watch open and settle, then read the peak.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let hwm = procfs::status_mib(second.pid, "VmHWM");
+        let cpu = second.cpu();
+        eprintln!(
+            "restart run {}: {objects} objects stored in {} chunks, {:.1} B/object encoded, {:.1} B/object in the bucket; load {load:.3} s ({until_loaded:.2} s from exec), restart CPU {cpu:.2} s; RSS holding them before {held_mib:.1} MiB, restart peak {hwm:.1} MiB",
+            run + 1,
+            manifest.chunks,
+            manifest.bytes as f64 / objects as f64,
+            bucket_bytes as f64 / objects as f64,
+        );
+        per_object.push(manifest.bytes as f64 / objects as f64);
+        stored_per_object.push(bucket_bytes as f64 / objects as f64);
+        load_secs.push(load);
+        held.push(held_mib);
+        restart_hwm.push(hwm);
+        extra.push(hwm - held_mib);
+        load_cpu.push(cpu);
+        second.stop().await;
+        nats.stop().await;
+        finish_dir(env, dir);
+    }
+    Ok(vec![
+        format!("restart with durable state of {objects} pods (core NATS, kill -9, then load and resume):"),
+        format!("  snapshot bytes per object:          {}", stat(&per_object, 1)),
+        format!("  bucket bytes per object (stored):   {}", stat(&stored_per_object, 1)),
+        format!("  state load seconds:                 {}  [target <= 2]", stat(&load_secs, 3)),
+        format!("  restart CPU-s (exec to resumed):    {}", stat(&load_cpu, 2)),
+        format!("  RSS holding them before (MiB):      {}", stat(&held, 1)),
+        format!("  restart peak RSS (MiB):             {}", stat(&restart_hwm, 1)),
+        format!("  peak over the RSS before (MiB):     {}  [target <= 16]", stat(&extra, 1)),
+    ])
+}
+
+// ---------------------------------------------------------------------------------------------
 // idle: three idle watches
 
 async fn idle(env: &Env) -> anyhow::Result<Vec<String>> {
@@ -906,6 +1069,8 @@ async fn idle(env: &Env) -> anyhow::Result<Vec<String>> {
             env,
             dir.path(),
             &DaemonCfg {
+                state: env.args.state != "off",
+                http_port: None,
                 api_port,
                 nats_url: &nats_url,
                 jetstream: false,

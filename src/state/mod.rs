@@ -412,11 +412,16 @@ impl TargetState {
         let chunk_limit = bucket.as_ref().map_or(MAX_CHUNK_BYTES, |b| b.chunk_limit);
         let writer = bucket.map(|bucket| {
             let mailbox = Arc::new(Mailbox::default());
+            let mut stored_chunks = [0; 2];
+            if let Some(m) = &committed {
+                stored_chunks[m.slot as usize] = m.chunks;
+            }
             let writer = Writer {
                 key: self.key.clone(),
                 identity: self.identity.clone(),
                 bucket,
                 committed,
+                stored_chunks,
                 mailbox: mailbox.clone(),
                 metrics: self.metrics.clone(),
             };
@@ -611,6 +616,9 @@ struct Writer {
     bucket: Arc<Bucket>,
     /// The manifest last written (or loaded).
     committed: Option<Manifest>,
+    /// Chunks known to be stored in each slot (a, b), so that a smaller snapshot purges the
+    /// leftovers of a larger one.
+    stored_chunks: [u32; 2],
     mailbox: Arc<Mailbox>,
     metrics: TargetMetrics,
 }
@@ -709,6 +717,14 @@ impl Writer {
         let json = serde_json::to_vec(&manifest).map_err(|e| WriteError(e.to_string()))?;
         store.put(manifest_key(&self.key), json.into()).await?;
         self.metrics.stored(manifest.bytes);
+        let stored = &mut self.stored_chunks[manifest.slot as usize];
+        for index in manifest.chunks..*stored {
+            // Best effort: a leftover that stays is never read (the manifest counts the chunks).
+            let _ = store
+                .purge(chunk_key(&self.key, manifest.slot, index))
+                .await;
+        }
+        *stored = manifest.chunks;
         self.committed = Some(manifest);
         Ok(())
     }
