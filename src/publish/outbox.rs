@@ -20,9 +20,9 @@ use async_nats::{jetstream, Client};
 use tokio::time::Instant;
 
 use super::message::OutMessage;
+use super::metrics::PublishMetrics;
 use crate::backoff::Backoff;
 use crate::config::BackoffConfig;
-use crate::telemetry::metrics::WatchMetrics;
 
 /// Pauses between publish retries: short, since NATS usually comes back quickly, and capped so
 /// a recovered NATS is used within seconds.
@@ -71,13 +71,13 @@ pub struct Outbox {
 struct Window {
     in_flight: VecDeque<InFlight>,
     max_in_flight: usize,
-    metrics: WatchMetrics,
+    metrics: PublishMetrics,
     retry: Backoff,
 }
 
 impl Outbox {
     /// `max_in_flight` bounds unacknowledged JetStream publishes (unused in core mode).
-    pub fn new(nats: Nats, max_in_flight: usize, metrics: WatchMetrics) -> Outbox {
+    pub fn new(nats: Nats, max_in_flight: usize, metrics: PublishMetrics) -> Outbox {
         Outbox {
             nats,
             window: Window {
