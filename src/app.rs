@@ -329,13 +329,13 @@ async fn ensure_stream(config: &Config, nats: &Nats, shutdown: &CancellationToke
 
 /// Retries of the stream set-up: quick at first (JetStream may still be starting), capped low so a
 /// recovered NATS is used within seconds.
-const STREAM_SETUP_BACKOFF: BackoffConfig = BackoffConfig {
-    initial: Duration::from_millis(100),
-    max: Duration::from_secs(2),
-    multiplier: 2.0,
-    jitter: 0.2,
-    reset_after: Duration::from_secs(60),
-};
+const STREAM_SETUP_BACKOFF: BackoffConfig = BackoffConfig::checked(
+    Duration::from_millis(100),
+    Duration::from_secs(2),
+    2.0,
+    0.2,
+    Duration::from_secs(60),
+);
 
 /// Fetches discovery, retrying with backoff while the API server is unreachable. `None` if
 /// shutdown came first.

@@ -26,13 +26,13 @@ use crate::config::BackoffConfig;
 
 /// Pauses between publish retries: short, since NATS usually comes back quickly, and capped so
 /// a recovered NATS is used within seconds.
-const RETRY_BACKOFF: BackoffConfig = BackoffConfig {
-    initial: Duration::from_millis(100),
-    max: Duration::from_secs(5),
-    multiplier: 2.0,
-    jitter: 0.2,
-    reset_after: Duration::from_secs(30),
-};
+const RETRY_BACKOFF: BackoffConfig = BackoffConfig::checked(
+    Duration::from_millis(100),
+    Duration::from_secs(5),
+    2.0,
+    0.2,
+    Duration::from_secs(30),
+);
 
 /// The connection in the configured mode; cheap to clone.
 #[derive(Clone)]
