@@ -5,9 +5,9 @@ use std::sync::{Arc, Mutex};
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
-const NAMESPACE: &str = "kube2nats";
+use crate::telemetry::metrics::opts;
 
 /// Every metric of the state stage.
 #[derive(Clone)]
@@ -25,7 +25,6 @@ pub struct StateMetrics {
 
 impl StateMetrics {
     pub fn register(registry: &Registry) -> prometheus::Result<StateMetrics> {
-        let opts = |name: &str, help: &str| Opts::new(name, help).namespace(NAMESPACE);
         let durable = IntGauge::with_opts(opts(
             "state_durable",
             "1 while the watches' state is checkpointed to JetStream; 0 when it is kept in memory only.",
@@ -156,11 +155,10 @@ type TargetAge = (Arc<str>, Arc<AtomicU64>);
 impl CheckpointAges {
     fn new() -> prometheus::Result<CheckpointAges> {
         let gauge = prometheus::GaugeVec::new(
-            Opts::new(
+            opts(
                 "state_checkpoint_age_seconds",
                 "Seconds since the saved state last matched what was published (the most lagging target of the watch).",
-            )
-            .namespace(NAMESPACE),
+            ),
             &["watch"],
         )?;
         Ok(CheckpointAges {

@@ -74,13 +74,13 @@ const PAYLOAD_HEADROOM: usize = 4 * 1024;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Retries of setting up the bucket, loading and writing: quick at first, capped low so a
 /// recovered NATS is used within seconds.
-const RETRY_BACKOFF: BackoffConfig = BackoffConfig {
-    initial: Duration::from_millis(100),
-    max: Duration::from_secs(2),
-    multiplier: 2.0,
-    jitter: 0.2,
-    reset_after: Duration::from_secs(60),
-};
+const RETRY_BACKOFF: BackoffConfig = BackoffConfig::checked(
+    Duration::from_millis(100),
+    Duration::from_secs(2),
+    2.0,
+    0.2,
+    Duration::from_secs(60),
+);
 
 /// Where the state of every watch is kept; cheap to clone.
 #[derive(Clone)]

@@ -9,6 +9,7 @@
 //! the outbox while its next step waits, and snapshots its memory at that point.
 
 pub mod machine;
+pub mod metrics;
 
 use tokio_util::sync::CancellationToken;
 
@@ -19,8 +20,8 @@ use crate::kube::client::Verb;
 use crate::publish::{MessageBuilder, Outbox};
 use crate::rbac;
 use crate::state::{Checkpoints, Start, TargetState};
-use crate::telemetry::metrics::WatchMetrics;
 use machine::{Machine, Outcome, Restart, RestartReason, State};
+use metrics::WatchMetrics;
 
 pub use machine::{ListReason, Target};
 
@@ -340,7 +341,7 @@ impl WatchTask {
     fn set_synced(&mut self, synced: bool) {
         if self.synced != synced {
             self.synced = synced;
-            self.metrics.set_target_synced(synced);
+            self.metrics.sync.set_target_synced(synced);
         }
     }
 
