@@ -296,16 +296,23 @@ fn convergence_problems(
     problems
 }
 
-/// Waits until the recording shows the simulator's final state, then a moment more for late
-/// repeats to show up.
-async fn converge(
+/// Waits until `earlier` followed by the recording from `from` on shows the simulator's final
+/// state, then a moment more for late repeats to show up; returns the recording from `from`.
+async fn converge_after(
     sim: &ApiServer,
     recording: &Recording,
+    earlier: &[Seen],
+    from: usize,
     unannounceable: &HashSet<String>,
 ) -> Vec<Seen> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let seen = || {
+        let mut all = earlier.to_vec();
+        all.extend_from_slice(&recording.all()[from..]);
+        all
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     loop {
-        let problems = convergence_problems(sim, &recording.all(), unannounceable);
+        let problems = convergence_problems(sim, &seen(), unannounceable);
         if problems.is_empty() {
             break;
         }
@@ -318,7 +325,42 @@ async fn converge(
     }
     recording.mark().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    recording.all()
+    recording.all()[from..].to_vec()
+}
+
+/// [`converge_after`] over the whole recording.
+async fn converge(
+    sim: &ApiServer,
+    recording: &Recording,
+    unannounceable: &HashSet<String>,
+) -> Vec<Seen> {
+    converge_after(sim, recording, &[], 0, unannounceable).await
+}
+
+/// Every message in the `KUBE` stream, in order: what was published, for a run in which the core
+/// subscription was cut off by a NATS outage.
+async fn stream_messages(url: &str) -> Vec<Seen> {
+    let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
+    let mut stream = js.get_stream("KUBE").await.unwrap();
+    let info = stream.info().await.unwrap();
+    let mut out = Vec::new();
+    for seq in info.state.first_sequence..=info.state.last_sequence {
+        let m = stream.get_raw_message(seq).await.unwrap();
+        let h = |k: &str| {
+            m.headers
+                .get(k)
+                .map(|v| v.as_str().to_owned())
+                .unwrap_or_default()
+        };
+        out.push(Seen {
+            uid: h("Kube-Uid"),
+            name: h("Kube-Name"),
+            rv: h("Kube-Resource-Version").parse().unwrap_or(0),
+            kind: h("Kube-Event-Type"),
+            synthesized: !h("Kube-Synthesized").is_empty(),
+        });
+    }
+    out
 }
 
 /// The class of a message for repeat detection: a version is one message whether published as
@@ -474,7 +516,13 @@ async fn crash_and_restart_with(mode: Mode, seed: u64, compact: bool, nats_outag
     drop(daemon); // SIGKILL
     let sim = &cluster.sim;
     let before_len = recording.mark().await;
-    let before_all = recording.all();
+    // A NATS outage cuts the core subscription off for a while: what was published before the
+    // kill is then read from the stream (which holds every acknowledged message).
+    let before_all = if nats_outage {
+        stream_messages(&cluster.nats.url()).await
+    } else {
+        recording.all()[..before_len].to_vec()
+    };
     let saved_rv: u64 = cluster
         .manifest(PODS_KEY)
         .await
@@ -482,7 +530,7 @@ async fn crash_and_restart_with(mode: Mode, seed: u64, compact: bool, nats_outag
         .resume_version
         .parse()
         .unwrap();
-    let before = before_all[..before_len].to_vec();
+    let before = before_all;
 
     let changes = change_while_down(sim, &mut rng);
     let unannounceable = if compact {
@@ -495,8 +543,8 @@ async fn crash_and_restart_with(mode: Mode, seed: u64, compact: bool, nats_outag
     }
     sim.clear_requests();
     let daemon = Process::spawn(&config);
-    let all = converge(sim, &recording, &unannounceable).await;
-    let after = &all[before_len..];
+    let after = &converge_after(sim, &recording, &before, before_len, &unannounceable).await[..];
+    let all: Vec<Seen> = before.iter().chain(after).cloned().collect();
     let log = daemon.rest();
 
     let mut problems = run_problems("before the kill", &before);
