@@ -48,6 +48,22 @@ struct Seen {
 }
 
 impl Seen {
+    fn from_headers(headers: Option<&async_nats::HeaderMap>) -> Seen {
+        let h = |k: &str| {
+            headers
+                .and_then(|h| h.get(k))
+                .map(|v| v.as_str().to_owned())
+                .unwrap_or_default()
+        };
+        Seen {
+            uid: h("Kube-Uid"),
+            name: h("Kube-Name"),
+            rv: h("Kube-Resource-Version").parse().unwrap_or(0),
+            kind: h("Kube-Event-Type"),
+            synthesized: !h("Kube-Synthesized").is_empty(),
+        }
+    }
+
     fn deleted(&self) -> bool {
         self.kind == "DELETED"
     }
@@ -70,15 +86,8 @@ impl Recording {
             let seen = seen.clone();
             tokio::spawn(async move {
                 while let Some(m) = sub.next().await {
-                    let g = got(m);
-                    let h = |k: &str| g.header(k).unwrap_or_default().to_owned();
-                    seen.lock().unwrap().push(Seen {
-                        uid: h("Kube-Uid"),
-                        name: h("Kube-Name"),
-                        rv: h("Kube-Resource-Version").parse().unwrap_or(0),
-                        kind: h("Kube-Event-Type"),
-                        synthesized: g.header("Kube-Synthesized").is_some(),
-                    });
+                    let s = Seen::from_headers(m.headers.as_ref());
+                    seen.lock().unwrap().push(s);
                 }
             })
         };
@@ -346,19 +355,7 @@ async fn stream_messages(url: &str) -> Vec<Seen> {
     let mut out = Vec::new();
     for seq in info.state.first_sequence..=info.state.last_sequence {
         let m = stream.get_raw_message(seq).await.unwrap();
-        let h = |k: &str| {
-            m.headers
-                .get(k)
-                .map(|v| v.as_str().to_owned())
-                .unwrap_or_default()
-        };
-        out.push(Seen {
-            uid: h("Kube-Uid"),
-            name: h("Kube-Name"),
-            rv: h("Kube-Resource-Version").parse().unwrap_or(0),
-            kind: h("Kube-Event-Type"),
-            synthesized: !h("Kube-Synthesized").is_empty(),
-        });
+        out.push(Seen::from_headers(Some(&m.headers)));
     }
     out
 }
