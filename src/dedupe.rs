@@ -8,8 +8,9 @@
 //! - turn a relist into the difference against what subscribers last saw: new objects ADDED,
 //!   changed ones MODIFIED, vanished ones DELETED (client-go's `DeletedFinalStateUnknown`).
 //!
-//! The state is per watch target and lives only in memory: a restart of kube2nats starts from an
-//! empty state, and its first list re-announces every object (see `initial_state`).
+//! The state is per watch target. [`crate::state`] checkpoints it to JetStream (read through
+//! [`Dedupe::for_each_saved`]) and refills it at start ([`Dedupe::restore`]), so a restart's relist
+//! is diffed against what was published before it.
 
 use std::collections::HashMap;
 
