@@ -494,15 +494,16 @@ impl Checkpoints {
         (self.writer.is_some() && self.consistent).then_some(self.next_due)
     }
 
-    /// Takes a snapshot and hands it to the writer. Call only with the outbox settled.
-    pub fn save(&mut self, dedupe: &Dedupe) {
+    /// Takes a snapshot and hands it to the writer, if the outbox is `settled` (everything handed
+    /// to it acknowledged or flushed); otherwise tries again an interval later.
+    pub fn save(&mut self, settled: bool, dedupe: &Dedupe) {
         let Some((mailbox, _)) = &self.writer else {
             return;
         };
-        if !self.consistent {
+        self.next_due = Instant::now() + self.interval;
+        if !settled || !self.consistent {
             return;
         }
-        self.next_due = Instant::now() + self.interval;
         let version_moved = self.saved_version.as_deref() != Some(self.version.as_str());
         if !self.objects_changed && !version_moved {
             if mailbox.is_idle() {

@@ -87,6 +87,15 @@ impl WatchTask {
                 // The watch resumes from a version only once everything before it is published.
                 self.outbox.settle().await;
             }
+            // A busy stream always has its next line ready, so the timer below would never win:
+            // a due checkpoint is taken here, between two events.
+            if checkpoints
+                .due()
+                .is_some_and(|due| due <= tokio::time::Instant::now())
+            {
+                let settled = self.outbox.settle().await;
+                checkpoints.save(settled, &self.dedupe);
+            }
             let stepped = {
                 let step = self.machine.step(state);
                 tokio::pin!(step);
@@ -99,9 +108,8 @@ impl WatchTask {
                         () = sleep_until(due) => {
                             // The step waits (a line not yet arrived): everything handled so far
                             // is a consistent point once published.
-                            if self.outbox.settle().await {
-                                checkpoints.save(&self.dedupe);
-                            }
+                            let settled = self.outbox.settle().await;
+                            checkpoints.save(settled, &self.dedupe);
                         }
                     }
                 }
@@ -112,9 +120,8 @@ impl WatchTask {
             state = next;
             self.handle(outcome, &mut checkpoints).await;
         }
-        if self.outbox.settle().await {
-            checkpoints.save(&self.dedupe);
-        }
+        let settled = self.outbox.settle().await;
+        checkpoints.save(settled, &self.dedupe);
         checkpoints.finish().await;
         tracing::debug!(watch = %self.metrics.watch, namespace = self.namespace(), "watch stopped");
     }
