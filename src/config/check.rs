@@ -154,11 +154,7 @@ impl Checker {
 }
 
 fn check_log(c: &mut Checker, log: &RawLog) -> Option<LogConfig> {
-    let format = c.one_of(
-        "log.format",
-        &log.format,
-        &[("text", LogFormat::Text), ("json", LogFormat::Json)],
-    );
+    let format = c.one_of("log.format", &log.format, LogFormat::NAMES);
     let filter = match tracing_subscriber::EnvFilter::builder().parse(&log.filter) {
         Ok(_) => Some(log.filter.clone()),
         Err(e) => {
@@ -197,11 +193,7 @@ fn check_kubernetes(c: &mut Checker, k: &RawKubernetes) -> Option<KubernetesConf
         MIN_MAX_LINE_BYTES,
         None,
     );
-    let rbac_check = c.one_of(
-        "kubernetes.rbac_check",
-        &k.rbac_check,
-        &[("warn", RbacCheck::Warn), ("fail", RbacCheck::Fail)],
-    );
+    let rbac_check = c.one_of("kubernetes.rbac_check", &k.rbac_check, RbacCheck::NAMES);
     let backoff = check_backoff(c, &k.backoff);
     Some(KubernetesConfig {
         source: source?,
@@ -499,20 +491,8 @@ fn check_stream(c: &mut Checker, s: &RawStream) -> Option<StreamConfig> {
             );
         }
     }
-    let retention = c.one_of(
-        &format!("{K}.retention"),
-        &s.retention,
-        &[
-            ("limits", Retention::Limits),
-            ("interest", Retention::Interest),
-            ("workqueue", Retention::WorkQueue),
-        ],
-    );
-    let storage = c.one_of(
-        &format!("{K}.storage"),
-        &s.storage,
-        &[("file", Storage::File), ("memory", Storage::Memory)],
-    );
+    let retention = c.one_of(&format!("{K}.retention"), &s.retention, Retention::NAMES);
+    let storage = c.one_of(&format!("{K}.storage"), &s.storage, Storage::NAMES);
     let duplicate_window = c.positive(&format!("{K}.duplicate_window"), &s.duplicate_window);
     let max_age = c.duration(&format!("{K}.max_age"), &s.max_age);
     Some(StreamConfig {

@@ -6,14 +6,9 @@ use std::collections::HashMap;
 use super::check::{non_empty, Checker};
 use super::raw::{RawPublish, RawWatch};
 use super::selector::{check_field_selector, check_label_selector, is_dns_label};
-use super::{InitialState, PayloadMode, WatchConfig};
+use super::{InitialState, Named, PayloadMode, WatchConfig};
 use crate::event::EventType;
 use crate::subject::{validate_prefix, SubjectTemplate};
-
-const PAYLOADS: [(&str, PayloadMode); 2] = [
-    ("event", PayloadMode::Event),
-    ("object", PayloadMode::Object),
-];
 
 /// `[publish]`: what every watch inherits unless it sets its own; `None` where the value was
 /// invalid (and the problem recorded).
@@ -55,7 +50,7 @@ fn check_publish<'a>(c: &mut Checker, publish: &'a RawPublish) -> PublishDefault
         Ok(t) => Some(t),
         Err(e) => c.fail("publish.subject", e.to_string()),
     };
-    let payload = c.one_of("publish.payload", &publish.payload, &PAYLOADS);
+    let payload = c.one_of("publish.payload", &publish.payload, PayloadMode::NAMES);
     PublishDefaults {
         prefix,
         subject,
@@ -98,11 +93,7 @@ fn check_watch(
         ),
     };
     let events = check_events(c, &key("events"), &w.events);
-    let initial_state = c.one_of(
-        &key("initial_state"),
-        &w.initial_state,
-        &[("added", InitialState::Added), ("skip", InitialState::Skip)],
-    );
+    let initial_state = c.one_of(&key("initial_state"), &w.initial_state, InitialState::NAMES);
     let subject = match non_empty(&w.subject) {
         None => defaults.subject.clone(),
         Some(t) => match SubjectTemplate::parse(t) {
@@ -119,7 +110,7 @@ fn check_watch(
     };
     let payload = match non_empty(&w.payload) {
         None => defaults.payload,
-        Some(p) => c.one_of(&key("payload"), p, &PAYLOADS),
+        Some(p) => c.one_of(&key("payload"), p, PayloadMode::NAMES),
     };
     Some(WatchConfig {
         name: name?,
