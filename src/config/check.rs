@@ -75,6 +75,20 @@ impl Checker {
         )
     }
 
+    /// `value` if `is_valid` accepts it; `allowed` says what would be.
+    fn valid<T: fmt::Display + Copy>(
+        &mut self,
+        key: &str,
+        value: T,
+        is_valid: impl Fn(T) -> bool,
+        allowed: &str,
+    ) -> Option<T> {
+        if is_valid(value) {
+            return Some(value);
+        }
+        self.fail(key, format!("{value} is out of range (allowed: {allowed})"))
+    }
+
     fn range<T: PartialOrd + fmt::Display + Copy>(
         &mut self,
         key: &str,
@@ -287,22 +301,18 @@ fn check_backoff(c: &mut Checker, b: &RawBackoff) -> Option<BackoffConfig> {
             );
         }
     }
-    let multiplier = if BackoffConfig::valid_multiplier(b.multiplier) {
-        Some(b.multiplier)
-    } else {
-        c.fail(
-            "kubernetes.backoff.multiplier",
-            format!("{} is out of range (allowed: >= 1)", b.multiplier),
-        )
-    };
-    let jitter = if BackoffConfig::valid_jitter(b.jitter) {
-        Some(b.jitter)
-    } else {
-        c.fail(
-            "kubernetes.backoff.jitter",
-            format!("{} is out of range (allowed: 0..=1)", b.jitter),
-        )
-    };
+    let multiplier = c.valid(
+        "kubernetes.backoff.multiplier",
+        b.multiplier,
+        BackoffConfig::valid_multiplier,
+        ">= 1",
+    );
+    let jitter = c.valid(
+        "kubernetes.backoff.jitter",
+        b.jitter,
+        BackoffConfig::valid_jitter,
+        "0..=1",
+    );
     // Every invariant was checked above with a message naming its key.
     BackoffConfig::new(initial?, max?, multiplier?, jitter?, reset_after?).ok()
 }

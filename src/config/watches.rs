@@ -76,22 +76,20 @@ fn check_watch(
         Err(why) => c.fail(key("resource"), why),
     };
     let namespaces = check_namespaces(c, &key("namespaces"), &w.namespaces);
-    let label_selector = match non_empty(&w.label_selector).map(check_label_selector) {
-        None => Some(None),
-        Some(Ok(())) => Some(Some(w.label_selector.trim().to_owned())),
-        Some(Err(why)) => c.fail(
-            key("label_selector"),
-            format!("invalid label selector {:?}: {why}", w.label_selector),
-        ),
-    };
-    let field_selector = match non_empty(&w.field_selector).map(check_field_selector) {
-        None => Some(None),
-        Some(Ok(())) => Some(Some(w.field_selector.trim().to_owned())),
-        Some(Err(why)) => c.fail(
-            key("field_selector"),
-            format!("invalid field selector {:?}: {why}", w.field_selector),
-        ),
-    };
+    let label_selector = check_selector(
+        c,
+        &key("label_selector"),
+        "label selector",
+        &w.label_selector,
+        check_label_selector,
+    );
+    let field_selector = check_selector(
+        c,
+        &key("field_selector"),
+        "field selector",
+        &w.field_selector,
+        check_field_selector,
+    );
     let events = check_events(c, &key("events"), &w.events);
     let initial_state = c.one_of(&key("initial_state"), &w.initial_state, InitialState::NAMES);
     let subject = match non_empty(&w.subject) {
@@ -125,6 +123,21 @@ fn check_watch(
         cluster: defaults.cluster.to_owned(),
         payload: payload?,
     })
+}
+
+/// An optional selector: `""` is none; otherwise checked by `syntax` and kept trimmed.
+fn check_selector(
+    c: &mut Checker,
+    key: &str,
+    what: &str,
+    value: &str,
+    syntax: fn(&str) -> Result<(), String>,
+) -> Option<Option<String>> {
+    match non_empty(value).map(|v| (v, syntax(v))) {
+        None => Some(None),
+        Some((v, Ok(()))) => Some(Some(v.to_owned())),
+        Some((_, Err(why))) => c.fail(key, format!("invalid {what} {value:?}: {why}")),
+    }
 }
 
 /// Names are the `watch` label of every metric: two watches with one name would share counters.
