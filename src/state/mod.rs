@@ -103,16 +103,10 @@ enum Backend {
 struct Bucket {
     context: jetstream::Context,
     config: kv::Config,
-    store: Mutex<kv::Store>,
+    /// The bucket as found at start; a writer that finds it gone looks it up (or creates it)
+    /// again for itself.
+    store: kv::Store,
     chunk_limit: usize,
-}
-
-impl Bucket {
-    fn store(&self) -> kv::Store {
-        self.store
-            .lock()
-            .map_or_else(|e| e.into_inner().clone(), |s| s.clone())
-    }
 }
 
 /// Why the bucket could not be set up.
@@ -172,7 +166,7 @@ impl StateStore {
                     let bucket = Bucket {
                         context,
                         config: wanted,
-                        store: Mutex::new(kv),
+                        store: kv,
                         chunk_limit,
                     };
                     return Some(store(Backend::Durable(Arc::new(bucket))));
@@ -353,7 +347,7 @@ impl TargetState {
 
     /// Reads the manifest and its chunks into a fresh memory; `None` when nothing was saved.
     async fn read(&self, bucket: &Bucket) -> Result<Option<(Manifest, Dedupe)>, LoadError> {
-        let store = bucket.store();
+        let store = &bucket.store;
         let get = |key: String| {
             let store = store.clone();
             async move {
@@ -627,7 +621,7 @@ struct Writer {
 impl Writer {
     async fn run(mut self) {
         let mut backoff = Backoff::new(RETRY_BACKOFF);
-        let mut store = self.bucket.store();
+        let mut store = self.bucket.store.clone();
         loop {
             let Some(job) = self.mailbox.take() else {
                 if self.mailbox.lock().closed {
