@@ -7,6 +7,7 @@
 //! settled, so the version the watch resumes from is always one whose events are all published.
 
 pub mod machine;
+pub mod metrics;
 
 use tokio_util::sync::CancellationToken;
 
@@ -16,8 +17,8 @@ use crate::event::{EventType, ObjectEvent};
 use crate::kube::client::Verb;
 use crate::publish::{MessageBuilder, Outbox};
 use crate::rbac;
-use crate::telemetry::metrics::WatchMetrics;
 use machine::{Machine, Outcome, Restart, RestartReason, State};
+use metrics::WatchMetrics;
 
 pub use machine::{ListReason, Target};
 
@@ -244,7 +245,7 @@ impl WatchTask {
     fn set_synced(&mut self, synced: bool) {
         if self.synced != synced {
             self.synced = synced;
-            self.metrics.set_target_synced(synced);
+            self.metrics.sync.set_target_synced(synced);
         }
     }
 
