@@ -6,6 +6,10 @@
 //! API server is unreachable) and one task per watch target. Shutdown order: readiness goes false,
 //! watches stop at an event boundary and publish what is in flight, NATS is drained; all within
 //! the grace period.
+//!
+//! With leader election, a replica is warm (discovery, RBAC check, stream, NATS) before it stands
+//! by, and runs the watch targets only for the terms it holds the Lease ([`crate::leader`]); a
+//! lost term stops every watch task at once, a shutdown settles them before the Lease is released.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -24,13 +28,14 @@ use crate::kube::client::register_api_requests;
 use crate::kube::credentials;
 use crate::kube::discovery::Discovery;
 use crate::kube::ApiClient;
-use crate::publish::metrics::PublishFamilies;
+use crate::leader::{Candidate, Elector, LeaderMetrics};
+use crate::publish::metrics::{PublishFamilies, PublishMetrics};
 use crate::publish::{connect, MessageBuilder, Nats, Outbox};
 use crate::rbac;
 use crate::telemetry::http::{self, Readiness};
-use crate::telemetry::metrics::Metrics;
+use crate::telemetry::metrics::{Metrics, WatchSync};
 use crate::watcher::machine::{Machine, Target};
-use crate::watcher::metrics::WatchFamilies;
+use crate::watcher::metrics::{WatchFamilies, WatchMetrics};
 use crate::watcher::WatchTask;
 
 /// A running kube2nats.
@@ -59,6 +64,7 @@ struct StageMetrics {
     watch: WatchFamilies,
     publish: PublishFamilies,
     api_requests: prometheus::IntCounterVec,
+    leader: LeaderMetrics,
 }
 
 impl StageMetrics {
@@ -67,6 +73,7 @@ impl StageMetrics {
             watch: WatchFamilies::register(registry)?,
             publish: PublishFamilies::register(registry)?,
             api_requests: register_api_requests(registry)?,
+            leader: LeaderMetrics::register(registry)?,
         })
     }
 }
@@ -149,8 +156,8 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     })
 }
 
-/// Discovers the watched resources, runs one task per watch target until shutdown, then waits for
-/// them within the grace period.
+/// Discovers the watched resources (the warm part a standby does too), then runs the watch
+/// targets: until shutdown, or, with leader election, for each term this replica holds the Lease.
 async fn run_watches(
     config: Config,
     client: Arc<ApiClient>,
@@ -159,6 +166,7 @@ async fn run_watches(
     readiness: Arc<Readiness>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let elector = elector(&config, &client, &metrics)?;
     let Some(discovery) = discover(&client, &config, &shutdown).await? else {
         return Ok(());
     };
@@ -167,84 +175,186 @@ async fn run_watches(
     if !ensure_stream(&config, &nats, &shutdown).await {
         return Ok(());
     }
-
-    let mut tasks = JoinSet::new();
-    let mut all_watch_metrics = Vec::new();
-    let max_in_flight = match &config.nats.mode {
-        NatsMode::Core => 1,
-        NatsMode::JetStream(js) => js.max_ack_inflight,
+    let watches = Watches {
+        config: &config,
+        client: &client,
+        nats: &nats,
+        metrics: &metrics,
+        readiness: &readiness,
+        plans: &plans,
     };
-    for plan in plans {
-        let watch = plan.watch;
-        let watch_metrics = metrics.watch.for_watch(&watch.name, plan.namespaces.len());
-        let publish_metrics = metrics
-            .publish
-            .for_watch(&watch.name, metrics.watch.dropped_too_large(&watch.name));
-        all_watch_metrics.push((watch_metrics.sync.clone(), publish_metrics.clone()));
-        for namespace in plan.namespaces {
-            // Every line a watch task logs (its publishes included) carries these fields.
-            let span = tracing::info_span!("watch", watch = %watch.name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
-            let target = Arc::new(Target {
-                resource: plan.resource.clone(),
-                namespace,
-                label_selector: watch.label_selector.clone(),
-                field_selector: watch.field_selector.clone(),
-                page_size: config.kubernetes.list_page_size,
-                watch_timeout: config.kubernetes.watch_timeout,
-                streaming_list: config.kubernetes.streaming_list,
-                max_line_bytes: config.kubernetes.max_line_bytes,
-            });
-            let machine = Machine::new(
-                client.clone(),
-                target,
-                Backoff::new(config.kubernetes.backoff),
-            );
-            let messages = MessageBuilder::new(
-                watch.subject.clone(),
-                watch.subject_prefix.clone(),
-                watch.cluster.clone(),
-                plan.resource.clone(),
-                watch.payload,
-            );
-            let outbox = Outbox::new(nats.clone(), max_in_flight, publish_metrics.clone());
-            let task = WatchTask::new(
-                machine,
-                outbox,
-                messages,
-                watch.events.clone(),
-                watch.initial_state,
-                watch_metrics.clone(),
-            );
-            tasks.spawn(task.run(shutdown.child_token()).instrument(span));
+    match elector {
+        None => {
+            metrics.leader.leader.set(1);
+            watches.run_term(&shutdown, CancellationToken::new()).await
+        }
+        Some(elector) => {
+            readiness.set_standby();
+            elector
+                .run(&shutdown, |lost| watches.run_term(&shutdown, lost))
+                .await
         }
     }
-    readiness.set_watches(
-        all_watch_metrics
-            .iter()
-            .map(|(sync, _)| sync.clone())
-            .collect(),
-    );
+}
 
-    shutdown.cancelled().await;
-    tracing::info!(grace_period = ?config.shutdown.grace_period, "shutting down: stopping watches and publishing what is in flight");
-    let drained = tokio::time::timeout(config.shutdown.grace_period, async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        let abandoned: i64 = all_watch_metrics
-            .iter()
-            .map(|(_, p)| p.queue_depth.get())
-            .sum();
-        tasks.abort_all();
-        anyhow::bail!(
-            "shutdown grace period of {:?} exceeded: abandoned {abandoned} unacknowledged message(s) and the events being published by {} watch task(s); they will be re-announced by the next start's list",
-            config.shutdown.grace_period,
-            tasks.len()
-        );
+/// The elector, when `[leader_election]` is on.
+fn elector(
+    config: &Config,
+    client: &Arc<ApiClient>,
+    metrics: &StageMetrics,
+) -> anyhow::Result<Option<Elector>> {
+    if !config.leader_election.enabled {
+        return Ok(None);
     }
-    tracing::info!("all watches stopped; in-flight messages published");
-    Ok(())
+    let candidate = Candidate::resolve(
+        config,
+        |name| std::env::var(name).ok(),
+        |path| std::fs::read_to_string(path).ok(),
+    )?;
+    Ok(Some(Elector::new(
+        client.clone(),
+        candidate,
+        config.leader_election.clone(),
+        metrics.leader.clone(),
+    )))
+}
+
+/// What one term of watching needs: everything resolved while warm.
+struct Watches<'a> {
+    config: &'a Config,
+    client: &'a Arc<ApiClient>,
+    nats: &'a Nats,
+    metrics: &'a StageMetrics,
+    readiness: &'a Readiness,
+    plans: &'a [WatchPlan<'a>],
+}
+
+/// One term's watch tasks and the metrics they report through.
+struct Term {
+    tasks: JoinSet<()>,
+    syncs: Vec<WatchSync>,
+    watch_metrics: Vec<WatchMetrics>,
+    publish_metrics: Vec<PublishMetrics>,
+}
+
+impl Watches<'_> {
+    /// Runs one task per watch target, each with fresh memory, until `shutdown` (then publishes
+    /// what is in flight, within the grace period) or until `lost` (then stops every task at
+    /// once: nothing more is published, nothing is awaited).
+    async fn run_term(
+        &self,
+        shutdown: &CancellationToken,
+        lost: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let mut term = self.spawn(shutdown);
+        self.readiness.set_watches(term.syncs.clone());
+        let result = tokio::select! {
+            _ = lost.cancelled() => Ok(()),
+            _ = shutdown.cancelled() => tokio::select! {
+                _ = lost.cancelled() => Ok(()),
+                drained = self.drain(&mut term) => drained,
+            },
+        };
+        term.tasks.abort_all();
+        while term.tasks.join_next().await.is_some() {}
+        if lost.is_cancelled() {
+            self.readiness.set_standby();
+            for m in &term.watch_metrics {
+                m.clear();
+            }
+            for m in &term.publish_metrics {
+                m.queue_depth.set(0);
+            }
+        }
+        result
+    }
+
+    fn spawn(&self, shutdown: &CancellationToken) -> Term {
+        let config = self.config;
+        let mut term = Term {
+            tasks: JoinSet::new(),
+            syncs: Vec::new(),
+            watch_metrics: Vec::new(),
+            publish_metrics: Vec::new(),
+        };
+        let max_in_flight = match &config.nats.mode {
+            NatsMode::Core => 1,
+            NatsMode::JetStream(js) => js.max_ack_inflight,
+        };
+        for plan in self.plans {
+            let watch = plan.watch;
+            let metrics = self.metrics;
+            let watch_metrics = metrics.watch.for_watch(&watch.name, plan.namespaces.len());
+            let publish_metrics = metrics
+                .publish
+                .for_watch(&watch.name, metrics.watch.dropped_too_large(&watch.name));
+            term.syncs.push(watch_metrics.sync.clone());
+            term.watch_metrics.push(watch_metrics.clone());
+            term.publish_metrics.push(publish_metrics.clone());
+            for namespace in &plan.namespaces {
+                // Every line a watch task logs (its publishes included) carries these fields.
+                let span = tracing::info_span!("watch", watch = %watch.name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
+                let target = Arc::new(Target {
+                    resource: plan.resource.clone(),
+                    namespace: namespace.clone(),
+                    label_selector: watch.label_selector.clone(),
+                    field_selector: watch.field_selector.clone(),
+                    page_size: config.kubernetes.list_page_size,
+                    watch_timeout: config.kubernetes.watch_timeout,
+                    streaming_list: config.kubernetes.streaming_list,
+                    max_line_bytes: config.kubernetes.max_line_bytes,
+                });
+                let machine = Machine::new(
+                    self.client.clone(),
+                    target,
+                    Backoff::new(config.kubernetes.backoff),
+                );
+                let messages = MessageBuilder::new(
+                    watch.subject.clone(),
+                    watch.subject_prefix.clone(),
+                    watch.cluster.clone(),
+                    plan.resource.clone(),
+                    watch.payload,
+                );
+                let outbox = Outbox::new(self.nats.clone(), max_in_flight, publish_metrics.clone());
+                let task = WatchTask::new(
+                    machine,
+                    outbox,
+                    messages,
+                    watch.events.clone(),
+                    watch.initial_state,
+                    watch_metrics.clone(),
+                );
+                term.tasks
+                    .spawn(task.run(shutdown.child_token()).instrument(span));
+            }
+        }
+        term
+    }
+
+    /// After shutdown: waits for the tasks to publish what is in flight, within the grace period.
+    async fn drain(&self, term: &mut Term) -> anyhow::Result<()> {
+        let grace_period = self.config.shutdown.grace_period;
+        tracing::info!(grace_period = ?grace_period, "shutting down: stopping watches and publishing what is in flight");
+        let drained = tokio::time::timeout(grace_period, async {
+            while term.tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            let abandoned: i64 = term
+                .publish_metrics
+                .iter()
+                .map(|p| p.queue_depth.get())
+                .sum();
+            let running = term.tasks.len();
+            term.tasks.abort_all();
+            anyhow::bail!(
+                "shutdown grace period of {grace_period:?} exceeded: abandoned {abandoned} unacknowledged message(s) and the events being published by {running} watch task(s); they will be re-announced by the next start's list",
+            );
+        }
+        tracing::info!("all watches stopped; in-flight messages published");
+        Ok(())
+    }
 }
 
 /// One configured watch, resolved: what it watches and in which namespaces (`None`: all, or

@@ -51,6 +51,7 @@ pub enum Verb {
     List,
     Watch,
     Create,
+    Update,
 }
 
 impl Verb {
@@ -60,6 +61,7 @@ impl Verb {
             Verb::List => "list",
             Verb::Watch => "watch",
             Verb::Create => "create",
+            Verb::Update => "update",
         }
     }
 }
@@ -131,7 +133,7 @@ impl ApiClient {
         self.read_body(response).await
     }
 
-    /// POST a JSON body (access reviews).
+    /// POST a JSON body (access reviews, a Lease's creation).
     pub async fn create(&self, path: &str, body: &serde_json::Value) -> Result<Bytes, ApiError> {
         let request = self
             .http
@@ -139,6 +141,18 @@ impl ApiClient {
             .header(CONTENT_TYPE, "application/json")
             .body(body.to_string());
         let response = self.send(Verb::Create, request, true).await?;
+        self.read_body(response).await
+    }
+
+    /// PUT a whole object (a Lease renewal); the API server refuses it with 409 Conflict when the
+    /// body's `metadata.resourceVersion` is not the object's current one.
+    pub async fn update(&self, path: &str, body: &serde_json::Value) -> Result<Bytes, ApiError> {
+        let request = self
+            .http
+            .put(self.url(path, &[]))
+            .header(CONTENT_TYPE, "application/json")
+            .body(body.to_string());
+        let response = self.send(Verb::Update, request, true).await?;
         self.read_body(response).await
     }
 
