@@ -219,7 +219,7 @@ fn elector(
     )))
 }
 
-/// What one term of watching needs: everything resolved while warm.
+/// What a term of watching needs: everything resolved while warm.
 struct Watches<'a> {
     config: &'a Config,
     client: &'a Arc<ApiClient>,
@@ -230,6 +230,7 @@ struct Watches<'a> {
 }
 
 /// One term's watch tasks and the metrics they report through.
+#[derive(Default)]
 struct Term {
     tasks: JoinSet<()>,
     syncs: Vec<WatchSync>,
@@ -238,9 +239,9 @@ struct Term {
 }
 
 impl Watches<'_> {
-    /// Runs one task per watch target, each with fresh memory, until `shutdown` (then publishes
-    /// what is in flight, within the grace period) or until `lost` (then stops every task at
-    /// once: nothing more is published, nothing is awaited).
+    /// Runs one task per watch target, each with fresh memory, until `shutdown` (then waits for
+    /// them to publish what is in flight, within the grace period) or until `lost` (then stops
+    /// every task at once: nothing more is published, nothing that publishes is awaited).
     async fn run_term(
         &self,
         shutdown: &CancellationToken,
@@ -248,113 +249,140 @@ impl Watches<'_> {
     ) -> anyhow::Result<()> {
         let mut term = self.spawn(shutdown);
         self.readiness.set_watches(term.syncs.clone());
-        let result = tokio::select! {
-            _ = lost.cancelled() => Ok(()),
-            _ = shutdown.cancelled() => tokio::select! {
-                _ = lost.cancelled() => Ok(()),
-                drained = self.drain(&mut term) => drained,
-            },
-        };
-        term.tasks.abort_all();
-        while term.tasks.join_next().await.is_some() {}
-        if lost.is_cancelled() {
-            self.readiness.set_standby();
-            for m in &term.watch_metrics {
-                m.clear();
-            }
-            for m in &term.publish_metrics {
-                m.queue_depth.set(0);
+        tokio::select! {
+            _ = lost.cancelled() => {}
+            _ = shutdown.cancelled() => {
+                let tasks = std::mem::take(&mut term.tasks);
+                let grace_period = self.config.shutdown.grace_period;
+                // Losing the Lease while draining drops the drain, and with it the JoinSet,
+                // which aborts every task.
+                tokio::select! {
+                    _ = lost.cancelled() => {}
+                    drained = drain(tasks, grace_period, &term.publish_metrics) => return drained,
+                }
             }
         }
-        result
+        term.tasks.abort_all();
+        while term.tasks.join_next().await.is_some() {}
+        self.readiness.set_standby();
+        for m in &term.watch_metrics {
+            m.clear();
+        }
+        for m in &term.publish_metrics {
+            m.queue_depth.set(0);
+        }
+        Ok(())
     }
 
     fn spawn(&self, shutdown: &CancellationToken) -> Term {
-        let config = self.config;
-        let mut term = Term {
-            tasks: JoinSet::new(),
-            syncs: Vec::new(),
-            watch_metrics: Vec::new(),
-            publish_metrics: Vec::new(),
-        };
-        let max_in_flight = match &config.nats.mode {
-            NatsMode::Core => 1,
-            NatsMode::JetStream(js) => js.max_ack_inflight,
-        };
+        let mut term = Term::default();
         for plan in self.plans {
-            let watch = plan.watch;
+            let name = &plan.watch.name;
             let metrics = self.metrics;
-            let watch_metrics = metrics.watch.for_watch(&watch.name, plan.namespaces.len());
-            let publish_metrics = metrics
+            let watch = metrics.watch.for_watch(name, plan.namespaces.len());
+            let publish = metrics
                 .publish
-                .for_watch(&watch.name, metrics.watch.dropped_too_large(&watch.name));
-            term.syncs.push(watch_metrics.sync.clone());
-            term.watch_metrics.push(watch_metrics.clone());
-            term.publish_metrics.push(publish_metrics.clone());
+                .for_watch(name, metrics.watch.dropped_too_large(name));
+            term.syncs.push(watch.sync.clone());
+            term.watch_metrics.push(watch.clone());
+            term.publish_metrics.push(publish.clone());
             for namespace in &plan.namespaces {
                 // Every line a watch task logs (its publishes included) carries these fields.
-                let span = tracing::info_span!("watch", watch = %watch.name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
-                let target = Arc::new(Target {
-                    resource: plan.resource.clone(),
-                    namespace: namespace.clone(),
-                    label_selector: watch.label_selector.clone(),
-                    field_selector: watch.field_selector.clone(),
-                    page_size: config.kubernetes.list_page_size,
-                    watch_timeout: config.kubernetes.watch_timeout,
-                    streaming_list: config.kubernetes.streaming_list,
-                    max_line_bytes: config.kubernetes.max_line_bytes,
-                });
-                let machine = Machine::new(
-                    self.client.clone(),
-                    target,
-                    Backoff::new(config.kubernetes.backoff),
-                );
-                let messages = MessageBuilder::new(
-                    watch.subject.clone(),
-                    watch.subject_prefix.clone(),
-                    watch.cluster.clone(),
-                    plan.resource.clone(),
-                    watch.payload,
-                );
-                let outbox = Outbox::new(self.nats.clone(), max_in_flight, publish_metrics.clone());
-                let task = WatchTask::new(
-                    machine,
-                    outbox,
-                    messages,
-                    watch.events.clone(),
-                    watch.initial_state,
-                    watch_metrics.clone(),
-                );
+                let span = tracing::info_span!("watch", watch = %name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
+                let parts = TaskParts {
+                    config: self.config,
+                    client: self.client,
+                    nats: self.nats,
+                    plan,
+                };
+                let task = parts.watch_task(namespace.clone(), watch.clone(), publish.clone());
                 term.tasks
                     .spawn(task.run(shutdown.child_token()).instrument(span));
             }
         }
         term
     }
+}
 
-    /// After shutdown: waits for the tasks to publish what is in flight, within the grace period.
-    async fn drain(&self, term: &mut Term) -> anyhow::Result<()> {
-        let grace_period = self.config.shutdown.grace_period;
-        tracing::info!(grace_period = ?grace_period, "shutting down: stopping watches and publishing what is in flight");
-        let drained = tokio::time::timeout(grace_period, async {
-            while term.tasks.join_next().await.is_some() {}
-        })
-        .await;
-        if drained.is_err() {
-            let abandoned: i64 = term
-                .publish_metrics
-                .iter()
-                .map(|p| p.queue_depth.get())
-                .sum();
-            let running = term.tasks.len();
-            term.tasks.abort_all();
-            anyhow::bail!(
-                "shutdown grace period of {grace_period:?} exceeded: abandoned {abandoned} unacknowledged message(s) and the events being published by {running} watch task(s); they will be re-announced by the next start's list",
-            );
-        }
-        tracing::info!("all watches stopped; in-flight messages published");
-        Ok(())
+/// What one watch target's task is built from.
+struct TaskParts<'a> {
+    config: &'a Config,
+    client: &'a Arc<ApiClient>,
+    nats: &'a Nats,
+    plan: &'a WatchPlan<'a>,
+}
+
+impl TaskParts<'_> {
+    /// The task of one target (`namespace: None`: all namespaces): its list+watch state machine,
+    /// its outbox and the messages it builds.
+    fn watch_task(
+        &self,
+        namespace: Option<String>,
+        watch_metrics: WatchMetrics,
+        publish_metrics: PublishMetrics,
+    ) -> WatchTask {
+        let (config, watch) = (self.config, self.plan.watch);
+        let target = Arc::new(Target {
+            resource: self.plan.resource.clone(),
+            namespace,
+            label_selector: watch.label_selector.clone(),
+            field_selector: watch.field_selector.clone(),
+            page_size: config.kubernetes.list_page_size,
+            watch_timeout: config.kubernetes.watch_timeout,
+            streaming_list: config.kubernetes.streaming_list,
+            max_line_bytes: config.kubernetes.max_line_bytes,
+        });
+        let machine = Machine::new(
+            self.client.clone(),
+            target,
+            Backoff::new(config.kubernetes.backoff),
+        );
+        let messages = MessageBuilder::new(
+            watch.subject.clone(),
+            watch.subject_prefix.clone(),
+            watch.cluster.clone(),
+            self.plan.resource.clone(),
+            watch.payload,
+        );
+        let max_in_flight = match &config.nats.mode {
+            NatsMode::Core => 1,
+            NatsMode::JetStream(js) => js.max_ack_inflight,
+        };
+        let outbox = Outbox::new(self.nats.clone(), max_in_flight, publish_metrics);
+        WatchTask::new(
+            machine,
+            outbox,
+            messages,
+            watch.events.clone(),
+            watch.initial_state,
+            watch_metrics,
+        )
     }
+}
+
+/// Waits for the watch tasks, which publish what they hold and stop, within the grace period;
+/// past it, aborts them and says how much was abandoned.
+async fn drain(
+    mut tasks: JoinSet<()>,
+    grace_period: Duration,
+    publish_metrics: &[PublishMetrics],
+) -> anyhow::Result<()> {
+    tracing::info!(grace_period = ?grace_period, "shutting down: stopping watches and publishing what is in flight");
+    let drained = tokio::time::timeout(grace_period, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        let abandoned: i64 = publish_metrics.iter().map(|p| p.queue_depth.get()).sum();
+        tasks.abort_all();
+        anyhow::bail!(
+            "shutdown grace period of {:?} exceeded: abandoned {abandoned} unacknowledged message(s) and the events being published by {} watch task(s); they will be re-announced by the next start's list",
+            grace_period,
+            tasks.len()
+        );
+    }
+    tracing::info!("all watches stopped; in-flight messages published");
+    Ok(())
 }
 
 /// One configured watch, resolved: what it watches and in which namespaces (`None`: all, or
