@@ -358,20 +358,58 @@ fn assert_final_state(sim: &ApiServer, got: &[Received], changes: &[Change]) {
     }
 }
 
+/// Two replicas, `a` the holder and `b` the standby, with a subscriber and a busy stream running.
+struct Pair {
+    sim: Arc<ApiServer>,
+    nats: NatsServer,
+    subscriber: Subscriber,
+    a: Replica,
+    b: Replica,
+    producer: Producer,
+}
+
+impl Pair {
+    async fn start(mode: &str) -> Pair {
+        let sim = simulator().await;
+        let nats = NatsServer::start().await.unwrap();
+        let subscriber = Subscriber::start(&nats).await;
+        let changes = seed(&sim, 20);
+        let a = Replica::start(&sim, &nats, "a", mode);
+        a.line(&["acquired the Lease"]);
+        a.line(&["synced"]);
+        let b = Replica::start(&sim, &nats, "b", mode);
+        b.line(&["held by another replica", "replica-a"]);
+        let producer = Producer::start(sim.clone(), changes);
+        Pair {
+            sim,
+            nats,
+            subscriber,
+            a,
+            b,
+            producer,
+        }
+    }
+
+    /// Lets the new holder work for a moment, stops the stream, waits until it is published, and
+    /// checks the delivery promise for the terms `a` then `b`; returns what was received.
+    async fn finish(self) -> (Vec<Received>, NatsServer) {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let changes = self.producer.stop().await;
+        caught_up(&self.sim, &self.subscriber, &changes).await;
+        let got = self.subscriber.all();
+        assert_delivery(&got, &changes, &["a", "b"]);
+        assert_final_state(&self.sim, &got, &changes);
+        (got, self.nats)
+    }
+}
+
 /// Two replicas on a busy stream; kill -9 of the holder. The standby is ready and publishes
 /// nothing while it waits; it takes over within lease duration + 5 s; the two never publish at
 /// the same time, nothing is lost, order holds per object. `mode` is `""` (core) or the
 /// JetStream settings, in which case the stream holds each distinct `Nats-Msg-Id` once.
 async fn kill_9_of_the_holder(mode: &str) -> Duration {
-    let sim = simulator().await;
-    let nats = NatsServer::start().await.unwrap();
-    let subscriber = Subscriber::start(&nats).await;
-    let changes = seed(&sim, 20);
-    let mut a = Replica::start(&sim, &nats, "a", mode);
-    a.line(&["acquired the Lease"]);
-    a.line(&["synced"]);
-    let b = Replica::start(&sim, &nats, "b", mode);
-    b.line(&["held by another replica", "replica-a"]);
+    let mut pair = Pair::start(mode).await;
+    let (a, b) = (&mut pair.a, &pair.b);
     eventually_async("the standby to be ready", || async {
         b.http("/readyz").await.is_some_and(|(code, _)| code == 200)
     })
@@ -379,35 +417,30 @@ async fn kill_9_of_the_holder(mode: &str) -> Duration {
     assert_eq!(b.metric("kube2nats_leader").await, Some(0.0));
     assert_eq!(a.metric("kube2nats_leader").await, Some(1.0));
 
-    let producer = Producer::start(sim.clone(), changes);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     a.process.kill();
     let killed = Instant::now();
     b.line(&["acquired the Lease"]);
     let acquired = killed.elapsed();
-    let first = subscriber
+    let first = pair
+        .subscriber
         .first_from("b", LEASE_DURATION + Duration::from_secs(5))
         .await
         .expect("the standby publishes within lease duration + 5 s");
     let takeover = first.at.duration_since(killed);
+    let kind = if mode.is_empty() { "core" } else { "jetstream" };
     eprintln!(
-        "kill -9 takeover ({}): acquired after {acquired:?}, first publish after {takeover:?}",
-        if mode.is_empty() { "core" } else { "jetstream" }
+        "kill -9 takeover ({kind}): acquired after {acquired:?}, first publish after {takeover:?}"
     );
     assert!(
         takeover <= LEASE_DURATION + Duration::from_secs(5),
         "{takeover:?}"
     );
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    let changes = producer.stop().await;
-    caught_up(&sim, &subscriber, &changes).await;
-    let got = subscriber.all();
-    assert_delivery(&got, &changes, &["a", "b"]);
-    assert_final_state(&sim, &got, &changes);
     assert_eq!(
         b.metric("kube2nats_leader_transitions_total").await,
         Some(1.0)
     );
+    let (got, nats) = pair.finish().await;
 
     if !mode.is_empty() {
         let nc = async_nats::connect(nats.url()).await.unwrap();
@@ -442,35 +475,22 @@ async fn kill_9_of_the_holder_hands_over_within_lease_duration_plus_5s_jetstream
 /// standby publishes within 3 s; nothing is lost and the two never publish at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_of_the_holder_hands_over_within_3s() {
-    let sim = simulator().await;
-    let nats = NatsServer::start().await.unwrap();
-    let subscriber = Subscriber::start(&nats).await;
-    let changes = seed(&sim, 20);
-    let mut a = Replica::start(&sim, &nats, "a", "");
-    a.line(&["acquired the Lease"]);
-    a.line(&["synced"]);
-    let b = Replica::start(&sim, &nats, "b", "");
-    b.line(&["held by another replica"]);
-
-    let producer = Producer::start(sim.clone(), changes);
+    let mut pair = Pair::start("").await;
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    a.process.terminate();
+    pair.a.process.terminate();
     let terminated = Instant::now();
-    let first = subscriber
+    let first = pair
+        .subscriber
         .first_from("b", Duration::from_secs(10))
         .await
         .expect("the standby takes over");
     let takeover = first.at.duration_since(terminated);
+    let a = &mut pair.a;
     let (code, _) = tokio::task::block_in_place(|| a.process.wait_exit(Duration::from_secs(10)));
     assert_eq!(code, Some(0), "log:\n{}", a.process.rest());
     eprintln!("SIGTERM takeover: first publish after {takeover:?}");
     assert!(takeover <= Duration::from_secs(3), "{takeover:?}");
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    let changes = producer.stop().await;
-    caught_up(&sim, &subscriber, &changes).await;
-    let got = subscriber.all();
-    assert_delivery(&got, &changes, &["a", "b"]);
-    assert_final_state(&sim, &got, &changes);
+    pair.finish().await;
 }
 
 /// The holder alone loses the API server (its requests get no answer; its open watch keeps
@@ -478,19 +498,10 @@ async fn sigterm_of_the_holder_hands_over_within_3s() {
 /// before the standby can acquire, and stays a standby once reconnected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holder_cut_off_from_the_api_server_stops_publishing_before_the_other_acquires() {
-    let sim = simulator().await;
-    let nats = NatsServer::start().await.unwrap();
-    let subscriber = Subscriber::start(&nats).await;
-    let changes = seed(&sim, 20);
-    let a = Replica::start(&sim, &nats, "a", "");
-    a.line(&["acquired the Lease"]);
-    a.line(&["synced"]);
-    let b = Replica::start(&sim, &nats, "b", "");
-    b.line(&["held by another replica"]);
-
-    let producer = Producer::start(sim.clone(), changes);
+    let pair = Pair::start("").await;
+    let (a, subscriber) = (&pair.a, &pair.subscriber);
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    sim.cut_off(&Replica::token("a"));
+    pair.sim.cut_off(&Replica::token("a"));
     let cut = Instant::now();
     a.line(&["could not renew the Lease within the renew deadline"]);
     let stood_down = cut.elapsed();
@@ -513,14 +524,9 @@ async fn holder_cut_off_from_the_api_server_stops_publishing_before_the_other_ac
     assert_eq!(a.metric("kube2nats_leader").await, Some(0.0));
     assert!(a.metric("kube2nats_lease_renew_failures_total").await >= Some(1.0));
 
-    sim.reconnect(&Replica::token("a"));
+    pair.sim.reconnect(&Replica::token("a"));
     a.line(&["held by another replica", "replica-b"]);
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    let changes = producer.stop().await;
-    caught_up(&sim, &subscriber, &changes).await;
-    let got = subscriber.all();
-    assert_delivery(&got, &changes, &["a", "b"]);
-    assert_final_state(&sim, &got, &changes);
+    pair.finish().await;
 }
 
 /// Three replicas, the holder killed (-9) again and again while the stream is busy, each killed
