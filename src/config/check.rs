@@ -57,7 +57,7 @@ impl Checker {
         Some(d)
     }
 
-    fn positive(&mut self, key: &str, value: &str) -> Option<Duration> {
+    pub(super) fn positive(&mut self, key: &str, value: &str) -> Option<Duration> {
         self.duration_min(key, value, Duration::from_nanos(1))
     }
 

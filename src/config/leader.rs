@@ -117,16 +117,8 @@ pub(super) fn check_leader_election(
             )
         }
     });
-    let renew = c.duration_min(
-        "leader_election.renew_deadline",
-        &raw.renew_deadline,
-        Duration::from_nanos(1),
-    );
-    let retry = c.duration_min(
-        "leader_election.retry_period",
-        &raw.retry_period,
-        Duration::from_nanos(1),
-    );
+    let renew = c.positive("leader_election.renew_deadline", &raw.renew_deadline);
+    let retry = c.positive("leader_election.retry_period", &raw.retry_period);
     if let (Some(lease), Some(renew)) = (lease, renew) {
         if renew >= lease {
             c.fail::<()>(
