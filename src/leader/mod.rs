@@ -107,17 +107,21 @@ impl Candidate {
         let non_empty =
             |v: Option<String>| v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
         let election = &config.leader_election;
+        // Only in-cluster credentials come with the pod's namespace file; elsewhere (a kubeconfig,
+        // an explicit URL) the namespace must be configured or given by POD_NAMESPACE.
         let namespace_file = match &config.kubernetes.source {
-            ApiSource::InCluster { namespace_file, .. } => namespace_file.display().to_string(),
-            _ => crate::config::DEFAULT_NAMESPACE_FILE.to_owned(),
+            ApiSource::InCluster { namespace_file, .. } => {
+                Some(namespace_file.display().to_string())
+            }
+            _ => None,
         };
         let namespace = election
             .namespace
             .clone()
             .or_else(|| non_empty(env(POD_NAMESPACE_ENV)))
-            .or_else(|| non_empty(read(&namespace_file)))
+            .or_else(|| non_empty(read(namespace_file.as_deref()?)))
             .ok_or(NoNamespace {
-                file: namespace_file,
+                file: namespace_file.unwrap_or_else(|| "an in-cluster service account".to_owned()),
             })?;
         let identity = non_empty(env(POD_NAME_ENV))
             .or_else(|| non_empty(env("HOSTNAME")))
