@@ -12,6 +12,7 @@
 //! - [`subject`]: subject templates and the token escaping rule.
 //! - [`publish`]: headers, payloads, and publishing to core NATS or JetStream.
 //! - [`state`]: durable checkpoints of each watch's memory in JetStream, loaded at start.
+//! - [`leader`]: with several replicas, the Lease that lets only one of them publish.
 //! - [`telemetry`]: logs, Prometheus metrics, health and readiness.
 //! - [`app`]: builds every stage from the configuration, runs them, and stops them in order.
 
@@ -33,6 +34,7 @@ pub mod config;
 pub mod dedupe;
 pub mod event;
 pub mod kube;
+pub mod leader;
 pub mod publish;
 pub mod rbac;
 pub mod state;

@@ -57,7 +57,7 @@ impl Checker {
         Some(d)
     }
 
-    fn positive(&mut self, key: &str, value: &str) -> Option<Duration> {
+    pub(super) fn positive(&mut self, key: &str, value: &str) -> Option<Duration> {
         self.duration_min(key, value, Duration::from_nanos(1))
     }
 
@@ -131,6 +131,7 @@ impl TryFrom<RawConfig> for Config {
             http,
             shutdown,
             state,
+            leader_election,
             watches,
         } = raw;
         let mut c = Checker::default();
@@ -141,7 +142,17 @@ impl TryFrom<RawConfig> for Config {
         let http = c.listen_addr(&http.listen);
         let grace_period = c.duration("shutdown.grace_period", &shutdown.grace_period);
         let state = super::state::check_state(&mut c, &state);
-        match (log, kubernetes, nats, watches, http, grace_period, state) {
+        let leader_election = super::leader::check_leader_election(&mut c, &leader_election);
+        match (
+            log,
+            kubernetes,
+            nats,
+            watches,
+            http,
+            grace_period,
+            state,
+            leader_election,
+        ) {
             (
                 Some(log),
                 Some(kubernetes),
@@ -150,6 +161,7 @@ impl TryFrom<RawConfig> for Config {
                 Some(listen),
                 Some(grace_period),
                 Some(state),
+                Some(leader_election),
             ) if c.errors.is_empty() => Ok(Config {
                 log,
                 kubernetes,
@@ -157,6 +169,7 @@ impl TryFrom<RawConfig> for Config {
                 http: HttpConfig { listen },
                 shutdown: ShutdownConfig { grace_period },
                 state,
+                leader_election,
                 watches,
             }),
             _ => Err(ConfigErrors(c.errors)),

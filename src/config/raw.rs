@@ -119,6 +119,7 @@ pub struct RawConfig {
     pub http: RawHttp,
     pub shutdown: RawShutdown,
     pub state: super::RawState,
+    pub leader_election: super::RawLeaderElection,
     /// At least one.
     pub watches: Vec<RawWatch>,
 }

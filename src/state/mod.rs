@@ -521,10 +521,21 @@ impl Checkpoints {
     }
 
     /// Waits until the writer has written the last snapshot (or given up on it).
-    pub async fn finish(self) {
-        if let Some((mailbox, task)) = self.writer {
+    pub async fn finish(mut self) {
+        if let Some((mailbox, task)) = self.writer.take() {
             mailbox.close();
             let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Checkpoints {
+    /// A watch task stopped without [`finish`](Self::finish) (aborted, e.g. when this replica
+    /// lost its Lease) takes its writer with it: a snapshot must not be written after another
+    /// replica may have taken over.
+    fn drop(&mut self) {
+        if let Some((_, task)) = self.writer.take() {
+            task.abort();
         }
     }
 }
