@@ -1,9 +1,27 @@
 //! Turning one event into one NATS message: subject, headers and payload, exactly as DESIGN.md
 //! promises subscribers.
+//!
+//! # Header values
+//!
+//! Header values come from the API server (names, namespaces, uids, versions, kinds), and NATS
+//! refuses a value holding CR or LF (async-nats panics on one; RBAC object names may hold both).
+//! So a value holding `%` or any ASCII control character is escaped as a whole by the subject
+//! token rule ([`escape_token`]: `.` → `_`, bytes outside `[A-Za-z0-9-:]` → `%XX`); every other
+//! value is sent verbatim. A subscriber decodes a header value exactly when it contains `%`:
+//! verbatim values never do, escaped ones always do, so the rule stays injective.
+//!
+//! # Subject length
+//!
+//! nats-server closes a connection whose protocol line exceeds its `max_control_line` (4 KiB by
+//! default), and every watch shares that connection. An escaped name can be several times longer
+//! than the name itself, so a subject over [`MAX_SUBJECT_BYTES`] is refused here, before it can
+//! reach the connection.
+
+use std::borrow::Cow;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::subject::{SubjectFields, SubjectTemplate};
+use super::subject::{escape_token, SubjectFields, SubjectTemplate};
 use crate::config::PayloadMode;
 use crate::event::{EventType, ObjectEvent, ObjectMeta, ResourceInfo};
 
@@ -25,6 +43,29 @@ pub mod header {
 
 /// The value of `Kube-Synthesized` on events derived from a list rather than received.
 pub const SYNTHESIZED_RELIST: &str = "relist";
+
+/// The longest subject kube2nats publishes: nats-server's default `max_control_line` (4096 bytes)
+/// less room for the rest of an `HPUB` line (verb, a JetStream reply inbox, two sizes).
+pub const MAX_SUBJECT_BYTES: usize = 3840;
+
+/// Why an event cannot become a message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    #[error("subject of {bytes} bytes exceeds the limit of {MAX_SUBJECT_BYTES} (nats-server's max_control_line)")]
+    SubjectTooLong { bytes: usize },
+}
+
+/// A header value NATS accepts, by the rule in the module docs: verbatim unless it holds `%` or
+/// an ASCII control character, then escaped whole as a subject token.
+pub fn header_value(raw: &str) -> Cow<'_, str> {
+    if raw.bytes().any(|b| b == b'%' || b.is_ascii_control()) {
+        let mut escaped = String::with_capacity(raw.len() + 8);
+        escape_token(raw, &mut escaped);
+        Cow::Owned(escaped)
+    } else {
+        Cow::Borrowed(raw)
+    }
+}
 
 /// One message ready to publish.
 #[derive(Debug, Clone)]
@@ -67,8 +108,9 @@ impl MessageBuilder {
         }
     }
 
-    /// The message for `event`; `synthesized` marks events derived from a list.
-    pub fn build(&self, event: &ObjectEvent, synthesized: bool) -> OutMessage {
+    /// The message for `event`; `synthesized` marks events derived from a list. Refused when its
+    /// subject would be longer than the NATS server accepts.
+    pub fn build(&self, event: &ObjectEvent, synthesized: bool) -> Result<OutMessage, BuildError> {
         let meta = &event.meta;
         let mut subject = String::with_capacity(96);
         self.template.render(
@@ -84,27 +126,34 @@ impl MessageBuilder {
             },
             &mut subject,
         );
+        if subject.len() > MAX_SUBJECT_BYTES {
+            return Err(BuildError::SubjectTooLong {
+                bytes: subject.len(),
+            });
+        }
         let mut headers = async_nats::HeaderMap::new();
         headers.insert(header::EVENT_TYPE, event.event_type.as_str());
-        headers.insert(header::RESOURCE_VERSION, meta.resource_version.as_str());
-        headers.insert(header::UID, meta.uid.as_str());
+        // Every value from outside the process goes through `header_value`.
+        let mut insert = |name, raw: &str| headers.insert(name, header_value(raw).as_ref());
+        insert(header::RESOURCE_VERSION, meta.resource_version.as_str());
+        insert(header::UID, &meta.uid);
         if let Some(ns) = &meta.namespace {
-            headers.insert(header::NAMESPACE, ns.as_str());
+            insert(header::NAMESPACE, ns);
         }
-        headers.insert(header::NAME, meta.name.as_str());
-        headers.insert(header::KIND, self.resource.kind.as_str());
-        headers.insert(header::API_VERSION, self.api_version.as_str());
-        headers.insert(header::MSG_ID, msg_id(meta, event.event_type));
+        insert(header::NAME, &meta.name);
+        insert(header::KIND, &self.resource.kind);
+        insert(header::API_VERSION, &self.api_version);
+        insert(header::MSG_ID, &msg_id(meta, event.event_type));
         if synthesized {
             headers.insert(header::SYNTHESIZED, SYNTHESIZED_RELIST);
         }
-        OutMessage {
+        Ok(OutMessage {
             subject,
             headers,
             payload: self.payload(event),
             event_type: event.event_type,
             object_key: object_key(&meta.uid),
-        }
+        })
     }
 
     fn payload(&self, event: &ObjectEvent) -> Bytes {
@@ -213,7 +262,9 @@ mod tests {
 
     #[test]
     fn subject_and_headers() {
-        let m = builder(PayloadMode::Event).build(&event(None), true);
+        let m = builder(PayloadMode::Event)
+            .build(&event(None), true)
+            .unwrap();
         assert_eq!(m.subject, "kube.core.v1.pods.default.web_1.modified");
         let h = |k: async_nats::HeaderName| m.headers.get(k).map(|v| v.as_str().to_owned());
         assert_eq!(h(header::EVENT_TYPE).as_deref(), Some("MODIFIED"));
@@ -234,17 +285,20 @@ mod tests {
         assert_eq!(
             &builder(PayloadMode::Event)
                 .build(&event(Some(line)), false)
+                .unwrap()
                 .payload[..],
             line
         );
         assert_eq!(
             &builder(PayloadMode::Object)
                 .build(&event(Some(line)), false)
+                .unwrap()
                 .payload[..],
             br#"{"metadata":{}}"#
         );
         assert!(builder(PayloadMode::Object)
             .build(&event(None), false)
+            .unwrap()
             .headers
             .get(header::SYNTHESIZED)
             .is_none());

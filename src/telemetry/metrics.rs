@@ -67,7 +67,7 @@ impl Metrics {
             "Events published to NATS (acknowledged in JetStream mode), by event type.",
             &["watch", "type"],
         )?;
-        let events_dropped = counter("events_dropped_total", "Events not published: duplicate (already published), stale (older than published), filtered (event type not configured), too_large (over the NATS max_payload).", &["watch", "reason"])?;
+        let events_dropped = counter("events_dropped_total", "Events not published: duplicate (already published), stale (older than published), filtered (event type not configured), too_large (over the NATS max_payload), subject_too_long (a subject NATS would refuse).", &["watch", "reason"])?;
         let events_synthesized = counter(
             "events_synthesized_total",
             "Events derived from a list rather than received from a watch, by event type.",
@@ -179,6 +179,9 @@ impl Metrics {
             dropped_stale: self.events_dropped.with_label_values(&[watch, "stale"]),
             dropped_filtered: self.events_dropped.with_label_values(&[watch, "filtered"]),
             dropped_too_large: self.events_dropped.with_label_values(&[watch, "too_large"]),
+            dropped_subject_too_long: self
+                .events_dropped
+                .with_label_values(&[watch, "subject_too_long"]),
             publish_errors: self.publish_errors.with_label_values(&[watch]),
             publish_duration: self.publish_duration.with_label_values(&[watch]),
             decode_errors: self.decode_errors.with_label_values(&[watch]),
@@ -219,6 +222,8 @@ pub struct WatchMetrics {
     pub dropped_filtered: IntCounter,
     /// Larger than the NATS server's `max_payload`: can never be published.
     pub dropped_too_large: IntCounter,
+    /// Its subject is longer than a NATS protocol line may be: never published.
+    pub dropped_subject_too_long: IntCounter,
     pub publish_errors: IntCounter,
     pub publish_duration: Histogram,
     pub decode_errors: IntCounter,

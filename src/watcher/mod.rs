@@ -176,8 +176,13 @@ impl WatchTask {
         if synthesized {
             self.metrics.synthesized(event.event_type);
         }
-        let message = self.messages.build(&event, synthesized);
-        self.outbox.publish(message).await;
+        match self.messages.build(&event, synthesized) {
+            Ok(message) => self.outbox.publish(message).await,
+            Err(e) => {
+                self.metrics.dropped_subject_too_long.inc();
+                tracing::error!(watch = %self.metrics.watch, namespace = self.namespace(), name = ?event.meta.name, uid = ?event.meta.uid, error = %e, "event not published: its subject is longer than NATS accepts (shorten the subject template or the prefix)");
+            }
+        }
     }
 
     fn restarted(&mut self, restart: Restart) {

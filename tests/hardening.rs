@@ -1,0 +1,130 @@
+//! Failure modes that used to be silent: input that reached a panic, a dead watch task behind a
+//! ready probe, messages too large to publish, deletions announced after a recreation, secrets in
+//! output, and metrics that did not add up. Each test runs the library daemon (or the real
+//! binary where exit codes and logs are the contract) against the simulated API server and a
+//! real nats-server.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions, INITIAL_TOKEN};
+use kube2nats_harness::nats::NatsServer;
+
+const PODS_WATCH: &str =
+    "[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"default\"]\n";
+
+/// A simulated API server, a nats-server, and a daemon configured with `extra` after `[nats]`.
+struct Env {
+    sim: ApiServer,
+    nats: NatsServer,
+    nc: async_nats::Client,
+    daemon: kube2nats::app::Daemon,
+    _dir: tempfile::TempDir,
+}
+
+impl Env {
+    async fn start(extra: &str) -> Env {
+        let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+        let nats = NatsServer::start().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let token = token_file(dir.path(), INITIAL_TOKEN);
+        let text = format!(
+            "{}\n[nats]\nurl = \"{}\"\n{extra}",
+            kube_section(&sim, &token),
+            nats.url()
+        );
+        let nc = async_nats::connect(nats.url()).await.unwrap();
+        let daemon = kube2nats::app::start(config_from(&text)).await.unwrap();
+        Env {
+            sim,
+            nats,
+            nc,
+            daemon,
+            _dir: dir,
+        }
+    }
+
+    fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        metric(&self.daemon.metrics.render(), name, labels).unwrap_or(0.0)
+    }
+
+    async fn synced(&self) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while self.metric("kube2nats_watch_synced", &[("watch", "pods")]) != 1.0 {
+            assert!(tokio::time::Instant::now() < deadline, "watch not synced");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(self.sim.wait_for_watches(1, WAIT).await, "the watch opened");
+    }
+}
+
+/// Waits for `ADDED <name>` (as `Kube-Name` spells it), skipping anything else.
+async fn added(inbox: &mut Inbox, name: &str) -> Got {
+    loop {
+        let got = inbox.next().await;
+        if got.short() == format!("ADDED {name}") {
+            return got;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// No input reaches a panic.
+
+/// An object whose name holds CR and LF (RBAC names may) is published with its header values and
+/// subject token escaped by the documented rule, and the watch keeps publishing afterwards.
+#[tokio::test]
+async fn a_name_with_cr_lf_is_published_escaped_and_the_watch_goes_on() {
+    let env = Env::start(PODS_WATCH).await;
+    let mut inbox = Inbox::subscribe(&env.nc, "kube.>").await;
+    env.synced().await;
+
+    env.sim
+        .create("pods", Some("default"), pod("evil\r\nname.50%"));
+    let got = added(&mut inbox, "evil%0D%0Aname_50%25").await;
+    assert_eq!(
+        got.subject,
+        "kube.core.v1.pods.default.evil%0D%0Aname_50%25.added"
+    );
+    assert_eq!(got.header("Kube-Namespace"), Some("default"));
+    assert_eq!(
+        got.payload["object"]["metadata"]["name"],
+        "evil\r\nname.50%"
+    );
+
+    env.sim.create("pods", Some("default"), pod("after"));
+    added(&mut inbox, "after").await;
+}
+
+/// A subject longer than a NATS protocol line may be is refused before publishing: counted as
+/// `events_dropped_total{reason="subject_too_long"}`, and the shared connection survives (the
+/// server never sees the line, so it never closes the connection for it).
+#[tokio::test]
+async fn a_subject_too_long_is_refused_without_costing_the_connection() {
+    let env = Env::start(PODS_WATCH).await;
+    let mut inbox = Inbox::subscribe(&env.nc, "kube.>").await;
+    env.synced().await;
+
+    // 700 × `é` escapes to 4200 bytes: longer than nats-server's 4 KiB control line.
+    env.sim
+        .create("pods", Some("default"), pod(&"é".repeat(700)));
+    env.sim.create("pods", Some("default"), pod("after"));
+    let got = inbox.next().await;
+    assert_eq!(
+        got.short(),
+        "ADDED after",
+        "the long subject is not published"
+    );
+    let dropped = env.metric(
+        "kube2nats_events_dropped_total",
+        &[("watch", "pods"), ("reason", "subject_too_long")],
+    );
+    assert_eq!(dropped, 1.0);
+    let log = env.nats.log();
+    assert!(
+        !log.to_lowercase().contains("control line"),
+        "nats-server saw the long subject:\n{log}"
+    );
+}
