@@ -17,7 +17,7 @@ use bytes::Bytes;
 use kube2nats::kube::decode::decode_line;
 use kube2nats::kube::framing::FrameError;
 use kube2nats::kube::stream::{LineStream, StreamError};
-use kube2nats::publish::subject::escape_token;
+use kube2nats::subject::escape_token;
 
 /// What reading a watch body yields, item by item, in a form two runs can be compared by.
 /// The list ends at the first framing error (the watcher drops the stream there).
@@ -455,7 +455,7 @@ pub fn check_message(meta: &HostileMeta) {
     use kube2nats::config::PayloadMode;
     use kube2nats::event::{EventType, ObjectEvent, ObjectMeta, ResourceInfo, ResourceVersion};
     use kube2nats::publish::message::{header, BuildError, MessageBuilder, MAX_SUBJECT_BYTES};
-    use kube2nats::publish::subject::SubjectTemplate;
+    use kube2nats::subject::SubjectTemplate;
 
     let builder = MessageBuilder::new(
         SubjectTemplate::default(),

@@ -21,9 +21,9 @@ use std::borrow::Cow;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::subject::{escape_token, SubjectFields, SubjectTemplate};
 use crate::config::PayloadMode;
 use crate::event::{EventType, ObjectEvent, ObjectMeta, ResourceInfo};
+use crate::subject::{escape_token, SubjectFields, SubjectTemplate};
 
 /// Header names: a public interface. Built at compile time, so per message only the values are
 /// allocated.
