@@ -27,7 +27,9 @@ use crate::publish::{connect, MessageBuilder, Nats, Outbox};
 use crate::rbac;
 use crate::telemetry::http::{self, Readiness};
 use crate::telemetry::metrics::Metrics;
+use crate::telemetry::target::TargetGauges;
 use crate::watcher::machine::{Machine, Target};
+use crate::watcher::supervise::supervise;
 use crate::watcher::WatchTask;
 
 /// A running kube2nats.
@@ -150,6 +152,7 @@ async fn run_watches(
 
     let mut tasks = JoinSet::new();
     let mut all_watch_metrics = Vec::new();
+    let mut all_target_gauges = Vec::new();
     let max_in_flight = match &config.nats.mode {
         NatsMode::Core => 1,
         NatsMode::JetStream(js) => js.max_ack_inflight,
@@ -161,6 +164,7 @@ async fn run_watches(
         for namespace in plan.namespaces {
             // Every line a watch task logs (its publishes included) carries these fields.
             let span = tracing::info_span!("watch", watch = %watch.name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
+            let namespace_label = namespace.as_deref().unwrap_or("*").to_owned();
             let target = Arc::new(Target {
                 resource: plan.resource.clone(),
                 namespace,
@@ -171,11 +175,6 @@ async fn run_watches(
                 streaming_list: config.kubernetes.streaming_list,
                 max_line_bytes: config.kubernetes.max_line_bytes,
             });
-            let machine = Machine::new(
-                client.clone(),
-                target,
-                Backoff::new(config.kubernetes.backoff),
-            );
             let messages = MessageBuilder::new(
                 watch.subject.clone(),
                 watch.subject_prefix.clone(),
@@ -183,16 +182,42 @@ async fn run_watches(
                 plan.resource.clone(),
                 watch.payload,
             );
-            let outbox = Outbox::new(nats.clone(), max_in_flight, watch_metrics.clone());
-            let task = WatchTask::new(
-                machine,
-                outbox,
-                messages,
-                watch.events.clone(),
-                watch.initial_state,
+            let gauges = TargetGauges::new(watch_metrics.clone());
+            all_target_gauges.push(gauges.clone());
+            // A fresh task from the same parts, for the first start and after a crash.
+            let start = {
+                let (client, nats, backoff) =
+                    (client.clone(), nats.clone(), config.kubernetes.backoff);
+                let (events, initial_state) = (watch.events.clone(), watch.initial_state);
+                let (watch_metrics, gauges) = (watch_metrics.clone(), gauges.clone());
+                move |stop: CancellationToken| {
+                    let machine =
+                        Machine::new(client.clone(), target.clone(), Backoff::new(backoff));
+                    let outbox = Outbox::new(
+                        nats.clone(),
+                        max_in_flight,
+                        watch_metrics.clone(),
+                        gauges.clone(),
+                    );
+                    let task = WatchTask::new(
+                        machine,
+                        outbox,
+                        messages.clone(),
+                        events.clone(),
+                        initial_state,
+                        watch_metrics.clone(),
+                        gauges.clone(),
+                    );
+                    task.run(stop).instrument(span.clone())
+                }
+            };
+            tasks.spawn(supervise(
+                start,
                 watch_metrics.clone(),
-            );
-            tasks.spawn(task.run(shutdown.child_token()).instrument(span));
+                gauges,
+                namespace_label,
+                shutdown.clone(),
+            ));
         }
     }
     readiness.set_watches(all_watch_metrics.clone());
@@ -204,7 +229,7 @@ async fn run_watches(
     })
     .await;
     if drained.is_err() {
-        let abandoned: i64 = all_watch_metrics.iter().map(|m| m.queue_depth.get()).sum();
+        let abandoned: i64 = all_target_gauges.iter().map(TargetGauges::queued).sum();
         tasks.abort_all();
         anyhow::bail!(
             "shutdown grace period of {:?} exceeded: abandoned {abandoned} unacknowledged message(s) and the events being published by {} watch task(s); they will be re-announced by the next start's list",

@@ -97,6 +97,8 @@ fn config_error(path: Option<&std::path::Path>, errors: &ConfigErrors) -> ExitCo
 
 fn run(config: Config) -> anyhow::Result<()> {
     logging::init(&config.log.filter, config.log.format)?;
+    // A panicking watch task is reported by its supervisor in one log line.
+    kube2nats::watcher::supervise::install_panic_hook();
     // One thread does all the work. Every stage is I/O-bound or a few microseconds of CPU per
     // event, so one core carries ~100k events/s, far beyond what an API server sends; and a single
     // thread saves the cross-thread wake-ups, the allocator contention and the idle worker stacks

@@ -128,3 +128,45 @@ async fn a_subject_too_long_is_refused_without_costing_the_connection() {
         "nats-server saw the long subject:\n{log}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Metrics tell the truth.
+
+/// `publish_queue_depth` is the sum over a watch's namespaces: with JetStream publishes that no
+/// stream acknowledges, namespace `a` holds 3 messages and `b` holds 2 unacknowledged, and the
+/// watch's gauge says 5 (each namespace used to overwrite the other's figure).
+#[tokio::test]
+async fn publish_queue_depth_sums_a_watchs_namespaces() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    for (ns, n) in [("a", 3), ("b", 2)] {
+        for i in 0..n {
+            sim.create("pods", Some(ns), pod(&format!("p{i}")));
+        }
+    }
+    let nats = NatsServer::start_with(kube2nats_harness::nats::NatsOptions {
+        jetstream: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token = token_file(dir.path(), INITIAL_TOKEN);
+    // JetStream mode without a stream: every publish is sent, none is acknowledged.
+    let text = format!(
+        "{}\n[nats]\nurl = \"{}\"\nmode = \"jetstream\"\n[nats.jetstream]\nack_timeout = \"30s\"\n\
+         [[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"a\", \"b\"]\n",
+        kube_section(&sim, &token),
+        nats.url()
+    );
+    let daemon = kube2nats::app::start(config_from(&text)).await.unwrap();
+    let depth = || {
+        metric(
+            &daemon.metrics.render(),
+            "kube2nats_publish_queue_depth",
+            &[("watch", "pods")],
+        )
+    };
+    eventually("publish_queue_depth = 3 + 2", || depth() == Some(5.0)).await;
+    daemon.shutdown();
+    let _ = daemon.wait().await;
+}

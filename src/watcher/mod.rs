@@ -7,6 +7,7 @@
 //! settled, so the version the watch resumes from is always one whose events are all published.
 
 pub mod machine;
+pub mod supervise;
 
 use tokio_util::sync::CancellationToken;
 
@@ -17,6 +18,7 @@ use crate::kube::client::Verb;
 use crate::publish::{MessageBuilder, Outbox};
 use crate::rbac;
 use crate::telemetry::metrics::WatchMetrics;
+use crate::telemetry::target::TargetGauges;
 use machine::{Machine, Outcome, Restart, RestartReason, State};
 
 pub use machine::{ListReason, Target};
@@ -33,9 +35,9 @@ pub struct WatchTask {
     metrics: WatchMetrics,
     /// Whether a list has completed; until then `initial_state` applies.
     listed_once: bool,
-    synced: bool,
-    /// This target's share of the watch's `tracked_objects` gauge, as last reported.
-    tracked_reported: usize,
+    /// This target's share of the watch's gauges; outlives the task, so a supervisor can
+    /// withdraw it when the task dies.
+    gauges: TargetGauges,
 }
 
 impl WatchTask {
@@ -46,6 +48,7 @@ impl WatchTask {
         events: Vec<EventType>,
         initial_state: InitialState,
         metrics: WatchMetrics,
+        gauges: TargetGauges,
     ) -> WatchTask {
         WatchTask {
             machine,
@@ -56,8 +59,7 @@ impl WatchTask {
             initial_state,
             metrics,
             listed_once: false,
-            synced: false,
-            tracked_reported: 0,
+            gauges,
         }
     }
 
@@ -106,8 +108,8 @@ impl WatchTask {
             }
             Outcome::WatchOpened(rv) => {
                 tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %rv, "watching from resourceVersion");
-                if self.listed_once && !self.synced {
-                    self.set_synced(true);
+                if self.listed_once {
+                    self.gauges.set_synced(true);
                 }
             }
             Outcome::Restart(restart) => self.restarted(restart),
@@ -118,7 +120,7 @@ impl WatchTask {
     fn list_started(&mut self, reason: ListReason) {
         self.dedupe.begin_list();
         self.metrics.relist(reason.as_str());
-        self.set_synced(false);
+        self.gauges.set_synced(false);
         tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), reason = reason.as_str(), "listing");
     }
 
@@ -151,7 +153,7 @@ impl WatchTask {
         self.report_tracked();
         self.metrics.touch();
         self.listed_once = true;
-        self.set_synced(true);
+        self.gauges.set_synced(true);
         tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %rv, objects = self.dedupe.len(), "synced");
     }
 
@@ -193,7 +195,7 @@ impl WatchTask {
         } = restart;
         self.metrics.restart(reason.as_str());
         if reason == RestartReason::Forbidden {
-            self.set_synced(false);
+            self.gauges.set_synced(false);
         }
         let watch = &*self.metrics.watch;
         let namespace = self.namespace();
@@ -239,18 +241,7 @@ impl WatchTask {
     }
 
     fn report_tracked(&mut self) {
-        let now = self.dedupe.len();
-        self.metrics
-            .tracked_objects
-            .add(now as i64 - self.tracked_reported as i64);
-        self.tracked_reported = now;
-    }
-
-    fn set_synced(&mut self, synced: bool) {
-        if self.synced != synced {
-            self.synced = synced;
-            self.metrics.set_target_synced(synced);
-        }
+        self.gauges.set_tracked(self.dedupe.len());
     }
 
     fn namespace(&self) -> &str {
