@@ -357,19 +357,19 @@ async fn relist_after_410_publishes_the_difference() {
     let short: Vec<String> = got.iter().map(Got::short).collect();
     assert_eq!(
         short,
-        ["MODIFIED b", "ADDED d", "ADDED e", "DELETED c", "DELETED e"],
-        "list order, then the vanished"
+        ["MODIFIED b", "ADDED d", "DELETED e", "ADDED e", "DELETED c"],
+        "list order (a recreated name's old uid DELETED before its ADDED), then the vanished"
     );
     assert!(got
         .iter()
         .all(|m| m.header("Kube-Synthesized") == Some("relist")));
     assert_headers(&got[0], "MODIFIED", &b2);
     assert_headers(&got[1], "ADDED", &d);
-    assert_headers(&got[2], "ADDED", &new_e);
-    assert_eq!(got[3].header("Kube-Uid"), c["metadata"]["uid"].as_str());
-    assert_eq!(got[4].header("Kube-Uid"), old_e["metadata"]["uid"].as_str());
-    assert_eq!(got[3].subject, "kube.core.v1.pods.default.c.deleted");
-    let gone = &got[3].payload["object"];
+    assert_eq!(got[2].header("Kube-Uid"), old_e["metadata"]["uid"].as_str());
+    assert_headers(&got[3], "ADDED", &new_e);
+    assert_eq!(got[4].header("Kube-Uid"), c["metadata"]["uid"].as_str());
+    assert_eq!(got[4].subject, "kube.core.v1.pods.default.c.deleted");
+    let gone = &got[4].payload["object"];
     assert_eq!(gone["kind"], "Pod");
     assert_eq!(gone["apiVersion"], "v1");
     assert_eq!(gone["metadata"]["name"], "c");

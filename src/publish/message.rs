@@ -74,7 +74,9 @@ pub struct OutMessage {
     pub headers: async_nats::HeaderMap,
     pub payload: Bytes,
     pub event_type: EventType,
-    /// Groups the messages of one object, so that two of them are never in flight at once.
+    /// Groups the messages of one name (namespace and name), so that two of them are never in
+    /// flight at once: per-name order then holds through publish retries, also between a deleted
+    /// object and its recreation under the same name (another uid), and per-object order with it.
     pub object_key: u64,
 }
 
@@ -152,7 +154,7 @@ impl MessageBuilder {
             headers,
             payload: self.payload(event),
             event_type: event.event_type,
-            object_key: object_key(&meta.uid),
+            object_key: name_key(meta),
         })
     }
 
@@ -215,10 +217,15 @@ fn wrap_event(event_type: EventType, object: &[u8]) -> Bytes {
     out.freeze()
 }
 
-fn object_key(uid: &str) -> u64 {
+fn name_key(meta: &ObjectMeta) -> u64 {
     use std::hash::Hasher;
     let mut h = rustc_hash::FxHasher::default();
-    h.write(uid.as_bytes());
+    if let Some(ns) = &meta.namespace {
+        h.write(ns.as_bytes());
+    }
+    // A separator no name holds, so ("ab", "c") and ("a", "bc") differ.
+    h.write_u8(0xff);
+    h.write(meta.name.as_bytes());
     h.finish()
 }
 
@@ -277,6 +284,22 @@ mod tests {
             &m.payload[..],
             br#"{"type":"MODIFIED","object":{"metadata":{}}}"#
         );
+    }
+
+    /// The DELETED of an old uid and the ADDED of a new uid under the same name share a key, so
+    /// the outbox never has both in flight and a retry cannot put the ADDED first.
+    #[test]
+    fn a_recreated_name_shares_the_key_of_the_deleted_object() {
+        let b = builder(PayloadMode::Event);
+        let old = event(None);
+        let mut new = event(None);
+        new.meta.uid = "u2".into();
+        new.event_type = EventType::Added;
+        let mut other = event(None);
+        other.meta.name = "web.2".into();
+        let key = |e: &ObjectEvent| b.build(e, false).unwrap().object_key;
+        assert_eq!(key(&old), key(&new));
+        assert_ne!(key(&old), key(&other));
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub mod supervise;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::InitialState;
-use crate::dedupe::{Dedupe, Listed, Verdict};
+use crate::dedupe::{Dedupe, Listed, Vanished, Verdict};
 use crate::event::{EventType, ObjectEvent};
 use crate::kube::client::Verb;
 use crate::publish::{MessageBuilder, Outbox};
@@ -125,6 +125,10 @@ impl WatchTask {
     }
 
     async fn listed(&mut self, mut item: ObjectEvent) {
+        // Per-name order: a name deleted and recreated during a gap is DELETED (old uid) first.
+        if let Some(gone) = self.dedupe.superseded(&item.meta) {
+            self.publish_vanished(gone).await;
+        }
         match self.dedupe.listed(&item.meta) {
             Listed::New if !self.listed_once && self.initial_state == InitialState::Skip => {}
             Listed::New => self.publish(item, true).await,
@@ -141,20 +145,25 @@ impl WatchTask {
     async fn list_complete(&mut self, rv: crate::event::ResourceVersion) {
         let vanished = self.dedupe.end_list();
         for gone in vanished {
-            let object = self.messages.vanished_object(&gone.meta);
-            let event = ObjectEvent {
-                event_type: EventType::Deleted,
-                meta: gone.meta,
-                object,
-                watch_line: None,
-            };
-            self.publish(event, true).await;
+            self.publish_vanished(gone).await;
         }
         self.report_tracked();
         self.metrics.touch();
         self.listed_once = true;
         self.gauges.set_synced(true);
         tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %rv, objects = self.dedupe.len(), "synced");
+    }
+
+    /// Announces an object that a list showed to be gone: a synthesized DELETED.
+    async fn publish_vanished(&mut self, gone: Vanished) {
+        let object = self.messages.vanished_object(&gone.meta);
+        let event = ObjectEvent {
+            event_type: EventType::Deleted,
+            meta: gone.meta,
+            object,
+            watch_line: None,
+        };
+        self.publish(event, true).await;
     }
 
     async fn received(&mut self, event: ObjectEvent) {
