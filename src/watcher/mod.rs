@@ -208,7 +208,7 @@ impl WatchTask {
         }
         let watch = &*self.metrics.watch;
         let namespace = self.namespace();
-        let error = error.unwrap_or_default();
+        let error = error.as_ref().map(ToString::to_string).unwrap_or_default();
         let list_failed = verb == Some(Verb::List);
         let verb = verb.map_or("", Verb::as_str);
         match reason {
@@ -220,7 +220,7 @@ impl WatchTask {
                     &self.machine.target().resource,
                     self.machine.target().namespace.as_deref(),
                 );
-                tracing::error!(watch, namespace, verb, resource = %self.machine.target().resource.plural, retry_in = ?retry_in, error, "RBAC refused the request; {rule}");
+                tracing::error!(watch, namespace, verb, resource = %self.machine.target().resource.plural, retry_in = ?retry_in, error, rule = %rule, "RBAC refused the request; add the rule");
             }
             RestartReason::Unauthorized => {
                 tracing::warn!(watch, namespace, verb, retry_in = ?retry_in, "the API server rejected the token (401); re-reading the token file and retrying");
