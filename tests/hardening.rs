@@ -130,6 +130,48 @@ async fn a_subject_too_long_is_refused_without_costing_the_connection() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Too large is not silent.
+
+/// An object larger than the NATS server's `max_payload` (1 MiB by default) is published with its
+/// metadata only and `Kube-Payload: truncated`, on its usual subject and in order, and counted.
+#[tokio::test]
+async fn an_object_over_max_payload_is_published_with_metadata_only() {
+    let env = Env::start(PODS_WATCH).await;
+    let mut inbox = Inbox::subscribe(&env.nc, "kube.>").await;
+    env.synced().await;
+
+    let mut big = pod("big");
+    big["metadata"]["annotations"] = serde_json::json!({ "blob": "x".repeat(1_200_000) });
+    let created = env.sim.create("pods", Some("default"), big);
+    env.sim.create("pods", Some("default"), pod("after"));
+
+    let got = inbox.next().await;
+    assert_eq!(got.short(), "ADDED big");
+    assert_eq!(got.subject, "kube.core.v1.pods.default.big.added");
+    assert_eq!(got.header("Kube-Payload"), Some("truncated"));
+    assert_eq!(got.header("Kube-Uid"), created["metadata"]["uid"].as_str());
+    let object = &got.payload["object"];
+    assert_eq!(got.payload["type"], "ADDED");
+    assert_eq!(object["kind"], "Pod");
+    assert_eq!(object["metadata"]["name"], "big");
+    assert_eq!(
+        object["metadata"]["resourceVersion"],
+        created["metadata"]["resourceVersion"]
+    );
+    assert!(object["metadata"].get("annotations").is_none());
+    let next = inbox.next().await;
+    assert_eq!(next.short(), "ADDED after");
+    assert_eq!(next.header("Kube-Payload"), None);
+    assert_eq!(
+        env.metric(
+            "kube2nats_events_truncated_total",
+            &[("watch", "pods"), ("reason", "max_payload")]
+        ),
+        1.0
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // Metrics tell the truth.
 
 /// `publish_queue_depth` is the sum over a watch's namespaces: with JetStream publishes that no

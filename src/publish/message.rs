@@ -39,7 +39,11 @@ pub mod header {
     pub const API_VERSION: HeaderName = HeaderName::from_static("Kube-Api-Version");
     pub const SYNTHESIZED: HeaderName = HeaderName::from_static("Kube-Synthesized");
     pub const MSG_ID: HeaderName = HeaderName::from_static("Nats-Msg-Id");
+    pub const PAYLOAD: HeaderName = HeaderName::from_static("Kube-Payload");
 }
+
+/// The value of `Kube-Payload` on a message whose object was cut to its metadata (too large).
+pub const PAYLOAD_TRUNCATED: &str = "truncated";
 
 /// The value of `Kube-Synthesized` on events derived from a list rather than received.
 pub const SYNTHESIZED_RELIST: &str = "relist";
@@ -78,6 +82,29 @@ pub struct OutMessage {
     /// flight at once: per-name order then holds through publish retries, also between a deleted
     /// object and its recreation under the same name (another uid), and per-object order with it.
     pub object_key: u64,
+}
+
+impl OutMessage {
+    /// The bytes NATS counts against its `max_payload`: the payload and the header block.
+    pub fn wire_len(&self) -> usize {
+        const FRAMING: usize = "NATS/1.0\r\n".len() + "\r\n".len();
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|(name, values)| {
+                values
+                    .iter()
+                    .map(|v| {
+                        AsRef::<str>::as_ref(name).len()
+                            + ": ".len()
+                            + v.as_str().len()
+                            + "\r\n".len()
+                    })
+                    .sum::<usize>()
+            })
+            .sum();
+        self.payload.len() + FRAMING + headers
+    }
 }
 
 /// How one watch names and shapes its messages; built once per watch.
@@ -156,6 +183,25 @@ impl MessageBuilder {
             event_type: event.event_type,
             object_key: name_key(meta),
         })
+    }
+
+    /// The message for an object too large to publish whole: its metadata only (as for a
+    /// vanished object), in the watch's payload mode, marked `Kube-Payload: truncated`, so
+    /// subscribers learn that it changed and can fetch it.
+    pub fn truncated(
+        &self,
+        event: &ObjectEvent,
+        synthesized: bool,
+    ) -> Result<OutMessage, BuildError> {
+        let meta_only = ObjectEvent {
+            event_type: event.event_type,
+            meta: event.meta.clone(),
+            object: self.vanished_object(&event.meta),
+            watch_line: None,
+        };
+        let mut message = self.build(&meta_only, synthesized)?;
+        message.headers.insert(header::PAYLOAD, PAYLOAD_TRUNCATED);
+        Ok(message)
     }
 
     fn payload(&self, event: &ObjectEvent) -> Bytes {
@@ -284,6 +330,35 @@ mod tests {
             &m.payload[..],
             br#"{"type":"MODIFIED","object":{"metadata":{}}}"#
         );
+    }
+
+    /// A truncated message keeps subject and headers, adds `Kube-Payload: truncated`, and carries
+    /// only the metadata; `wire_len` counts what NATS counts.
+    #[test]
+    fn truncated_messages_carry_metadata_only() {
+        let b = builder(PayloadMode::Event);
+        let mut big = event(None);
+        big.object = Bytes::from(format!(
+            r#"{{"metadata":{{}},"data":"{}"}}"#,
+            "x".repeat(4096)
+        ));
+        let whole = b.build(&big, false).unwrap();
+        let cut = b.truncated(&big, false).unwrap();
+        assert_eq!(cut.subject, whole.subject);
+        assert_eq!(
+            cut.headers.get(header::PAYLOAD).map(|v| v.as_str()),
+            Some("truncated")
+        );
+        assert_eq!(
+            cut.headers.get(header::MSG_ID),
+            whole.headers.get(header::MSG_ID)
+        );
+        let payload: serde_json::Value = serde_json::from_slice(&cut.payload).unwrap();
+        assert_eq!(payload["type"], "MODIFIED");
+        assert_eq!(payload["object"]["metadata"]["name"], "web.1");
+        assert_eq!(payload["object"]["metadata"]["resourceVersion"], "7");
+        assert_eq!(payload["object"]["kind"], "Pod");
+        assert!(cut.wire_len() < 1024 && whole.wire_len() > 4096);
     }
 
     /// The DELETED of an old uid and the ADDED of a new uid under the same name share a key, so

@@ -98,6 +98,12 @@ impl Outbox {
         }
     }
 
+    /// The largest message (payload and headers) the connected server accepts; `None` before
+    /// the first connection has told.
+    pub fn max_payload(&self) -> Option<usize> {
+        Some(self.nats.client().max_payload()).filter(|&n| n > 0)
+    }
+
     /// Hands one message to NATS; returns once it is accepted (core) or in the ack window (JetStream).
     pub async fn publish(&mut self, msg: OutMessage) {
         match &self.nats {

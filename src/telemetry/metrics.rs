@@ -35,6 +35,7 @@ pub struct Metrics {
     last_event_timestamp: GaugeVec,
     publish_queue_depth: IntGaugeVec,
     jetstream_duplicates: IntCounterVec,
+    events_truncated: IntCounterVec,
     pub nats_connected: IntGauge,
 }
 
@@ -122,6 +123,7 @@ impl Metrics {
             &["watch"],
         )?;
         let jetstream_duplicates = counter("jetstream_duplicates_total", "JetStream acknowledgements flagged duplicate (the stream already held that Nats-Msg-Id).", &["watch"])?;
+        let events_truncated = counter("events_truncated_total", "Events published with their metadata only (Kube-Payload: truncated), by reason: max_payload (larger than the NATS server accepts), max_line_bytes (a watch line over kubernetes.max_line_bytes).", &["watch", "reason"])?;
         let nats_connected = IntGauge::with_opts(opts(
             "nats_connected",
             "1 while connected to a NATS server.",
@@ -158,6 +160,7 @@ impl Metrics {
             last_event_timestamp,
             publish_queue_depth,
             jetstream_duplicates,
+            events_truncated,
             nats_connected,
         })
     }
@@ -191,6 +194,9 @@ impl Metrics {
             last_event_timestamp: self.last_event_timestamp.with_label_values(&[watch]),
             queue_depth: self.publish_queue_depth.with_label_values(&[watch]),
             jetstream_duplicates: self.jetstream_duplicates.with_label_values(&[watch]),
+            truncated_max_payload: self
+                .events_truncated
+                .with_label_values(&[watch, "max_payload"]),
             restarts: self.watch_restarts.clone(),
             relists: self.relists.clone(),
         }
@@ -233,6 +239,8 @@ pub struct WatchMetrics {
     pub last_event_timestamp: Gauge,
     pub queue_depth: IntGauge,
     pub jetstream_duplicates: IntCounter,
+    /// Published with metadata only: larger than the NATS server's `max_payload`.
+    pub truncated_max_payload: IntCounter,
     restarts: IntCounterVec,
     relists: IntCounterVec,
 }

@@ -15,7 +15,8 @@ use crate::config::InitialState;
 use crate::dedupe::{Dedupe, Listed, Vanished, Verdict};
 use crate::event::{EventType, ObjectEvent};
 use crate::kube::client::Verb;
-use crate::publish::{MessageBuilder, Outbox};
+use crate::publish::message::BuildError;
+use crate::publish::{MessageBuilder, OutMessage, Outbox};
 use crate::rbac;
 use crate::telemetry::metrics::WatchMetrics;
 use crate::telemetry::target::TargetGauges;
@@ -154,6 +155,26 @@ impl WatchTask {
         tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %rv, objects = self.dedupe.len(), "synced");
     }
 
+    /// The message for `event`, cut to its metadata (`Kube-Payload: truncated`) when it is larger
+    /// than the NATS server accepts: subscribers still learn that the object changed.
+    fn fitted_message(
+        &self,
+        event: &ObjectEvent,
+        synthesized: bool,
+    ) -> Result<OutMessage, BuildError> {
+        let message = self.messages.build(event, synthesized)?;
+        let Some(limit) = self.outbox.max_payload() else {
+            return Ok(message);
+        };
+        let bytes = message.wire_len();
+        if bytes <= limit {
+            return Ok(message);
+        }
+        self.metrics.truncated_max_payload.inc();
+        tracing::warn!(watch = %self.metrics.watch, namespace = self.namespace(), name = ?event.meta.name, bytes, max_payload = limit, "object larger than the NATS server's max_payload; publishing its metadata only (Kube-Payload: truncated)");
+        self.messages.truncated(event, synthesized)
+    }
+
     /// Announces an object that a list showed to be gone: a synthesized DELETED.
     async fn publish_vanished(&mut self, gone: Vanished) {
         let object = self.messages.vanished_object(&gone.meta);
@@ -186,7 +207,7 @@ impl WatchTask {
         if synthesized {
             self.metrics.synthesized(event.event_type);
         }
-        match self.messages.build(&event, synthesized) {
+        match self.fitted_message(&event, synthesized) {
             Ok(message) => self.outbox.publish(message).await,
             Err(e) => {
                 self.metrics.dropped_subject_too_long.inc();
