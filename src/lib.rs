@@ -16,6 +16,11 @@
 
 #![forbid(unsafe_code)]
 
+// The fuzz properties, included by the decode unit tests, name this crate `kube2nats` as the fuzz
+// crate and the integration tests do.
+#[cfg(test)]
+extern crate self as kube2nats;
+
 pub mod app;
 pub mod backoff;
 pub mod config;

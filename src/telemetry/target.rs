@@ -10,14 +10,21 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
-use super::metrics::WatchMetrics;
+use prometheus::IntGauge;
+
+use super::metrics::WatchSync;
 
 /// Cheap to clone; the clones share one target's share.
 #[derive(Clone)]
 pub struct TargetGauges(Arc<Shares>);
 
 struct Shares {
-    watch: WatchMetrics,
+    /// `watch_synced` and readiness.
+    sync: WatchSync,
+    /// The watch's `tracked_objects`.
+    tracked_objects: IntGauge,
+    /// The watch's `publish_queue_depth`.
+    queue_depth: IntGauge,
     synced: AtomicBool,
     tracked: AtomicI64,
     queued: AtomicI64,
@@ -25,9 +32,11 @@ struct Shares {
 
 impl TargetGauges {
     /// A target that has not listed yet: not synced, nothing tracked or queued.
-    pub fn new(watch: WatchMetrics) -> TargetGauges {
+    pub fn new(sync: WatchSync, tracked_objects: IntGauge, queue_depth: IntGauge) -> TargetGauges {
         TargetGauges(Arc::new(Shares {
-            watch,
+            sync,
+            tracked_objects,
+            queue_depth,
             synced: AtomicBool::new(false),
             tracked: AtomicI64::new(0),
             queued: AtomicI64::new(0),
@@ -37,7 +46,7 @@ impl TargetGauges {
     /// This target completed its list and watches (`true`) or lost its sync (`false`).
     pub fn set_synced(&self, synced: bool) {
         if self.0.synced.swap(synced, Ordering::SeqCst) != synced {
-            self.0.watch.set_target_synced(synced);
+            self.0.sync.set_target_synced(synced);
         }
     }
 
@@ -45,14 +54,14 @@ impl TargetGauges {
     pub fn set_tracked(&self, objects: usize) {
         let now = i64::try_from(objects).unwrap_or(i64::MAX);
         let before = self.0.tracked.swap(now, Ordering::SeqCst);
-        self.0.watch.tracked_objects.add(now - before);
+        self.0.tracked_objects.add(now - before);
     }
 
     /// Messages this target has handed to NATS and not yet seen acknowledged.
     pub fn set_queued(&self, messages: usize) {
         let now = i64::try_from(messages).unwrap_or(i64::MAX);
         let before = self.0.queued.swap(now, Ordering::SeqCst);
-        self.0.watch.queue_depth.add(now - before);
+        self.0.queue_depth.add(now - before);
     }
 
     /// What this target last reported as queued.
@@ -71,18 +80,18 @@ impl TargetGauges {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::telemetry::metrics::Metrics;
 
     /// Two namespaces of one watch: the gauges are sums, and a withdrawn target leaves only the
     /// other's share.
     #[test]
     fn gauges_sum_over_targets_and_a_withdrawn_target_leaves_its_share() {
-        let metrics = Metrics::new().unwrap();
-        let watch = metrics.for_watch("pods", 2);
-        let (a, b) = (
-            TargetGauges::new(watch.clone()),
-            TargetGauges::new(watch.clone()),
+        let (tracked, queued) = (
+            IntGauge::new("t", "t").unwrap(),
+            IntGauge::new("q", "q").unwrap(),
         );
+        let sync = WatchSync::new("pods".into(), IntGauge::new("s", "s").unwrap(), 2);
+        let target = || TargetGauges::new(sync.clone(), tracked.clone(), queued.clone());
+        let (a, b) = (target(), target());
         a.set_queued(3);
         b.set_queued(4);
         a.set_tracked(10);
@@ -90,17 +99,17 @@ mod tests {
         a.set_synced(true);
         b.set_synced(true);
         b.set_synced(true);
-        assert_eq!(watch.queue_depth.get(), 7);
-        assert_eq!(watch.tracked_objects.get(), 15);
-        assert!(watch.is_synced());
+        assert_eq!(queued.get(), 7);
+        assert_eq!(tracked.get(), 15);
+        assert!(sync.is_synced());
         a.set_queued(1);
-        assert_eq!(watch.queue_depth.get(), 5);
+        assert_eq!(queued.get(), 5);
         a.withdraw();
-        assert_eq!(watch.queue_depth.get(), 4);
-        assert_eq!(watch.tracked_objects.get(), 5);
-        assert!(!watch.is_synced());
+        assert_eq!(queued.get(), 4);
+        assert_eq!(tracked.get(), 5);
+        assert!(!sync.is_synced());
         a.withdraw();
         a.set_synced(true);
-        assert!(watch.is_synced(), "no double count after a second withdraw");
+        assert!(sync.is_synced(), "no double count after a second withdraw");
     }
 }

@@ -7,6 +7,7 @@
 //! settled, so the version the watch resumes from is always one whose events are all published.
 
 pub mod machine;
+pub mod metrics;
 pub mod supervise;
 
 use tokio_util::sync::CancellationToken;
@@ -18,9 +19,9 @@ use crate::kube::client::Verb;
 use crate::publish::message::BuildError;
 use crate::publish::{MessageBuilder, OutMessage, Outbox};
 use crate::rbac;
-use crate::telemetry::metrics::WatchMetrics;
 use crate::telemetry::target::TargetGauges;
 use machine::{Machine, Outcome, Restart, RestartReason, State};
+use metrics::WatchMetrics;
 
 pub use machine::{ListReason, Target};
 

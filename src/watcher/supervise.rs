@@ -22,21 +22,21 @@ use std::time::Duration;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::metrics::WatchMetrics;
 use crate::backoff::Backoff;
 use crate::config::BackoffConfig;
-use crate::telemetry::metrics::WatchMetrics;
 use crate::telemetry::target::TargetGauges;
 
 /// Pauses before a crashed task starts again: like the kubelet's CrashLoopBackOff (which caps at
 /// 5 min and forgets after 10 min of running), but starting at 1 s, since a one-off crash should
 /// cost seconds.
-pub const CRASH_BACKOFF: BackoffConfig = BackoffConfig {
-    initial: Duration::from_secs(1),
-    max: Duration::from_secs(300),
-    multiplier: 2.0,
-    jitter: 0.1,
-    reset_after: Duration::from_secs(600),
-};
+pub const CRASH_BACKOFF: BackoffConfig = BackoffConfig::checked(
+    Duration::from_secs(1),
+    Duration::from_secs(300),
+    2.0,
+    0.1,
+    Duration::from_secs(600),
+);
 
 /// The `watch_restarts_total` reason of a task that died.
 pub const RESTART_REASON: &str = "panic";
@@ -124,19 +124,30 @@ mod tests {
     use super::*;
     use crate::telemetry::http::Readiness;
     use crate::telemetry::metrics::Metrics;
+    use crate::watcher::metrics::WatchFamilies;
+
+    /// A fresh registry with the watch stage's families, one watch of one target, and its gauges.
+    fn one_target() -> (Metrics, WatchMetrics, TargetGauges) {
+        let metrics = Metrics::new().unwrap();
+        let watch = WatchFamilies::register(&metrics.registry)
+            .unwrap()
+            .for_watch("pods", 1);
+        let queued = prometheus::IntGauge::new("queued", "queued").unwrap();
+        let gauges = TargetGauges::new(watch.sync.clone(), watch.tracked_objects.clone(), queued);
+        (metrics, watch, gauges)
+    }
 
     /// A task that lists (target synced) and then panics, every time: each death is counted,
     /// takes the target's share out of the gauges (readiness false), and the restarts slow down
     /// (a deterministic crash is not a hot loop); shutdown ends the supervisor.
     #[tokio::test(start_paused = true)]
     async fn a_task_that_keeps_panicking_is_restarted_with_growing_pauses() {
-        let metrics = Metrics::new().unwrap();
-        let watch = metrics.for_watch("pods", 1);
-        let gauges = TargetGauges::new(watch.clone());
+        let (metrics, watch, gauges) = one_target();
         let shutdown = CancellationToken::new();
-        let readiness = Readiness::new(metrics.nats_connected.clone(), shutdown.clone());
-        metrics.nats_connected.set(1);
-        readiness.set_watches(vec![watch.clone()]);
+        let nats_connected = prometheus::IntGauge::new("connected", "connected").unwrap();
+        nats_connected.set(1);
+        let readiness = Readiness::new(nats_connected, shutdown.clone());
+        readiness.set_watches(vec![watch.sync.clone()]);
         let starts = Arc::new(AtomicUsize::new(0));
         let start = {
             let (starts, gauges) = (starts.clone(), gauges.clone());
@@ -188,9 +199,7 @@ mod tests {
     /// A task that stops at shutdown is not restarted and not reported.
     #[tokio::test(start_paused = true)]
     async fn a_task_that_stops_at_shutdown_is_left_alone() {
-        let metrics = Metrics::new().unwrap();
-        let watch = metrics.for_watch("pods", 1);
-        let gauges = TargetGauges::new(watch.clone());
+        let (metrics, watch, gauges) = one_target();
         let shutdown = CancellationToken::new();
         let starts = Arc::new(AtomicUsize::new(0));
         let counted = starts.clone();
