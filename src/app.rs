@@ -18,20 +18,20 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backoff::Backoff;
-use crate::config::{BackoffConfig, Config, NatsMode, RbacCheck, WatchConfig};
-use crate::event::ResourceInfo;
+use crate::config::{BackoffConfig, Config, InitialState, NatsMode, RbacCheck, WatchConfig};
+use crate::event::{EventType, ResourceInfo};
 use crate::kube::client::register_api_requests;
 use crate::kube::credentials;
 use crate::kube::discovery::Discovery;
 use crate::kube::ApiClient;
-use crate::publish::metrics::PublishFamilies;
+use crate::publish::metrics::{PublishFamilies, PublishMetrics};
 use crate::publish::{connect, MessageBuilder, Nats, Outbox};
 use crate::rbac;
 use crate::telemetry::http::{self, Readiness};
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::target::TargetGauges;
 use crate::watcher::machine::{Machine, Target};
-use crate::watcher::metrics::WatchFamilies;
+use crate::watcher::metrics::{WatchFamilies, WatchMetrics};
 use crate::watcher::supervise::supervise;
 use crate::watcher::WatchTask;
 
@@ -171,105 +171,168 @@ async fn run_watches(
     }
 
     let mut tasks = JoinSet::new();
-    let mut all_watch_metrics = Vec::new();
+    let mut syncs = Vec::new();
     let mut all_target_gauges = Vec::new();
-    let max_in_flight = match &config.nats.mode {
-        NatsMode::Core => 1,
-        NatsMode::JetStream(js) => js.max_ack_inflight,
-    };
-    for plan in plans {
-        let watch = plan.watch;
-        let watch_metrics = metrics.watch.for_watch(&watch.name, plan.namespaces.len());
-        let publish_metrics = metrics
+    for plan in &plans {
+        let name = &plan.watch.name;
+        let watch = metrics.watch.for_watch(name, plan.namespaces.len());
+        let publish = metrics
             .publish
-            .for_watch(&watch.name, metrics.watch.dropped_too_large(&watch.name));
-        all_watch_metrics.push((watch_metrics.sync.clone(), publish_metrics.clone()));
-        for namespace in plan.namespaces {
+            .for_watch(name, metrics.watch.dropped_too_large(name));
+        syncs.push(watch.sync.clone());
+        for namespace in &plan.namespaces {
             // Every line a watch task logs (its publishes included) carries these fields.
-            let span = tracing::info_span!("watch", watch = %watch.name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
-            let namespace_label = namespace.as_deref().unwrap_or("*").to_owned();
-            let target = Arc::new(Target {
-                resource: plan.resource.clone(),
-                namespace,
-                label_selector: watch.label_selector.clone(),
-                field_selector: watch.field_selector.clone(),
-                page_size: config.kubernetes.list_page_size,
-                watch_timeout: config.kubernetes.watch_timeout,
-                streaming_list: config.kubernetes.streaming_list,
-                max_line_bytes: config.kubernetes.max_line_bytes,
-            });
-            let messages = MessageBuilder::new(
-                watch.subject.clone(),
-                watch.subject_prefix.clone(),
-                watch.cluster.clone(),
-                plan.resource.clone(),
-                watch.payload,
-            );
+            let span = tracing::info_span!("watch", watch = %name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
+            let parts = TaskParts {
+                config: &config,
+                client: &client,
+                nats: &nats,
+                plan,
+            };
             let gauges = TargetGauges::new(
-                watch_metrics.sync.clone(),
-                watch_metrics.tracked_objects.clone(),
-                publish_metrics.queue_depth.clone(),
+                watch.sync.clone(),
+                watch.tracked_objects.clone(),
+                publish.queue_depth.clone(),
             );
             all_target_gauges.push(gauges.clone());
-            // A fresh task from the same parts, for the first start and after a crash.
-            let start = {
-                let (client, nats, backoff) =
-                    (client.clone(), nats.clone(), config.kubernetes.backoff);
-                let (events, initial_state) = (watch.events.clone(), watch.initial_state);
-                let (watch_metrics, publish_metrics, gauges) = (
-                    watch_metrics.clone(),
-                    publish_metrics.clone(),
-                    gauges.clone(),
-                );
-                move |stop: CancellationToken| {
-                    let machine =
-                        Machine::new(client.clone(), target.clone(), Backoff::new(backoff));
-                    let outbox = Outbox::new(
-                        nats.clone(),
-                        max_in_flight,
-                        publish_metrics.clone(),
-                        gauges.clone(),
-                    );
-                    let task = WatchTask::new(
-                        machine,
-                        outbox,
-                        messages.clone(),
-                        events.clone(),
-                        initial_state,
-                        watch_metrics.clone(),
-                        gauges.clone(),
-                    );
-                    task.run(stop).instrument(span.clone())
-                }
-            };
+            let factory = parts.watch_task(
+                namespace.clone(),
+                watch.clone(),
+                publish.clone(),
+                gauges.clone(),
+            );
+            let start = move |stop| factory.build().run(stop).instrument(span.clone());
+            let namespace = namespace.as_deref().unwrap_or("*").to_owned();
             tasks.spawn(supervise(
                 start,
-                watch_metrics.clone(),
+                watch.clone(),
                 gauges,
-                namespace_label,
+                namespace,
                 shutdown.clone(),
             ));
         }
     }
-    readiness.set_watches(
-        all_watch_metrics
-            .iter()
-            .map(|(sync, _)| sync.clone())
-            .collect(),
-    );
+    readiness.set_watches(syncs);
 
     shutdown.cancelled().await;
-    tracing::info!(grace_period = ?config.shutdown.grace_period, "shutting down: stopping watches and publishing what is in flight");
-    let drained = tokio::time::timeout(config.shutdown.grace_period, async {
+    drain(tasks, config.shutdown.grace_period, &all_target_gauges).await
+}
+
+/// What one watch target's task is built from.
+struct TaskParts<'a> {
+    config: &'a Config,
+    client: &'a Arc<ApiClient>,
+    nats: &'a Nats,
+    plan: &'a WatchPlan<'a>,
+}
+
+impl TaskParts<'_> {
+    /// What starts the task of one target (`namespace: None`: all namespaces): its list+watch
+    /// state machine, its outbox and the messages it builds.
+    fn watch_task(
+        &self,
+        namespace: Option<String>,
+        watch_metrics: WatchMetrics,
+        publish_metrics: PublishMetrics,
+        gauges: TargetGauges,
+    ) -> TaskFactory {
+        let (config, watch) = (self.config, self.plan.watch);
+        let target = Arc::new(Target {
+            resource: self.plan.resource.clone(),
+            namespace,
+            label_selector: watch.label_selector.clone(),
+            field_selector: watch.field_selector.clone(),
+            page_size: config.kubernetes.list_page_size,
+            watch_timeout: config.kubernetes.watch_timeout,
+            streaming_list: config.kubernetes.streaming_list,
+            max_line_bytes: config.kubernetes.max_line_bytes,
+        });
+        let messages = MessageBuilder::new(
+            watch.subject.clone(),
+            watch.subject_prefix.clone(),
+            watch.cluster.clone(),
+            self.plan.resource.clone(),
+            watch.payload,
+        );
+        let max_in_flight = match &config.nats.mode {
+            NatsMode::Core => 1,
+            NatsMode::JetStream(js) => js.max_ack_inflight,
+        };
+        TaskFactory {
+            client: self.client.clone(),
+            target,
+            backoff: config.kubernetes.backoff,
+            nats: self.nats.clone(),
+            max_in_flight,
+            messages,
+            events: watch.events.clone(),
+            initial_state: watch.initial_state,
+            watch_metrics,
+            publish_metrics,
+            gauges,
+        }
+    }
+}
+
+/// Everything one target's task is made of, owned, so that its supervisor can build a fresh task
+/// after a crash.
+struct TaskFactory {
+    client: Arc<ApiClient>,
+    target: Arc<Target>,
+    backoff: BackoffConfig,
+    nats: Nats,
+    max_in_flight: usize,
+    messages: MessageBuilder,
+    events: Vec<EventType>,
+    initial_state: InitialState,
+    watch_metrics: WatchMetrics,
+    publish_metrics: PublishMetrics,
+    gauges: TargetGauges,
+}
+
+impl TaskFactory {
+    fn build(&self) -> WatchTask {
+        let machine = Machine::new(
+            self.client.clone(),
+            self.target.clone(),
+            Backoff::new(self.backoff),
+        );
+        let outbox = Outbox::new(
+            self.nats.clone(),
+            self.max_in_flight,
+            self.publish_metrics.clone(),
+            self.gauges.clone(),
+        );
+        WatchTask::new(
+            machine,
+            outbox,
+            self.messages.clone(),
+            self.events.clone(),
+            self.initial_state,
+            self.watch_metrics.clone(),
+            self.gauges.clone(),
+        )
+    }
+}
+
+/// Waits for the watch tasks, which publish what they hold and stop, within the grace period;
+/// past it, aborts them and says how much was abandoned.
+async fn drain(
+    mut tasks: JoinSet<()>,
+    grace_period: Duration,
+    targets: &[TargetGauges],
+) -> anyhow::Result<()> {
+    tracing::info!(grace_period = ?grace_period, "shutting down: stopping watches and publishing what is in flight");
+    let drained = tokio::time::timeout(grace_period, async {
         while tasks.join_next().await.is_some() {}
     })
     .await;
     if drained.is_err() {
-        let abandoned: i64 = all_target_gauges.iter().map(TargetGauges::queued).sum();
+        let abandoned: i64 = targets.iter().map(TargetGauges::queued).sum();
         tasks.abort_all();
         anyhow::bail!(
             "shutdown grace period of {:?} exceeded: abandoned {abandoned} unacknowledged message(s) and the events being published by {} watch task(s); they will be re-announced by the next start's list",
-            config.shutdown.grace_period,
+            grace_period,
             tasks.len()
         );
     }
