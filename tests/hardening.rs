@@ -212,3 +212,118 @@ async fn publish_queue_depth_sums_a_watchs_namespaces() {
     daemon.shutdown();
     let _ = daemon.wait().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// No secret in any output.
+
+/// With debug logging, a NATS URL holding a password and an API server reached over plain
+/// http:// with a token: the password appears in no log line (the NATS client logs its server
+/// addresses, so credentials are taken out of them), and one warning says the token travels in
+/// clear.
+#[tokio::test]
+async fn debug_logs_show_no_password_and_warn_about_a_token_over_http() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token = token_file(dir.path(), INITIAL_TOKEN);
+    let text = format!(
+        "{}\n[nats]\nurl = \"nats://kube:s3cr3t-pw@127.0.0.1:{}\"\n{PODS_WATCH}",
+        kube_section(&sim, &token),
+        free_port()
+    );
+    let file = dir.path().join("kube2nats.toml");
+    std::fs::write(&file, text).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kube2nats"))
+        .arg("--config")
+        .arg(&file)
+        .env("RUST_LOG", "debug")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting kube2nats");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines = Vec::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    // Two failed NATS connection attempts (logged by the client with its server address) and
+    // a request to the API server (which carries the token).
+    while lines
+        .iter()
+        .filter(|l: &&String| l.contains("connection attempt failed"))
+        .count()
+        < 2
+        || !lines.iter().any(|l| l.contains("connected to 127.0.0.1"))
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "log so far:\n{}",
+            lines.join("\n")
+        );
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) {
+            lines.push(line);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = reader.join();
+    lines.extend(rx.try_iter());
+    let log = lines.join("\n");
+    assert!(!log.contains("s3cr3t-pw"), "a password in the log:\n{log}");
+    assert!(!log.contains(INITIAL_TOKEN), "the token in the log:\n{log}");
+    let warnings = lines
+        .iter()
+        .filter(|l| l.contains("bearer token is sent over plain http://"))
+        .count();
+    assert_eq!(
+        warnings, 1,
+        "one warning about the token over http://:\n{log}"
+    );
+}
+
+/// Credentials written into the NATS URL authenticate (async-nats itself ignores them; kube2nats
+/// passes them to the client as options, which also keeps them out of its logged addresses): a
+/// user and password, and a token.
+#[tokio::test]
+async fn credentials_in_the_nats_url_authenticate() {
+    use kube2nats_harness::nats::{NatsAuth, NatsOptions};
+    let user = || async_nats::ConnectOptions::with_user_and_password("kube".into(), "pw".into());
+    let token = || async_nats::ConnectOptions::with_token("t0ken".into());
+    for (auth, userinfo, options) in [
+        (
+            NatsAuth::UserPassword("kube".into(), "pw".into()),
+            "kube:pw@",
+            user(),
+        ),
+        (NatsAuth::Token("t0ken".into()), "t0ken@", token()),
+    ] {
+        let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+        let nats = NatsServer::start_with(NatsOptions {
+            auth: auth.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let url_with = nats.url().replace("nats://", &format!("nats://{userinfo}"));
+        let nc = options.connect(nats.url()).await.unwrap();
+        let mut inbox = Inbox::subscribe(&nc, "kube.>").await;
+        let dir = tempfile::tempdir().unwrap();
+        let token = token_file(dir.path(), INITIAL_TOKEN);
+        let text = format!(
+            "{}\n[nats]\nurl = \"{url_with}\"\n{PODS_WATCH}",
+            kube_section(&sim, &token)
+        );
+        let daemon = kube2nats::app::start(config_from(&text)).await.unwrap();
+        sim.create("pods", Some("default"), pod("web"));
+        added(&mut inbox, "web").await;
+        daemon.shutdown();
+        daemon.wait().await.unwrap();
+    }
+}

@@ -44,6 +44,14 @@ pub struct ApiClient {
     api_requests: IntCounterVec,
 }
 
+/// The `Authorization` header for `token`, marked sensitive so that no debug output of the
+/// request (ours or the HTTP stack's) shows it; `None` for a token no header can carry.
+fn bearer(token: &str) -> Option<reqwest::header::HeaderValue> {
+    let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).ok()?;
+    value.set_sensitive(true);
+    Some(value)
+}
+
 /// The API verbs kube2nats uses, as they appear in the `verb` label and in RBAC rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verb {
@@ -101,6 +109,9 @@ impl ApiClient {
         if endpoint.insecure_skip_tls_verify {
             tracing::warn!("TLS verification of the API server is OFF (kubernetes.insecure_skip_tls_verify = true): anyone on the path can impersonate it");
             builder = builder.danger_accept_invalid_certs(true);
+        }
+        if endpoint.token.is_some() && endpoint.base_url.scheme() == "http" {
+            tracing::warn!(api_server = %endpoint.base_url, "the bearer token is sent over plain http://: anyone on the path can read it (use https://, or http:// only to a local kubectl proxy without a token)");
         }
         let http = builder.build().map_err(|source| CredentialsError::Tls {
             what: "HTTP client",
@@ -187,7 +198,12 @@ impl ApiClient {
         request = request.header(ACCEPT, "application/json");
         if let Some(token) = &self.token {
             match token.current() {
-                Ok(t) => request = request.header(AUTHORIZATION, format!("Bearer {t}")),
+                Ok(t) => match bearer(&t) {
+                    Some(value) => request = request.header(AUTHORIZATION, value),
+                    None => {
+                        tracing::warn!("the bearer token holds characters an HTTP header cannot; sending the request without it")
+                    }
+                },
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read the bearer token; sending the request without it")
                 }
@@ -291,6 +307,15 @@ mod tests {
             kind: String::new(),
             namespaced: true,
         }
+    }
+
+    /// The `Authorization` header is marked sensitive, so debug output of a request hides it.
+    #[test]
+    fn the_bearer_header_is_sensitive() {
+        let value = bearer("s3cr3t").unwrap();
+        assert!(value.is_sensitive());
+        assert!(!format!("{value:?}").contains("s3cr3t"));
+        assert!(bearer("line\nbreak").is_none());
     }
 
     #[test]
