@@ -327,3 +327,39 @@ async fn credentials_in_the_nats_url_authenticate() {
         daemon.wait().await.unwrap();
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Configuration that cannot work is refused at start.
+
+/// `kube2nats --check-config FILE`: exit code and stderr.
+fn check_config(text: &str) -> (Option<i32>, String) {
+    let file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    std::fs::write(file.path(), text).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube2nats"))
+        .arg("--check-config")
+        .arg(file.path())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A JetStream stream whose subjects match none of a watch's subjects (here: the prefix differs)
+/// exits 2 naming the key; label selectors with `>` and `<`, which Kubernetes accepts, pass.
+#[test]
+fn a_stream_that_cannot_store_the_watches_exits_2_and_gt_lt_selectors_pass() {
+    let stream = "[nats]\nmode = \"jetstream\"\n[nats.jetstream.stream]\nname = \"KUBE\"\n";
+    let (code, stderr) = check_config(&format!("{stream}subjects = [\"k8s.>\"]\n{PODS_WATCH}"));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr
+            .contains("nats.jetstream.stream.subjects: [\"k8s.>\"] match no subject of watches[0]"),
+        "{stderr}"
+    );
+    let (code, stderr) = check_config(&format!(
+        "{stream}subjects = [\"kube.core.>\"]\n{PODS_WATCH}label_selector = \"tier>1,rev<3\"\n"
+    ));
+    assert_eq!(code, Some(0), "{stderr}");
+}

@@ -25,6 +25,7 @@
 //! This file holds the typed values, the contract with the rest of the crate, and [`load`].
 
 mod check;
+mod coverage;
 mod error;
 mod raw;
 mod selector;
