@@ -35,6 +35,10 @@ use crate::watcher::metrics::{WatchFamilies, WatchMetrics};
 use crate::watcher::supervise::supervise;
 use crate::watcher::WatchTask;
 
+/// How long the NATS connection may take to drain at shutdown, after the watches' grace period:
+/// enough for a reachable server, and keeps the whole shutdown within grace period + 2 s.
+const NATS_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// A running kube2nats.
 pub struct Daemon {
     pub metrics: Metrics,
@@ -141,8 +145,13 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         tokio::spawn(async move {
             let result =
                 run_watches(config, client, nats.clone(), stages, readiness, shutdown).await;
-            if let Err(e) = nats.client().drain().await {
-                tracing::debug!(error = %e, "draining the NATS connection failed");
+            // Draining waits for the server; with NATS down it would wait forever.
+            match tokio::time::timeout(NATS_DRAIN_TIMEOUT, nats.client().drain()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::debug!(error = %e, "draining the NATS connection failed"),
+                Err(_) => {
+                    tracing::warn!(timeout = ?NATS_DRAIN_TIMEOUT, "NATS connection not drained in time (NATS unreachable?); messages still in the client's buffer are lost")
+                }
             }
             http_stop.cancel();
             let _ = http_task.await;

@@ -363,3 +363,67 @@ fn a_stream_that_cannot_store_the_watches_exits_2_and_gt_lt_selectors_pass() {
     ));
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Shutdown never hangs.
+
+/// The real binary publishing to a NATS server that is down, with a tiny client queue (core
+/// mode) and a steady stream of changes, so that a publish is waiting when SIGTERM comes.
+fn stuck_publisher(sim: &ApiServer, dir: &tempfile::TempDir, grace: &str) -> Process {
+    let token = token_file(dir.path(), INITIAL_TOKEN);
+    let text = format!(
+        "{}\n[nats]\nurl = \"nats://127.0.0.1:{}\"\nqueue_capacity = 8\n{PODS_WATCH}",
+        kube_section(sim, &token).replace(
+            "grace_period = \"5s\"",
+            &format!("grace_period = \"{grace}\"")
+        ),
+        free_port()
+    );
+    for i in 0..50 {
+        sim.create("pods", Some("default"), pod(&format!("p{i}")));
+    }
+    let process = Process::spawn(&text);
+    process.line_with(&["listing"]);
+    process
+}
+
+/// SIGTERM while NATS is down and a publish waits for room: kube2nats exits with code 1 within
+/// the grace period and 2 s, saying what it abandoned; it never waits for SIGKILL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_nats_down_exits_1_within_the_grace_period() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = stuck_publisher(&sim, &dir, "2s");
+    std::thread::sleep(Duration::from_millis(500));
+    daemon.terminate();
+    let (code, took) = daemon.wait_exit(Duration::from_secs(15));
+    let log = daemon.rest();
+    assert_eq!(code, Some(1), "{log}");
+    assert!(
+        took < Duration::from_secs(4),
+        "exited after {took:?}:\n{log}"
+    );
+    assert!(
+        log.contains("shutdown grace period of 2s exceeded: abandoned"),
+        "{log}"
+    );
+}
+
+/// A second SIGTERM exits at once, however long the grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_exits_at_once() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = stuck_publisher(&sim, &dir, "60s");
+    std::thread::sleep(Duration::from_millis(500));
+    daemon.terminate();
+    daemon.line_with(&["shutting down"]);
+    daemon.terminate();
+    let (code, took) = daemon.wait_exit(Duration::from_secs(15));
+    let log = daemon.rest();
+    assert_eq!(code, Some(1), "{log}");
+    assert!(
+        took < Duration::from_secs(3),
+        "exited after {took:?}:\n{log}"
+    );
+}
