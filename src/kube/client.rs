@@ -170,7 +170,8 @@ impl ApiClient {
             .unwrap_or("")
             .to_owned();
         if !content_type.is_empty() && !content_type.contains("json") {
-            let body = read_limited(response).await;
+            let deadline = tokio::time::Instant::now() + self.request_timeout;
+            let body = read_limited(response, deadline).await;
             return Err(ApiError::UnexpectedBody(format!(
                 "watch answered with content-type {content_type:?}, not JSON: {}",
                 super::error::body_excerpt(&body)
@@ -239,7 +240,10 @@ impl ApiClient {
             }
         }
         let retry_after = retry_after(response.headers());
-        let body = read_limited(response).await;
+        // A watch's response has no whole-request timeout, and a proxy may send an error's
+        // headers and then stall: its body gets the request timeout too.
+        let deadline = tokio::time::Instant::now() + self.request_timeout;
+        let body = read_limited(response, deadline).await;
         Err(ApiError::from_response(code, retry_after, &body))
     }
 
@@ -254,10 +258,11 @@ impl ApiClient {
     }
 }
 
-/// Reads at most [`MAX_ERROR_BODY_BYTES`] of a body; a failure mid-body keeps what arrived.
-async fn read_limited(mut response: reqwest::Response) -> Vec<u8> {
+/// Reads at most [`MAX_ERROR_BODY_BYTES`] of a body until `deadline`; a failure or the deadline
+/// mid-body keeps what arrived.
+async fn read_limited(mut response: reqwest::Response, deadline: tokio::time::Instant) -> Vec<u8> {
     let mut body = Vec::new();
-    while let Ok(Some(chunk)) = response.chunk().await {
+    while let Ok(Ok(Some(chunk))) = tokio::time::timeout_at(deadline, response.chunk()).await {
         let room = MAX_ERROR_BODY_BYTES - body.len();
         body.extend_from_slice(&chunk[..chunk.len().min(room)]);
         if body.len() >= MAX_ERROR_BODY_BYTES {
@@ -307,6 +312,25 @@ mod tests {
             kind: String::new(),
             namespaced: true,
         }
+    }
+
+    /// An error response whose body stalls after its first bytes is read until the deadline,
+    /// keeping what arrived, instead of forever.
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_error_body_is_read_until_the_deadline() {
+        use futures_util::StreamExt;
+        let first = futures_util::stream::iter([Ok::<_, std::io::Error>(
+            bytes::Bytes::from_static(b"{\"kind\":\"Status\""),
+        )]);
+        let stalled = first.chain(futures_util::stream::pending());
+        let response = reqwest::Response::from(axum::http::Response::new(
+            reqwest::Body::wrap_stream(stalled),
+        ));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let body = tokio::time::timeout(Duration::from_secs(60), read_limited(response, deadline))
+            .await
+            .expect("the body read ends at its deadline");
+        assert_eq!(body, b"{\"kind\":\"Status\"");
     }
 
     /// The `Authorization` header is marked sensitive, so debug output of a request hides it.
