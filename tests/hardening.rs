@@ -427,3 +427,37 @@ async fn a_second_sigterm_exits_at_once() {
         "exited after {took:?}:\n{log}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Every read has a deadline.
+
+/// A watch answered by the headers of a 500 whose body never comes (a stalling proxy): the
+/// body read ends at the request timeout, the watch backs off and reopens, and the next change
+/// is published.
+#[tokio::test]
+async fn a_watch_error_that_stalls_after_its_headers_does_not_hang_the_watch() {
+    use kube2nats_harness::apiserver::{Failure, RequestFilter};
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token = token_file(dir.path(), INITIAL_TOKEN);
+    let text = format!(
+        "{}\n[nats]\nurl = \"{}\"\n{PODS_WATCH}",
+        kube_section(&sim, &token).replace(
+            "watch_timeout = \"30s\"",
+            "watch_timeout = \"30s\"\nrequest_timeout = \"1s\""
+        ),
+        nats.url()
+    );
+    let nc = async_nats::connect(nats.url()).await.unwrap();
+    let mut inbox = Inbox::subscribe(&nc, "kube.>").await;
+    let daemon = kube2nats::app::start(config_from(&text)).await.unwrap();
+    assert!(sim.wait_for_watches(1, WAIT).await, "the watch opened");
+
+    sim.fail_next_matching(1, RequestFilter::Watch, Failure::StallAfterHeaders);
+    sim.drop_watches();
+    sim.create("pods", Some("default"), pod("after"));
+    added(&mut inbox, "after").await;
+    daemon.shutdown();
+    let _ = daemon.wait().await;
+}

@@ -188,6 +188,9 @@ async fn serve(
     let is_collection_get =
         matches!(&route, Ok(Route::Resource { name: None, .. })) && method == Method::GET;
     if let Some(failure) = shared.take_failure(is_collection_get && !watch, watch) {
+        if failure == super::Failure::StallAfterHeaders {
+            return Ok(stalled_response());
+        }
         return Err(failure.to_error());
     }
     match route? {
@@ -614,6 +617,20 @@ async fn read_json(body: Body) -> Result<Value, ApiError> {
             "the body of the request was in an unknown format: {e}"
         ))
     })
+}
+
+/// A 500 whose announced JSON body never arrives.
+fn stalled_response() -> Response {
+    let never = futures_util::stream::pending::<Result<Bytes, std::io::Error>>();
+    let mut response = Response::new(Body::from_stream(never));
+    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("200"));
+    response
 }
 
 fn json_response(status: StatusCode, value: &Value) -> Response {

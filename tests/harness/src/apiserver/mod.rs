@@ -150,6 +150,8 @@ pub enum Failure {
         /// `Retry-After` seconds.
         retry_after_secs: u64,
     },
+    /// The headers of a 500 that announce a body, which then never comes: a proxy that stalls.
+    StallAfterHeaders,
 }
 
 impl Failure {
@@ -162,7 +164,7 @@ impl Failure {
                 None,
             )
             .with_retry_after(retry_after_secs),
-            Failure::Internal => ApiError::new(
+            Failure::Internal | Failure::StallAfterHeaders => ApiError::new(
                 500,
                 "InternalError",
                 "Internal error occurred: injected failure",
