@@ -25,6 +25,10 @@ use tokio::sync::mpsc;
 /// How long a test waits for something that should happen promptly.
 pub const WAIT: Duration = Duration::from_secs(10);
 
+/// How long a test listens for a message that must not come: a repeat caused by a publish retry
+/// or a watch resume arrives after a backoff of a second or two, so shorter windows prove little.
+pub const QUIET: Duration = Duration::from_millis(2500);
+
 /// Backoff short enough for tests, with no jitter so delays are predictable.
 pub const FAST_BACKOFF: BackoffConfig = BackoffConfig {
     initial: Duration::from_millis(50),
