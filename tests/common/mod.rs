@@ -585,6 +585,24 @@ impl CoreTap {
         self.seen.lock().unwrap().len()
     }
 
+    /// Every message counted, in arrival order.
+    pub fn keys(&self) -> Vec<EventKey> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, _, _)| k.clone())
+            .collect()
+    }
+
+    /// Per uid, the resourceVersion and type of the last message that arrived.
+    pub fn last_by_uid(&self) -> HashMap<String, (String, String)> {
+        self.keys()
+            .into_iter()
+            .map(|(uid, rv, t)| (uid, (rv, t)))
+            .collect()
+    }
+
     /// Repeats kube2nats cannot blame on NATS (each a problem), and the number of repeats a
     /// restart explains. A JetStream publish made while NATS is down sits in the client's queue;
     /// when its acknowledgement times out kube2nats publishes it again, and after the restart both
