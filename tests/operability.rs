@@ -443,6 +443,12 @@ async fn shutdown_during_a_busy_stream_publishes_everything_read() {
         received,
         "every event read was published before exit"
     );
+    let published = value(
+        &text,
+        "kube2nats_events_published_total",
+        &[("watch", "pods"), ("type", "ADDED")],
+    );
+    assert_eq!(published, received, "and acknowledged before exit");
 }
 
 /// SIGTERM to the real process during a busy stream: exit 0 within the grace period.
