@@ -811,6 +811,19 @@ fn streaming_requests(sim: &ApiServer) -> usize {
         .count()
 }
 
+/// One streaming list asked for, one fallback to paged lists counted.
+fn assert_fell_back_once(env: &Env) {
+    assert_eq!(streaming_requests(&env.sim), 1, "asked once");
+    assert_eq!(
+        pods_metric(
+            env,
+            "kube2nats_relists_total",
+            ("reason", "streaming_unsupported")
+        ),
+        1.0
+    );
+}
+
 /// A server that refuses `sendInitialEvents` (422: the WatchList feature is off) gets paged lists
 /// from then on, for the first list and for every relist; every object is announced once.
 #[tokio::test]
@@ -842,15 +855,7 @@ async fn streaming_list_refused_falls_back_to_paged_lists_for_good() {
     env.sim.create("pods", Some("default"), pod("d"));
     assert_eq!(inbox.next().await.short(), "ADDED d");
     inbox.quiet_for(QUIET).await;
-    assert_eq!(streaming_requests(&env.sim), 1, "asked once, refused");
-    assert_eq!(
-        pods_metric(
-            &env,
-            "kube2nats_relists_total",
-            ("reason", "streaming_unsupported")
-        ),
-        1.0
-    );
+    assert_fell_back_once(&env);
     let lists = env
         .sim
         .requests()
@@ -887,15 +892,7 @@ async fn streaming_list_ignored_falls_back_at_the_first_live_event() {
     env.sim.create("pods", Some("default"), pod("c"));
     assert_eq!(inbox.next().await.short(), "ADDED c");
     inbox.quiet_for(QUIET).await;
-    assert_eq!(
-        pods_metric(
-            &env,
-            "kube2nats_relists_total",
-            ("reason", "streaming_unsupported")
-        ),
-        1.0
-    );
-    assert_eq!(streaming_requests(&env.sim), 1);
+    assert_fell_back_once(&env);
 }
 
 /// The same server with no change to show it: the plain watch ends at its timeout without the
@@ -917,15 +914,7 @@ async fn streaming_list_ignored_falls_back_when_the_stream_ends() {
     env.sim.create("pods", Some("default"), pod("c"));
     assert_eq!(inbox.next().await.short(), "ADDED c");
     inbox.quiet_for(QUIET).await;
-    assert_eq!(
-        pods_metric(
-            &env,
-            "kube2nats_relists_total",
-            ("reason", "streaming_unsupported")
-        ),
-        1.0
-    );
-    assert_eq!(streaming_requests(&env.sim), 1);
+    assert_fell_back_once(&env);
 }
 
 /// After a fail-over to an API server whose watch cache is behind what kube2nats has seen, the

@@ -80,23 +80,7 @@ async fn nats_outage_in_jetstream_mode_loses_nothing_and_repeats_nothing() {
 
     nats.stop().await;
     tap.server_stopped().await;
-    let mut peak = baseline;
-    for i in 0..OUTAGE_UPDATES {
-        let name = format!("p{:02}", i % OBJECTS);
-        sim.update("pods", Some("default"), &name, |o| {
-            o["metadata"]["labels"]["n"] = i.to_string().into()
-        });
-        if i % 100 == 0 {
-            peak = peak.max(rss_kib(pid));
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-    sim.delete("pods", Some("default"), "p00");
-    sim.create("pods", Some("default"), big_pod("late"));
-    for _ in 0..20 {
-        peak = peak.max(rss_kib(pid));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let peak = change_during_outage(&sim, OBJECTS, pid).await.max(baseline);
     eventually("the API server terminates the watch nobody reads", || {
         sim.terminated_watches() >= 1
     })
@@ -198,6 +182,29 @@ async fn nats_outage_in_jetstream_mode_loses_nothing_and_repeats_nothing() {
     );
 }
 
+/// The outage's changes: `OUTAGE_UPDATES` updates over the `objects` pods, then `p00` deleted and
+/// `late` created. Returns the peak RSS of `pid` meanwhile.
+async fn change_during_outage(sim: &ApiServer, objects: usize, pid: u32) -> u64 {
+    let mut peak = 0;
+    for i in 0..OUTAGE_UPDATES {
+        let name = format!("p{:02}", i % objects);
+        sim.update("pods", Some("default"), &name, |o| {
+            o["metadata"]["labels"]["n"] = i.to_string().into()
+        });
+        if i % 100 == 0 {
+            peak = peak.max(rss_kib(pid));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    sim.delete("pods", Some("default"), "p00");
+    sim.create("pods", Some("default"), big_pod("late"));
+    for _ in 0..20 {
+        peak = peak.max(rss_kib(pid));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    peak
+}
+
 async fn scrape(port: u16) -> String {
     reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
         .await
@@ -248,23 +255,7 @@ async fn nats_outage_in_core_mode_applies_backpressure_and_bounds_memory() {
 
     nats.stop().await;
     tap.server_stopped().await;
-    let mut peak = baseline;
-    for i in 0..OUTAGE_UPDATES {
-        let name = format!("p{:02}", i % OBJECTS);
-        sim.update("pods", Some("default"), &name, |o| {
-            o["metadata"]["labels"]["n"] = i.to_string().into()
-        });
-        if i % 100 == 0 {
-            peak = peak.max(rss_kib(pid));
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-    sim.delete("pods", Some("default"), "p00");
-    sim.create("pods", Some("default"), big_pod("late"));
-    for _ in 0..20 {
-        peak = peak.max(rss_kib(pid));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let peak = change_during_outage(&sim, OBJECTS, pid).await.max(baseline);
     let read_during_outage = received(&scrape(port).await) - received_before;
     assert!(daemon.is_running(), "kube2nats died during the outage");
     let growth_kib = peak.saturating_sub(baseline);

@@ -336,21 +336,32 @@ pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 /// The value of a sample in a Prometheus text exposition, e.g.
 /// `metric(&text, "kube2nats_events_published_total", &[("watch", "pods"), ("type", "ADDED")])`.
 pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples(text, name, labels).next()
+}
+
+/// The sum of every sample of `name` that has `labels` (e.g. over all watches).
+pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples(text, name, labels).sum()
+}
+
+/// The values of the samples of `name` that carry every one of `labels`.
+fn samples<'a>(
+    text: &'a str,
+    name: &'a str,
+    labels: &'a [(&'a str, &'a str)],
+) -> impl Iterator<Item = f64> + 'a {
     text.lines()
         .filter(|l| !l.starts_with('#'))
-        .find_map(|line| {
+        .filter_map(move |line| {
             let (series, value) = line.rsplit_once(' ')?;
             let (metric_name, label_text) = match series.split_once('{') {
                 Some((n, rest)) => (n, rest.trim_end_matches('}')),
                 None => (series, ""),
             };
-            if metric_name != name {
-                return None;
-            }
             let all = labels
                 .iter()
                 .all(|(k, v)| label_text.split(',').any(|kv| kv == format!("{k}=\"{v}\"")));
-            if all {
+            if metric_name == name && all {
                 value.parse().ok()
             } else {
                 None
@@ -652,22 +663,4 @@ impl Process {
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
-}
-
-/// The sum of every sample of `name` that has `labels` (e.g. over all watches).
-pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let (metric_name, label_text) = match series.split_once('{') {
-                Some((n, rest)) => (n, rest.trim_end_matches('}')),
-                None => (series, ""),
-            };
-            let all = labels
-                .iter()
-                .all(|(k, v)| label_text.split(',').any(|kv| kv == format!("{k}=\"{v}\"")));
-            (metric_name == name && all).then(|| value.parse::<f64>().ok())?
-        })
-        .sum()
 }
