@@ -51,6 +51,7 @@ pub enum Verb {
     List,
     Watch,
     Create,
+    Update,
 }
 
 impl Verb {
@@ -60,6 +61,7 @@ impl Verb {
             Verb::List => "list",
             Verb::Watch => "watch",
             Verb::Create => "create",
+            Verb::Update => "update",
         }
     }
 }
@@ -131,14 +133,29 @@ impl ApiClient {
         self.read_body(response).await
     }
 
-    /// POST a JSON body (access reviews).
+    /// POST a JSON body (access reviews, a Lease's creation).
     pub async fn create(&self, path: &str, body: &serde_json::Value) -> Result<Bytes, ApiError> {
-        let request = self
-            .http
-            .post(self.url(path, &[]))
+        let request = self.http.post(self.url(path, &[]));
+        self.send_json(Verb::Create, request, body).await
+    }
+
+    /// PUT a whole object (a Lease renewal); the API server refuses it with 409 Conflict when the
+    /// body's `metadata.resourceVersion` is not the object's current one.
+    pub async fn update(&self, path: &str, body: &serde_json::Value) -> Result<Bytes, ApiError> {
+        let request = self.http.put(self.url(path, &[]));
+        self.send_json(Verb::Update, request, body).await
+    }
+
+    async fn send_json(
+        &self,
+        verb: Verb,
+        request: reqwest::RequestBuilder,
+        body: &serde_json::Value,
+    ) -> Result<Bytes, ApiError> {
+        let request = request
             .header(CONTENT_TYPE, "application/json")
             .body(body.to_string());
-        let response = self.send(Verb::Create, request, true).await?;
+        let response = self.send(verb, request, true).await?;
         self.read_body(response).await
     }
 
