@@ -11,9 +11,9 @@
 //! The state is per watch target and lives only in memory: a restart of kube2nats starts from an
 //! empty state, and its first list re-announces every object (see `initial_state`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::event::{EventType, ObjectMeta, ResourceVersion};
 
@@ -258,6 +258,40 @@ pub struct Dedupe {
     /// During a list: the tracked objects by a hash of (namespace, name), built at the first
     /// [`Dedupe::superseded`] call of that list and dropped when it ends.
     by_name: Option<FxHashMap<u64, UidKey>>,
+    tombstones: Tombstones,
+}
+
+/// How many deleted uids each watch target remembers. A replay reaches back a few events (a
+/// lagging API server, a proxy re-sending its buffer), so recent deletions are what matters; the
+/// bound keeps a deletion-heavy target from growing the state (~40 bytes each).
+const TOMBSTONES: usize = 1024;
+
+/// The uids of the most recently deleted objects. Kubernetes never reuses a uid, so once an
+/// object's deletion is published nothing more about it is news: a replayed DELETED is a
+/// duplicate, a replayed ADDED or MODIFIED is stale.
+#[derive(Debug, Default)]
+struct Tombstones {
+    uids: FxHashSet<UidKey>,
+    /// Oldest first, for eviction.
+    order: VecDeque<UidKey>,
+}
+
+impl Tombstones {
+    fn insert(&mut self, key: UidKey) {
+        if !self.uids.insert(key.clone()) {
+            return;
+        }
+        self.order.push_back(key);
+        if self.order.len() > TOMBSTONES {
+            if let Some(oldest) = self.order.pop_front() {
+                self.uids.remove(&oldest);
+            }
+        }
+    }
+
+    fn contains(&self, key: &UidKey) -> bool {
+        self.uids.contains(key)
+    }
 }
 
 impl Dedupe {
@@ -277,6 +311,12 @@ impl Dedupe {
     /// Judges a received event and, when it is to be published, records it.
     pub fn observe(&mut self, meta: &ObjectMeta, event_type: EventType) -> Verdict {
         let key = UidKey::new(&meta.uid);
+        if self.tombstones.contains(&key) {
+            return match event_type {
+                EventType::Deleted => Verdict::Duplicate,
+                EventType::Added | EventType::Modified => Verdict::Stale,
+            };
+        }
         let version = Version::new(&meta.resource_version);
         if let Some(tracked) = self.get(&key) {
             let stored = self.stored_version(&key, tracked);
@@ -288,7 +328,10 @@ impl Dedupe {
             }
         }
         match event_type {
-            EventType::Deleted => self.forget(&key),
+            EventType::Deleted => {
+                self.forget(&key);
+                self.tombstones.insert(key);
+            }
             EventType::Added | EventType::Modified => self.track(key, version, meta),
         }
         Verdict::Publish
@@ -356,6 +399,7 @@ impl Dedupe {
             namespace: self.namespaces.get(tracked.namespace).map(str::to_owned),
         };
         self.forget(key);
+        self.tombstones.insert(key.clone());
         Some(Vanished { meta })
     }
 
@@ -636,6 +680,46 @@ mod tests {
             Verdict::Publish
         );
         assert!(d.is_empty());
+    }
+
+    #[test]
+    fn events_of_a_deleted_object_replayed_are_dropped() {
+        let mut d = Dedupe::new();
+        d.observe(&meta(A, "10", "a"), EventType::Added);
+        d.observe(&meta(A, "11", "a"), EventType::Deleted);
+        assert_eq!(
+            d.observe(&meta(A, "10", "a"), EventType::Added),
+            Verdict::Stale
+        );
+        assert_eq!(
+            d.observe(&meta(A, "11", "a"), EventType::Deleted),
+            Verdict::Duplicate
+        );
+        assert!(d.is_empty(), "a replay does not bring the object back");
+        // Vanished in a relist: its real DELETED, replayed later, is not news either.
+        d.observe(&meta(B, "20", "b"), EventType::Added);
+        d.begin_list();
+        assert_eq!(d.end_list().len(), 1);
+        assert_eq!(
+            d.observe(&meta(B, "25", "b"), EventType::Deleted),
+            Verdict::Duplicate
+        );
+    }
+
+    #[test]
+    fn tombstones_are_bounded() {
+        let mut d = Dedupe::new();
+        let uid = |i: usize| format!("{i:08x}-0000-4000-8000-000000000000");
+        for i in 0..TOMBSTONES + 10 {
+            d.observe(&meta(&uid(i), "1", "x"), EventType::Deleted);
+        }
+        assert_eq!(d.tombstones.order.len(), TOMBSTONES);
+        assert_eq!(d.tombstones.uids.len(), TOMBSTONES);
+        assert_eq!(
+            d.observe(&meta(&uid(0), "1", "x"), EventType::Deleted),
+            Verdict::Publish,
+            "the oldest is forgotten"
+        );
     }
 
     #[test]
