@@ -36,8 +36,7 @@ pub enum CredentialsError {
     },
 }
 
-/// Everything needed to build the HTTP client.
-#[derive(Debug)]
+/// Everything needed to build the HTTP client. Its `Debug` shows no key material.
 pub struct Endpoint {
     pub base_url: Url,
     /// PEM bundle of the CAs to trust; `None` trusts the public web PKI roots.
@@ -46,6 +45,19 @@ pub struct Endpoint {
     pub identity_pem: Option<Vec<u8>>,
     pub token: Option<TokenSource>,
     pub insecure_skip_tls_verify: bool,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = |pem: &Option<Vec<u8>>| pem.as_ref().map(|_| "<redacted>");
+        f.debug_struct("Endpoint")
+            .field("base_url", &self.base_url.as_str())
+            .field("ca_pem", &self.ca_pem.as_ref().map(|p| p.len()))
+            .field("identity_pem", &shown(&self.identity_pem))
+            .field("token", &self.token)
+            .field("insecure_skip_tls_verify", &self.insecure_skip_tls_verify)
+            .finish()
+    }
 }
 
 /// Resolves the configured [`ApiSource`]. `env` reads the process environment (a closure so
@@ -246,5 +258,23 @@ mod tests {
         source.invalidate();
         assert_eq!(&*source.current().unwrap(), "three");
         assert!(!format!("{source:?}").contains("three"));
+    }
+
+    /// `Debug` of an endpoint shows neither the token nor the client key.
+    #[test]
+    fn endpoint_debug_shows_no_secret() {
+        let endpoint = Endpoint {
+            base_url: Url::parse("https://k8s:6443").unwrap(),
+            ca_pem: Some(b"CA".to_vec()),
+            identity_pem: Some(b"-----BEGIN PRIVATE KEY----- k3y".to_vec()),
+            token: Some(TokenSource::fixed("t0ken")),
+            insecure_skip_tls_verify: false,
+        };
+        let shown = format!("{endpoint:?}");
+        assert!(
+            !shown.contains("k3y") && !shown.contains("PRIVATE") && !shown.contains("t0ken"),
+            "{shown}"
+        );
+        assert!(shown.contains("https://k8s:6443"));
     }
 }

@@ -10,16 +10,19 @@
 
 pub mod machine;
 pub mod metrics;
+pub mod supervise;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::config::InitialState;
-use crate::dedupe::{Dedupe, Listed, Verdict};
+use crate::dedupe::{Dedupe, Listed, Vanished, Verdict};
 use crate::event::{EventType, ObjectEvent};
 use crate::kube::client::Verb;
-use crate::publish::{MessageBuilder, Outbox};
+use crate::publish::message::BuildError;
+use crate::publish::{MessageBuilder, OutMessage, Outbox};
 use crate::rbac;
 use crate::state::{Checkpoints, Start, TargetState};
+use crate::telemetry::target::TargetGauges;
 use machine::{Machine, Outcome, Restart, RestartReason, State};
 use metrics::WatchMetrics;
 
@@ -44,12 +47,14 @@ pub struct WatchTask {
     resuming: Option<usize>,
     /// Objects a list found new, changed and vanished: reported after a list that followed a load.
     diff: [usize; 3],
-    synced: bool,
-    /// This target's share of the watch's `tracked_objects` gauge, as last reported.
-    tracked_reported: usize,
+    /// This target's share of the watch's gauges; outlives the task, so a supervisor can
+    /// withdraw it when the task dies.
+    gauges: TargetGauges,
 }
 
 impl WatchTask {
+    // Each argument is a distinct part the task owns; one call site (`TaskFactory::build`).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         machine: Machine,
         outbox: Outbox,
@@ -58,6 +63,7 @@ impl WatchTask {
         initial_state: InitialState,
         metrics: WatchMetrics,
         saved: TargetState,
+        gauges: TargetGauges,
     ) -> WatchTask {
         WatchTask {
             machine,
@@ -71,8 +77,7 @@ impl WatchTask {
             listed_once: false,
             resuming: None,
             diff: [0; 3],
-            synced: false,
-            tracked_reported: 0,
+            gauges,
         }
     }
 
@@ -182,8 +187,8 @@ impl WatchTask {
             }
             Outcome::WatchOpened(rv) => {
                 tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %rv, "watching from resourceVersion");
-                if self.listed_once && !self.synced {
-                    self.set_synced(true);
+                if self.listed_once {
+                    self.gauges.set_synced(true);
                 }
             }
             Outcome::Restart(restart) => self.restarted(restart),
@@ -195,12 +200,18 @@ impl WatchTask {
         self.diff = [0; 3];
         self.dedupe.begin_list();
         self.metrics.relist(reason.as_str());
-        self.set_synced(false);
+        self.gauges.set_synced(false);
         tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), reason = reason.as_str(), "listing");
     }
 
     /// Diffs one listed object against the memory; `true` if the memory changed.
     async fn listed(&mut self, mut item: ObjectEvent) -> bool {
+        // Per-name order: a name deleted and recreated during a gap is DELETED (old uid) first.
+        // (The new uid is then `Listed::New`, so the memory change is reported below.)
+        if let Some(gone) = self.dedupe.superseded(&item.meta) {
+            self.diff[2] += 1;
+            self.publish_vanished(gone).await;
+        }
         let changed = match self.dedupe.listed(&item.meta) {
             Listed::New if !self.listed_once && self.initial_state == InitialState::Skip => true,
             Listed::New => {
@@ -226,26 +237,51 @@ impl WatchTask {
 
     async fn list_complete(&mut self, rv: &crate::event::ResourceVersion) {
         let vanished = self.dedupe.end_list();
-        self.diff[2] = vanished.len();
+        self.diff[2] += vanished.len();
         for gone in vanished {
-            let object = self.messages.vanished_object(&gone.meta);
-            let event = ObjectEvent {
-                event_type: EventType::Deleted,
-                meta: gone.meta,
-                object,
-                watch_line: None,
-            };
-            self.publish(event, true).await;
+            self.publish_vanished(gone).await;
         }
         self.report_tracked();
         self.metrics.touch();
         self.listed_once = true;
-        self.set_synced(true);
+        self.gauges.set_synced(true);
         if let Some(saved) = self.resuming.take() {
             let [added, modified, deleted] = self.diff;
             tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %rv, saved_objects = saved, added, modified, deleted, "the saved resourceVersion was too old: relisted and diffed against the saved objects");
         }
         tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %rv, objects = self.dedupe.len(), "synced");
+    }
+
+    /// The message for `event`, cut to its metadata (`Kube-Payload: truncated`) when it is larger
+    /// than the NATS server accepts: subscribers still learn that the object changed.
+    fn fitted_message(
+        &self,
+        event: &ObjectEvent,
+        synthesized: bool,
+    ) -> Result<OutMessage, BuildError> {
+        let message = self.messages.build(event, synthesized)?;
+        let Some(limit) = self.outbox.max_payload() else {
+            return Ok(message);
+        };
+        let bytes = message.wire_len();
+        if bytes <= limit {
+            return Ok(message);
+        }
+        self.metrics.truncated_max_payload.inc();
+        tracing::warn!(watch = %self.metrics.watch, namespace = self.namespace(), name = ?event.meta.name, bytes, max_payload = limit, "object larger than the NATS server's max_payload; publishing its metadata only (Kube-Payload: truncated)");
+        self.messages.truncated(event, synthesized)
+    }
+
+    /// Announces an object that a list showed to be gone: a synthesized DELETED.
+    async fn publish_vanished(&mut self, gone: Vanished) {
+        let object = self.messages.vanished_object(&gone.meta);
+        let event = ObjectEvent {
+            event_type: EventType::Deleted,
+            meta: gone.meta,
+            object,
+            watch_line: None,
+        };
+        self.publish(event, true).await;
     }
 
     /// Judges and publishes one received event; `true` if the memory changed.
@@ -279,8 +315,13 @@ impl WatchTask {
         if synthesized {
             self.metrics.synthesized(event.event_type);
         }
-        let message = self.messages.build(&event, synthesized);
-        self.outbox.publish(message).await;
+        match self.fitted_message(&event, synthesized) {
+            Ok(message) => self.outbox.publish(message).await,
+            Err(e) => {
+                self.metrics.dropped_subject_too_long.inc();
+                tracing::error!(watch = %self.metrics.watch, namespace = self.namespace(), name = ?event.meta.name, uid = ?event.meta.uid, error = %e, "event not published: its subject is longer than NATS accepts (shorten the subject template or the prefix)");
+            }
+        }
     }
 
     fn restarted(&mut self, restart: Restart) {
@@ -292,7 +333,7 @@ impl WatchTask {
         } = restart;
         self.metrics.restart(reason.as_str());
         if reason == RestartReason::Forbidden {
-            self.set_synced(false);
+            self.gauges.set_synced(false);
         }
         let watch = &*self.metrics.watch;
         let namespace = self.namespace();
@@ -338,18 +379,7 @@ impl WatchTask {
     }
 
     fn report_tracked(&mut self) {
-        let now = self.dedupe.len();
-        self.metrics
-            .tracked_objects
-            .add(now as i64 - self.tracked_reported as i64);
-        self.tracked_reported = now;
-    }
-
-    fn set_synced(&mut self, synced: bool) {
-        if self.synced != synced {
-            self.synced = synced;
-            self.metrics.sync.set_target_synced(synced);
-        }
+        self.gauges.set_tracked(self.dedupe.len());
     }
 
     fn namespace(&self) -> &str {
