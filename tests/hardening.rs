@@ -372,7 +372,9 @@ fn a_stream_that_cannot_store_the_watches_exits_2_and_gt_lt_selectors_pass() {
 fn stuck_publisher(sim: &ApiServer, dir: &tempfile::TempDir, grace: &str) -> Process {
     let token = token_file(dir.path(), INITIAL_TOKEN);
     let text = format!(
-        "{}\n[nats]\nurl = \"nats://127.0.0.1:{}\"\nqueue_capacity = 8\n{PODS_WATCH}",
+        // Durable state waits for its bucket (NATS is down for good here): off, so the watch
+        // lists and its publisher gets stuck.
+        "{}\n[nats]\nurl = \"nats://127.0.0.1:{}\"\nqueue_capacity = 8\n[state]\nenabled = false\n{PODS_WATCH}",
         kube_section(sim, &token).replace(
             "grace_period = \"5s\"",
             &format!("grace_period = \"{grace}\"")
