@@ -84,11 +84,12 @@ pub struct KubernetesConfig {
 /// Where the API server is and how to authenticate to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApiSource {
-    /// The pod's service account: `KUBERNETES_SERVICE_HOST`/`PORT` and the mounted files.
-    InCluster {
-        token_file: PathBuf,
-        ca_file: PathBuf,
-        namespace_file: PathBuf,
+    /// As client-go and kubectl decide: the pod's service account when `KUBERNETES_SERVICE_HOST`
+    /// is set and no `context` is named, else the files of `$KUBECONFIG` (merged), else
+    /// `~/.kube/config`.
+    Auto {
+        in_cluster: InClusterFiles,
+        context: Option<String>,
     },
     /// An explicit URL (`https://…`, or `http://127.0.0.1:8001` behind `kubectl proxy`).
     Url {
@@ -96,11 +97,20 @@ pub enum ApiSource {
         token_file: Option<PathBuf>,
         ca_file: Option<PathBuf>,
     },
-    /// A kubeconfig file; `context: None` means its current-context.
+    /// Kubeconfig files, merged as kubectl merges `$KUBECONFIG`; `context: None` means the
+    /// current-context.
     Kubeconfig {
-        path: PathBuf,
+        paths: Vec<PathBuf>,
         context: Option<String>,
     },
+}
+
+/// The service-account files a pod has mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InClusterFiles {
+    pub token_file: PathBuf,
+    pub ca_file: PathBuf,
+    pub namespace_file: PathBuf,
 }
 
 /// Exponential backoff with jitter, as a validated value.
@@ -437,12 +447,14 @@ impl Default for RawLog {
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawKubernetes {
-    /// `""`: in-cluster (or the kubeconfig when `kubeconfig` is set); otherwise an http(s) URL such
+    /// `""`: found as kubectl finds it (see [`ApiSource::Auto`]); otherwise an http(s) URL such
     /// as `http://127.0.0.1:8001` behind `kubectl proxy`. Default `""`.
     pub api_url: String,
-    /// Path of a kubeconfig; excludes `api_url`. Default `""` (none).
+    /// Kubeconfig path(s), `:`-separated like `$KUBECONFIG`; excludes `api_url`. Default `""`:
+    /// `$KUBECONFIG`, else `~/.kube/config`, when not in a pod.
     pub kubeconfig: String,
-    /// Context of the kubeconfig; `""` is its current-context. Only with `kubeconfig`.
+    /// Context of the kubeconfig; `""` is its current-context. Naming one uses the kubeconfig
+    /// even in a pod. Excludes `api_url`.
     pub context: String,
     /// Bearer token file. In-cluster: default [`DEFAULT_TOKEN_FILE`]; with `api_url`: used only
     /// when set.
@@ -1239,11 +1251,8 @@ fn check_api_source(c: &mut Checker, k: &RawKubernetes) -> Option<ApiSource> {
     let api_url = non_empty(&k.api_url);
     let kubeconfig = non_empty(&k.kubeconfig);
     let context = non_empty(&k.context);
-    if context.is_some() && kubeconfig.is_none() {
-        let why = format!(
-            "{:?} is set but kubernetes.kubeconfig is empty (context only applies to a kubeconfig)",
-            k.context
-        );
+    if context.is_some() && api_url.is_some() {
+        let why = "set together with kubernetes.api_url (context only applies to a kubeconfig)";
         c.fail::<()>("kubernetes.context", why);
     }
     match (api_url, kubeconfig) {
@@ -1283,15 +1292,20 @@ fn check_api_source(c: &mut Checker, k: &RawKubernetes) -> Option<ApiSource> {
                 }
             }
             Some(ApiSource::Kubeconfig {
-                path: PathBuf::from(p),
+                paths: std::env::split_paths(p)
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .collect(),
                 context: context.map(str::to_owned),
             })
         }
-        (None, None) => Some(ApiSource::InCluster {
-            token_file: path(&k.token_file).unwrap_or_else(|| DEFAULT_TOKEN_FILE.into()),
-            ca_file: path(&k.ca_file).unwrap_or_else(|| DEFAULT_CA_FILE.into()),
-            namespace_file: path(&k.namespace_file)
-                .unwrap_or_else(|| DEFAULT_NAMESPACE_FILE.into()),
+        (None, None) => Some(ApiSource::Auto {
+            in_cluster: InClusterFiles {
+                token_file: path(&k.token_file).unwrap_or_else(|| DEFAULT_TOKEN_FILE.into()),
+                ca_file: path(&k.ca_file).unwrap_or_else(|| DEFAULT_CA_FILE.into()),
+                namespace_file: path(&k.namespace_file)
+                    .unwrap_or_else(|| DEFAULT_NAMESPACE_FILE.into()),
+            },
+            context: context.map(str::to_owned),
         }),
     }
 }
@@ -1984,10 +1998,13 @@ mod tests {
         assert_eq!(c.log.format, LogFormat::Text);
         assert_eq!(
             c.kubernetes.source,
-            ApiSource::InCluster {
-                token_file: DEFAULT_TOKEN_FILE.into(),
-                ca_file: DEFAULT_CA_FILE.into(),
-                namespace_file: DEFAULT_NAMESPACE_FILE.into()
+            ApiSource::Auto {
+                in_cluster: InClusterFiles {
+                    token_file: DEFAULT_TOKEN_FILE.into(),
+                    ca_file: DEFAULT_CA_FILE.into(),
+                    namespace_file: DEFAULT_NAMESPACE_FILE.into()
+                },
+                context: None,
             }
         );
         assert_eq!(c.kubernetes.watch_timeout, Duration::from_secs(300));
@@ -2328,7 +2345,7 @@ mod tests {
         assert_eq!(
             c.kubernetes.source,
             ApiSource::Kubeconfig {
-                path: "/k".into(),
+                paths: vec!["/k".into()],
                 context: Some("kind".into())
             }
         );
@@ -2345,8 +2362,8 @@ mod tests {
             "kubernetes.api_url: invalid URL",
         );
         assert_error(
-            "[kubernetes]\ncontext = \"kind\"",
-            "kubernetes.context: \"kind\" is set but kubernetes.kubeconfig is empty",
+            "[kubernetes]\napi_url = \"http://x\"\ncontext = \"kind\"",
+            "kubernetes.context: set together with kubernetes.api_url",
         );
         assert_error(
             "[kubernetes]\nkubeconfig = \"/k\"\ntoken_file = \"/t\"",

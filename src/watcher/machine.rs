@@ -86,7 +86,7 @@ pub enum RestartReason {
     Throttled,
     /// 5xx (or no response headers in time).
     ServerError,
-    /// 401: the token is re-read before the retry.
+    /// 401, or no credentials to send: the token is re-read (the plugin re-run) before the retry.
     Unauthorized,
     /// 403: RBAC refuses; retried with capped backoff until someone fixes the Role.
     Forbidden,
@@ -597,7 +597,7 @@ impl Machine {
                 retry_after,
                 retry,
             ),
-            ApiError::Unauthorized => self.back_off(
+            ApiError::Unauthorized | ApiError::Credentials(_) => self.back_off(
                 RestartReason::Unauthorized,
                 Some(verb),
                 message,

@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use kube2nats::config::BackoffConfig;
 use kube2nats::event::ResourceInfo;
-use kube2nats::kube::credentials::{Endpoint, TokenSource};
+use kube2nats::kube::credentials::{AuthSource, Endpoint};
 use kube2nats::kube::ApiClient;
 use kube2nats::watcher::backoff::Backoff;
 use kube2nats::watcher::machine::{Machine, Outcome, Target};
@@ -66,8 +66,9 @@ pub fn client(sim: &ApiServer, token_file: Option<PathBuf>, reload: Duration) ->
             .ca_file()
             .map(|p| std::fs::read(p).expect("reading the simulator CA")),
         identity_pem: None,
-        token: token_file.map(|p| TokenSource::file(p, reload)),
+        auth: token_file.map(|p| AuthSource::file(p, reload)),
         insecure_skip_tls_verify: false,
+        proxy_url: None,
     })
 }
 
@@ -369,9 +370,16 @@ impl Process {
 
     /// As [`Process::spawn`], with extra arguments (e.g. `--log-format json`).
     pub fn spawn_with(config: &str, args: &[&str]) -> Process {
+        Process::spawn_env(config, args, |_| {})
+    }
+
+    /// As [`Process::spawn_with`], with the environment adjusted by `env` (e.g. `HOME`).
+    pub fn spawn_env(config: &str, args: &[&str], env: impl FnOnce(&mut Command)) -> Process {
         let mut file = tempfile::NamedTempFile::new().unwrap();
         file.write_all(config.as_bytes()).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kube2nats"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_kube2nats"));
+        env(&mut command);
+        let mut child = command
             .args(args)
             .arg("--config")
             .arg(file.path())
