@@ -4,7 +4,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use kube2nats::event::EventType;
-use kube2nats::publish::subject::{SubjectFields, SubjectTemplate, DEFAULT_TEMPLATE};
+use kube2nats::subject::{SubjectFields, SubjectTemplate, DEFAULT_TEMPLATE};
 
 fn render(c: &mut Criterion) {
     let template = SubjectTemplate::parse(DEFAULT_TEMPLATE).expect("the default template parses");

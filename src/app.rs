@@ -17,6 +17,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::backoff::Backoff;
 use crate::config::{BackoffConfig, Config, NatsMode, RbacCheck, WatchConfig};
 use crate::event::ResourceInfo;
 use crate::kube::credentials;
@@ -26,7 +27,6 @@ use crate::publish::{connect, MessageBuilder, Nats, Outbox};
 use crate::rbac;
 use crate::telemetry::http::{self, Readiness};
 use crate::telemetry::metrics::Metrics;
-use crate::watcher::backoff::Backoff;
 use crate::watcher::machine::{Machine, Target};
 use crate::watcher::WatchTask;
 

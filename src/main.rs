@@ -8,7 +8,7 @@
 //! The modules, one stage each (see DESIGN.md for the data flow):
 //! - `config`: the TOML file and `KUBE2NATS__…` environment, validated into typed values;
 //! - `event`: the small values passed between stages;
-//! - `publish`: subjects (`publish::subject`), headers, payloads and NATS publishing;
+//! - `subject`: subject templates; `publish`: headers, payloads and NATS publishing;
 //! - `telemetry`: logging (`telemetry::logging`), metrics, health endpoints;
 //! - `app`: the wiring of all of the above, with graceful shutdown.
 

@@ -589,7 +589,7 @@ async fn expired_continue_token_restarts_the_list() {
     let mut machine = kube2nats::watcher::machine::Machine::new(
         client(&sim, Some(token), Duration::from_secs(60)),
         std::sync::Arc::new(t),
-        kube2nats::watcher::backoff::Backoff::new(FAST_BACKOFF),
+        kube2nats::backoff::Backoff::new(FAST_BACKOFF),
     );
     let state = machine.start();
     let (first, state) = machine.step(state).await;

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use kube2nats::kube::decode::decode_line;
 use kube2nats::kube::framing::FrameError;
 use kube2nats::kube::stream::{LineStream, StreamError};
-use kube2nats::publish::subject::escape_token;
+use kube2nats::subject::escape_token;
 
 /// What reading a watch body yields, item by item, in a form two runs can be compared by.
 /// The list ends at the first framing error (the watcher drops the stream there).

@@ -3,9 +3,9 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::subject::{SubjectFields, SubjectTemplate};
 use crate::config::PayloadMode;
 use crate::event::{EventType, ObjectEvent, ObjectMeta, ResourceInfo};
+use crate::subject::{SubjectFields, SubjectTemplate};
 
 /// Header names: a public interface. Built at compile time, so per message only the values are
 /// allocated.

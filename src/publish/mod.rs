@@ -4,7 +4,6 @@
 pub mod connect;
 pub mod message;
 pub mod outbox;
-pub mod subject;
 
 pub use message::{MessageBuilder, OutMessage};
 pub use outbox::{Nats, Outbox};

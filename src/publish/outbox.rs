@@ -20,9 +20,9 @@ use async_nats::{jetstream, Client};
 use tokio::time::Instant;
 
 use super::message::OutMessage;
+use crate::backoff::Backoff;
 use crate::config::BackoffConfig;
 use crate::telemetry::metrics::WatchMetrics;
-use crate::watcher::backoff::Backoff;
 
 /// Pauses between publish retries: short, since NATS usually comes back quickly, and capped so
 /// a recovered NATS is used within seconds.

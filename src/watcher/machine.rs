@@ -11,7 +11,7 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::backoff::Backoff;
+use crate::backoff::Backoff;
 use crate::event::{EventType, ObjectEvent, ResourceInfo, ResourceVersion};
 use crate::kube::client::{collection_path, Verb};
 use crate::kube::decode::{decode_line, DecodeError, WatchLine};

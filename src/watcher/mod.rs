@@ -6,7 +6,6 @@
 //! filling memory), and it makes checkpointing simple: before a watch is reopened, the outbox is
 //! settled, so the version the watch resumes from is always one whose events are all published.
 
-pub mod backoff;
 pub mod machine;
 
 use tokio_util::sync::CancellationToken;

@@ -12,11 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use kube2nats::backoff::Backoff;
 use kube2nats::config::BackoffConfig;
 use kube2nats::event::ResourceInfo;
 use kube2nats::kube::credentials::{AuthSource, Endpoint};
 use kube2nats::kube::ApiClient;
-use kube2nats::watcher::backoff::Backoff;
 use kube2nats::watcher::machine::{Machine, Outcome, Target};
 use kube2nats_harness::apiserver::ApiServer;
 use serde_json::{json, Value};

@@ -1,0 +1,449 @@
+//! Stage one, the shape: `RawConfig` mirrors the TOML file key for key, each default beside its
+//! field. It only checks shapes (a table is a table, a number is a number, no unknown key); every
+//! string with meaning — durations, URLs, enums, selectors, templates — stays a string here and is
+//! checked in stage two, `Config::try_from`, which reports every problem at once instead of
+//! stopping at the first.
+
+use crate::event::EventType;
+
+/// `log.filter`: `info` shows start-up, reconnects that need attention and errors, without the
+/// per-event chatter of `debug`.
+pub const DEFAULT_LOG_FILTER: &str = "info";
+/// `log.format`: text reads well in `kubectl logs`; use `json` for log pipelines.
+pub const DEFAULT_LOG_FORMAT: &str = "text";
+
+/// In-cluster service-account token, mounted by the kubelet (projected and rotated).
+pub const DEFAULT_TOKEN_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+/// In-cluster CA bundle of the API server.
+pub const DEFAULT_CA_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+/// In-cluster file holding the pod's namespace.
+pub const DEFAULT_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+/// `kubernetes.token_reload_interval`: bound tokens expire after an hour and are refreshed by the
+/// kubelet well before; re-reading each minute (as client-go does) always picks up the new one.
+pub const DEFAULT_TOKEN_RELOAD_INTERVAL: &str = "1m";
+/// `kubernetes.request_timeout`: generous for one list page of a large resource, short enough to
+/// notice a dead API server.
+pub const DEFAULT_REQUEST_TIMEOUT: &str = "30s";
+/// `kubernetes.list_page_size`: client-go's pager default; bounds memory per page.
+pub const DEFAULT_LIST_PAGE_SIZE: u32 = 500;
+/// Largest `list_page_size` accepted; larger pages only cost memory.
+pub const MAX_LIST_PAGE_SIZE: u32 = 10_000;
+/// `kubernetes.watch_timeout`: client-go's reflector asks for a timeout in [5m, 10m).
+pub const DEFAULT_WATCH_TIMEOUT: &str = "5m";
+/// `kubernetes.max_line_bytes`: 8 MiB, a little above the API server's default 3 MiB request limit
+/// (etcd's 1.5 MiB object limit plus JSON overhead), so no real object is refused but a malformed
+/// stream cannot grow a buffer without bound.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
+/// Smallest `max_line_bytes` accepted: smaller cannot hold even a minimal event.
+pub const MIN_MAX_LINE_BYTES: usize = 1024;
+/// `kubernetes.rbac_check`: warn, so a missing permission is visible but one optional watch does not
+/// take the whole daemon down.
+pub const DEFAULT_RBAC_CHECK: &str = "warn";
+
+/// `kubernetes.backoff.initial`: kube-rs's and client-go's 800 ms.
+pub const DEFAULT_BACKOFF_INITIAL: &str = "800ms";
+/// `kubernetes.backoff.max`: 30 s, client-go's cap.
+pub const DEFAULT_BACKOFF_MAX: &str = "30s";
+/// `kubernetes.backoff.multiplier`: doubling, as client-go.
+pub const DEFAULT_BACKOFF_MULTIPLIER: f64 = 2.0;
+/// `kubernetes.backoff.jitter`: half the delay randomized, so replicas do not retry in lockstep.
+pub const DEFAULT_BACKOFF_JITTER: f64 = 0.5;
+/// `kubernetes.backoff.reset_after`: client-go's 2 minutes of health before the backoff resets.
+pub const DEFAULT_BACKOFF_RESET_AFTER: &str = "2m";
+
+/// `nats.url`: a local nats-server, e.g. a sidecar.
+pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
+/// `nats.name`: the connection name shown by `nats server report connections`.
+pub const DEFAULT_NATS_NAME: &str = "kube2nats";
+/// `nats.mode`: core NATS needs no stream set-up; choose `jetstream` for acknowledged delivery.
+pub const DEFAULT_NATS_MODE: &str = "core";
+/// `nats.connect_timeout`: async-nats' default.
+pub const DEFAULT_NATS_CONNECT_TIMEOUT: &str = "5s";
+/// `nats.queue_capacity`: messages queued towards the NATS connection before publishing waits;
+/// small, so a NATS outage costs bounded memory (the API server keeps the history, not kube2nats).
+pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
+/// `nats.jetstream.ack_timeout`: async-nats' default request timeout.
+pub const DEFAULT_ACK_TIMEOUT: &str = "5s";
+/// `nats.jetstream.max_ack_inflight`: enough to keep throughput high over a round trip of a few ms,
+/// small enough that a stalled stream applies backpressure quickly.
+pub const DEFAULT_MAX_ACK_INFLIGHT: usize = 256;
+/// `nats.jetstream.stream.name`.
+pub const DEFAULT_STREAM_NAME: &str = "KUBE";
+/// `nats.jetstream.stream.subjects`: everything under the default prefix.
+pub const DEFAULT_STREAM_SUBJECT: &str = "kube.>";
+/// `nats.jetstream.stream.retention`.
+pub const DEFAULT_STREAM_RETENTION: &str = "limits";
+/// `nats.jetstream.stream.storage`.
+pub const DEFAULT_STREAM_STORAGE: &str = "file";
+/// `nats.jetstream.stream.duplicate_window`: JetStream's own default; must cover the longest
+/// window in which kube2nats may republish (reconnect plus relist).
+pub const DEFAULT_DUPLICATE_WINDOW: &str = "2m";
+/// `nats.jetstream.stream.max_age`: zero, unlimited; age limits are the operator's choice.
+pub const DEFAULT_STREAM_MAX_AGE: &str = "0s";
+
+/// `publish.subject_prefix`.
+pub const DEFAULT_SUBJECT_PREFIX: &str = "kube";
+/// `publish.payload`: the event as the API server sent it, type included.
+pub const DEFAULT_PAYLOAD: &str = "event";
+/// `http.listen`: all interfaces, so the kubelet and Prometheus can reach the pod.
+pub const DEFAULT_HTTP_LISTEN: &str = "0.0.0.0:9090";
+/// `shutdown.grace_period`: below Kubernetes' default 30 s termination grace period, leaving room
+/// for the pod to exit before SIGKILL.
+pub const DEFAULT_SHUTDOWN_GRACE_PERIOD: &str = "10s";
+/// `watches[].initial_state`: publish the listed objects as ADDED so subscribers start complete.
+pub const DEFAULT_INITIAL_STATE: &str = "added";
+
+pub(super) fn s(v: &str) -> String {
+    v.to_owned()
+}
+
+/// The configuration file as written, plus environment overrides, before validation.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawConfig {
+    pub log: RawLog,
+    /// Absent: in-cluster with the defaults below.
+    pub kubernetes: RawKubernetes,
+    pub nats: RawNats,
+    pub publish: RawPublish,
+    pub http: RawHttp,
+    pub shutdown: RawShutdown,
+    /// At least one.
+    pub watches: Vec<RawWatch>,
+}
+
+/// `[log]`
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawLog {
+    /// A `RUST_LOG`-style filter; the `RUST_LOG` environment variable, when set, wins.
+    /// Default [`DEFAULT_LOG_FILTER`].
+    pub filter: String,
+    /// `text` or `json`. Default [`DEFAULT_LOG_FORMAT`].
+    pub format: String,
+}
+
+impl Default for RawLog {
+    fn default() -> Self {
+        RawLog {
+            filter: s(DEFAULT_LOG_FILTER),
+            format: s(DEFAULT_LOG_FORMAT),
+        }
+    }
+}
+
+/// `[kubernetes]`: where the API server is, and how kube2nats talks to it.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawKubernetes {
+    /// `""`: found as kubectl finds it (see [`ApiSource::Auto`]); otherwise an http(s) URL such
+    /// as `http://127.0.0.1:8001` behind `kubectl proxy`. Default `""`.
+    pub api_url: String,
+    /// Kubeconfig path(s), `:`-separated like `$KUBECONFIG`; excludes `api_url`. Default `""`:
+    /// `$KUBECONFIG`, else `~/.kube/config`, when not in a pod.
+    pub kubeconfig: String,
+    /// Context of the kubeconfig; `""` is its current-context. Naming one uses the kubeconfig
+    /// even in a pod. Excludes `api_url`.
+    pub context: String,
+    /// Bearer token file. In-cluster: default [`DEFAULT_TOKEN_FILE`]; with `api_url`: used only
+    /// when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<String>,
+    /// CA bundle file. In-cluster: default [`DEFAULT_CA_FILE`]; with `api_url`: used only when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+    /// In-cluster only: the pod's namespace file. Default [`DEFAULT_NAMESPACE_FILE`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace_file: Option<String>,
+    /// Skip verifying the API server's certificate. Default false; a warning is logged when true.
+    pub insecure_skip_tls_verify: bool,
+    /// Duration; how often the token file is re-read. Default [`DEFAULT_TOKEN_RELOAD_INTERVAL`].
+    pub token_reload_interval: String,
+    /// Duration; timeout of one non-watch request. Default [`DEFAULT_REQUEST_TIMEOUT`].
+    pub request_timeout: String,
+    /// Objects per list page, 1..=10000. Default [`DEFAULT_LIST_PAGE_SIZE`].
+    pub list_page_size: u32,
+    /// Duration, >= 1s; server-side watch timeout base. Default [`DEFAULT_WATCH_TIMEOUT`].
+    pub watch_timeout: String,
+    /// Use streaming lists where supported. Default false (needs Kubernetes >= 1.32 to be useful).
+    pub streaming_list: bool,
+    /// Bytes, >= 1024; longest accepted watch line. Default [`DEFAULT_MAX_LINE_BYTES`].
+    pub max_line_bytes: usize,
+    /// `warn` or `fail`. Default [`DEFAULT_RBAC_CHECK`].
+    pub rbac_check: String,
+    pub backoff: RawBackoff,
+}
+
+impl Default for RawKubernetes {
+    fn default() -> Self {
+        RawKubernetes {
+            api_url: String::new(),
+            kubeconfig: String::new(),
+            context: String::new(),
+            token_file: None,
+            ca_file: None,
+            namespace_file: None,
+            insecure_skip_tls_verify: false,
+            token_reload_interval: s(DEFAULT_TOKEN_RELOAD_INTERVAL),
+            request_timeout: s(DEFAULT_REQUEST_TIMEOUT),
+            list_page_size: DEFAULT_LIST_PAGE_SIZE,
+            watch_timeout: s(DEFAULT_WATCH_TIMEOUT),
+            streaming_list: false,
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            rbac_check: s(DEFAULT_RBAC_CHECK),
+            backoff: RawBackoff::default(),
+        }
+    }
+}
+
+/// `[kubernetes.backoff]`: the delay between failed attempts of one watch.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawBackoff {
+    /// Duration, > 0 and <= `max`. Default [`DEFAULT_BACKOFF_INITIAL`].
+    pub initial: String,
+    /// Duration. Default [`DEFAULT_BACKOFF_MAX`].
+    pub max: String,
+    /// >= 1. Default [`DEFAULT_BACKOFF_MULTIPLIER`].
+    pub multiplier: f64,
+    /// 0..=1. Default [`DEFAULT_BACKOFF_JITTER`].
+    pub jitter: f64,
+    /// Duration. Default [`DEFAULT_BACKOFF_RESET_AFTER`].
+    pub reset_after: String,
+}
+
+impl Default for RawBackoff {
+    fn default() -> Self {
+        RawBackoff {
+            initial: s(DEFAULT_BACKOFF_INITIAL),
+            max: s(DEFAULT_BACKOFF_MAX),
+            multiplier: DEFAULT_BACKOFF_MULTIPLIER,
+            jitter: DEFAULT_BACKOFF_JITTER,
+            reset_after: s(DEFAULT_BACKOFF_RESET_AFTER),
+        }
+    }
+}
+
+/// `[nats]`
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawNats {
+    /// Comma-separated server URLs; schemes `nats`, `tls`, `ws`, `wss`. Default [`DEFAULT_NATS_URL`].
+    pub url: String,
+    /// Connection name. Default [`DEFAULT_NATS_NAME`].
+    pub name: String,
+    /// `core` or `jetstream`. Default [`DEFAULT_NATS_MODE`].
+    pub mode: String,
+    /// Auth token (secret). At most one of token, user+password, nkey_seed_file, credentials_file.
+    pub token: String,
+    /// User name; needs `password`.
+    pub user: String,
+    /// Password (secret); needs `user`.
+    pub password: String,
+    /// Path of an NKey seed file.
+    pub nkey_seed_file: String,
+    /// Path of a `.creds` file (JWT and seed).
+    pub credentials_file: String,
+    /// CA bundle for `tls://` servers; `""` = system roots.
+    pub tls_ca_file: String,
+    /// Client certificate (mutual TLS); with `tls_key_file`, both or neither.
+    pub tls_cert_file: String,
+    /// Client key; with `tls_cert_file`.
+    pub tls_key_file: String,
+    /// Duration. Default [`DEFAULT_NATS_CONNECT_TIMEOUT`].
+    pub connect_timeout: String,
+    /// Events, >= 1. Default [`DEFAULT_QUEUE_CAPACITY`].
+    pub queue_capacity: usize,
+    pub jetstream: RawJetStream,
+}
+
+impl Default for RawNats {
+    fn default() -> Self {
+        RawNats {
+            url: s(DEFAULT_NATS_URL),
+            name: s(DEFAULT_NATS_NAME),
+            mode: s(DEFAULT_NATS_MODE),
+            token: String::new(),
+            user: String::new(),
+            password: String::new(),
+            nkey_seed_file: String::new(),
+            credentials_file: String::new(),
+            tls_ca_file: String::new(),
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
+            connect_timeout: s(DEFAULT_NATS_CONNECT_TIMEOUT),
+            queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            jetstream: RawJetStream::default(),
+        }
+    }
+}
+
+/// `[nats.jetstream]`: used when `nats.mode = "jetstream"`.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawJetStream {
+    /// Duration. Default [`DEFAULT_ACK_TIMEOUT`].
+    pub ack_timeout: String,
+    /// >= 1. Default [`DEFAULT_MAX_ACK_INFLIGHT`].
+    pub max_ack_inflight: usize,
+    /// Absent: kube2nats does not manage streams.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<RawStream>,
+}
+
+impl Default for RawJetStream {
+    fn default() -> Self {
+        RawJetStream {
+            ack_timeout: s(DEFAULT_ACK_TIMEOUT),
+            max_ack_inflight: DEFAULT_MAX_ACK_INFLIGHT,
+            stream: None,
+        }
+    }
+}
+
+/// `[nats.jetstream.stream]`: the stream kube2nats creates or checks at start.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawStream {
+    /// Default [`DEFAULT_STREAM_NAME`].
+    pub name: String,
+    /// Default `["kube.>"]`.
+    pub subjects: Vec<String>,
+    /// `limits`, `interest` or `workqueue`. Default [`DEFAULT_STREAM_RETENTION`].
+    pub retention: String,
+    /// `file` or `memory`. Default [`DEFAULT_STREAM_STORAGE`].
+    pub storage: String,
+    /// Duration. Default [`DEFAULT_DUPLICATE_WINDOW`].
+    pub duplicate_window: String,
+    /// Duration; `0s` = unlimited. Default [`DEFAULT_STREAM_MAX_AGE`].
+    pub max_age: String,
+}
+
+impl Default for RawStream {
+    fn default() -> Self {
+        RawStream {
+            name: s(DEFAULT_STREAM_NAME),
+            subjects: vec![s(DEFAULT_STREAM_SUBJECT)],
+            retention: s(DEFAULT_STREAM_RETENTION),
+            storage: s(DEFAULT_STREAM_STORAGE),
+            duplicate_window: s(DEFAULT_DUPLICATE_WINDOW),
+            max_age: s(DEFAULT_STREAM_MAX_AGE),
+        }
+    }
+}
+
+/// `[publish]`: defaults for every watch.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawPublish {
+    /// Tokens of `[A-Za-z0-9_-]` separated by dots. Default [`DEFAULT_SUBJECT_PREFIX`].
+    pub subject_prefix: String,
+    /// Value of `{cluster}`; a template using `{cluster}` needs it non-empty. Default `""`.
+    pub cluster: String,
+    /// Subject template. Default [`crate::subject::DEFAULT_TEMPLATE`].
+    pub subject: String,
+    /// `event` or `object`. Default [`DEFAULT_PAYLOAD`].
+    pub payload: String,
+}
+
+impl Default for RawPublish {
+    fn default() -> Self {
+        RawPublish {
+            subject_prefix: s(DEFAULT_SUBJECT_PREFIX),
+            cluster: String::new(),
+            subject: s(crate::subject::DEFAULT_TEMPLATE),
+            payload: s(DEFAULT_PAYLOAD),
+        }
+    }
+}
+
+/// `[http]`
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawHttp {
+    /// Socket address of `/metrics`, `/healthz`, `/readyz`. Default [`DEFAULT_HTTP_LISTEN`].
+    pub listen: String,
+}
+
+impl Default for RawHttp {
+    fn default() -> Self {
+        RawHttp {
+            listen: s(DEFAULT_HTTP_LISTEN),
+        }
+    }
+}
+
+/// `[shutdown]`
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawShutdown {
+    /// Duration. Default [`DEFAULT_SHUTDOWN_GRACE_PERIOD`].
+    pub grace_period: String,
+}
+
+impl Default for RawShutdown {
+    fn default() -> Self {
+        RawShutdown {
+            grace_period: s(DEFAULT_SHUTDOWN_GRACE_PERIOD),
+        }
+    }
+}
+
+/// `[[watches]]`: one resource to list and watch.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawWatch {
+    /// Required, unique, `[A-Za-z0-9_-]{1,63}`: the `watch` label of metrics.
+    pub name: String,
+    /// Required; kubectl-style `plural[.version][.group]`.
+    pub resource: String,
+    /// DNS-1123 labels; `[]` = all namespaces.
+    pub namespaces: Vec<String>,
+    /// Kubernetes label selector; `""` = none.
+    pub label_selector: String,
+    /// Kubernetes field selector; `""` = none.
+    pub field_selector: String,
+    /// Non-empty subset of ADDED, MODIFIED, DELETED (any case). Default all three.
+    pub events: Vec<String>,
+    /// `added` or `skip`. Default [`DEFAULT_INITIAL_STATE`].
+    pub initial_state: String,
+    /// Subject template; `""` = `publish.subject`.
+    pub subject: String,
+    /// `event` or `object`; `""` = `publish.payload`.
+    pub payload: String,
+}
+
+impl Default for RawWatch {
+    fn default() -> Self {
+        RawWatch {
+            name: String::new(),
+            resource: String::new(),
+            namespaces: Vec::new(),
+            label_selector: String::new(),
+            field_selector: String::new(),
+            events: EventType::ALL.iter().map(|t| s(t.as_str())).collect(),
+            initial_state: s(DEFAULT_INITIAL_STATE),
+            subject: String::new(),
+            payload: String::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::load_raw;
+    use crate::config::testing::*;
+
+    #[test]
+    fn example_defaults_match_code_defaults() {
+        // The example documents the defaults: the parts that are not watches must equal them.
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
+        let mut raw = load_raw(Some(&path), env(&[])).unwrap();
+        raw.watches.clear();
+        raw.nats.jetstream.stream = None;
+        assert_eq!(raw, RawConfig::default());
+    }
+}

@@ -1,0 +1,336 @@
+//! `[[watches]]`: each entry checked against the `[publish]` defaults, then the names checked
+//! for uniqueness.
+
+use std::collections::HashMap;
+
+use super::check::{non_empty, Checker};
+use super::raw::{RawPublish, RawWatch};
+use super::selector::{check_field_selector, check_label_selector, is_dns_label};
+use super::{InitialState, PayloadMode, WatchConfig};
+use crate::event::EventType;
+use crate::subject::{validate_prefix, SubjectTemplate};
+
+const PAYLOADS: [(&str, PayloadMode); 2] = [
+    ("event", PayloadMode::Event),
+    ("object", PayloadMode::Object),
+];
+
+pub(super) fn check_watches(
+    c: &mut Checker,
+    publish: &RawPublish,
+    watches: &[RawWatch],
+) -> Option<Vec<WatchConfig>> {
+    let prefix = match validate_prefix(&publish.subject_prefix) {
+        Ok(()) => Some(publish.subject_prefix.clone()),
+        Err(why) => c.fail("publish.subject_prefix", why),
+    };
+    let default_subject = match SubjectTemplate::parse(&publish.subject) {
+        Ok(t) => Some(t),
+        Err(e) => c.fail("publish.subject", e.to_string()),
+    };
+    let default_payload = c.one_of("publish.payload", &publish.payload, &PAYLOADS);
+    if watches.is_empty() {
+        return c.fail(
+            "watches",
+            "no watch configured (add at least one [[watches]] table with name and resource)",
+        );
+    }
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut out = Vec::with_capacity(watches.len());
+    let mut default_needs_cluster = false;
+    for (i, w) in watches.iter().enumerate() {
+        let key = |field: &str| format!("watches[{i}].{field}");
+        if !w.name.is_empty() {
+            match seen.get(w.name.as_str()) {
+                Some(first) => {
+                    let why = format!(
+                        "duplicate watch name {:?} (also watches[{first}].name; names must be unique)",
+                        w.name
+                    );
+                    c.fail::<()>(key("name"), why);
+                }
+                None => {
+                    seen.insert(w.name.as_str(), i);
+                }
+            }
+        }
+        let name = match check_watch_name(&w.name) {
+            Ok(()) => Some(w.name.clone()),
+            Err(why) => c.fail(key("name"), why),
+        };
+        let resource = match check_resource(&w.resource) {
+            Ok(()) => Some(w.resource.clone()),
+            Err(why) => c.fail(key("resource"), why),
+        };
+        let namespaces = check_namespaces(c, &key("namespaces"), &w.namespaces);
+        let label_selector = match non_empty(&w.label_selector).map(check_label_selector) {
+            None => Some(None),
+            Some(Ok(())) => Some(Some(w.label_selector.trim().to_owned())),
+            Some(Err(why)) => c.fail(
+                key("label_selector"),
+                format!("invalid label selector {:?}: {why}", w.label_selector),
+            ),
+        };
+        let field_selector = match non_empty(&w.field_selector).map(check_field_selector) {
+            None => Some(None),
+            Some(Ok(())) => Some(Some(w.field_selector.trim().to_owned())),
+            Some(Err(why)) => c.fail(
+                key("field_selector"),
+                format!("invalid field selector {:?}: {why}", w.field_selector),
+            ),
+        };
+        let events = check_events(c, &key("events"), &w.events);
+        let initial_state = c.one_of(
+            &key("initial_state"),
+            &w.initial_state,
+            &[("added", InitialState::Added), ("skip", InitialState::Skip)],
+        );
+        let subject = match non_empty(&w.subject) {
+            None => {
+                default_needs_cluster |= default_subject
+                    .as_ref()
+                    .is_some_and(SubjectTemplate::uses_cluster);
+                default_subject.clone()
+            }
+            Some(t) => match SubjectTemplate::parse(t) {
+                Ok(t) if t.uses_cluster() && publish.cluster.is_empty() => c.fail(
+                    key("subject"),
+                    format!(
+                        "{:?} uses {{cluster}} but publish.cluster is empty (set publish.cluster)",
+                        w.subject
+                    ),
+                ),
+                Ok(t) => Some(t),
+                Err(e) => c.fail(key("subject"), e.to_string()),
+            },
+        };
+        let payload = match non_empty(&w.payload) {
+            None => default_payload,
+            Some(p) => c.one_of(&key("payload"), p, &PAYLOADS),
+        };
+        if let (
+            Some(name),
+            Some(resource),
+            Some(namespaces),
+            Some(label_selector),
+            Some(field_selector),
+            Some(events),
+            Some(initial_state),
+            Some(subject),
+            Some(payload),
+            Some(prefix),
+        ) = (
+            name,
+            resource,
+            namespaces,
+            label_selector,
+            field_selector,
+            events,
+            initial_state,
+            subject,
+            payload,
+            prefix.clone(),
+        ) {
+            out.push(WatchConfig {
+                name,
+                resource,
+                namespaces,
+                label_selector,
+                field_selector,
+                events,
+                initial_state,
+                subject,
+                subject_prefix: prefix,
+                cluster: publish.cluster.clone(),
+                payload,
+            });
+        }
+    }
+    if default_needs_cluster && publish.cluster.is_empty() {
+        c.fail::<()>(
+            "publish.subject",
+            format!(
+                "{:?} uses {{cluster}} but publish.cluster is empty (set publish.cluster)",
+                publish.subject
+            ),
+        );
+    }
+    (out.len() == watches.len()).then_some(out)
+}
+
+fn check_watch_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("required (a unique name of [A-Za-z0-9_-], 1 to 63 characters)".into());
+    }
+    if name.len() > 63
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(format!(
+            "invalid name {name:?} (allowed: [A-Za-z0-9_-], 1 to 63 characters)"
+        ));
+    }
+    Ok(())
+}
+
+/// kubectl's `plural[.version][.group]`: lower-case DNS-like segments; resolved by discovery later.
+fn check_resource(resource: &str) -> Result<(), String> {
+    if resource.is_empty() {
+        return Err("required (kubectl-style plural[.version][.group], e.g. pods, deployments.apps, widgets.v1.example.com)".into());
+    }
+    let ok = resource.len() <= 253 && resource.split('.').all(is_dns_label);
+    if !ok {
+        return Err(format!(
+            "invalid resource {resource:?} (expected kubectl-style plural[.version][.group] of lower-case DNS labels, e.g. pods, deployments.apps, widgets.v1.example.com)"
+        ));
+    }
+    Ok(())
+}
+
+fn check_namespaces(c: &mut Checker, key: &str, namespaces: &[String]) -> Option<Vec<String>> {
+    let before = c.errors.len();
+    for (i, ns) in namespaces.iter().enumerate() {
+        if !is_dns_label(ns) {
+            let why = format!(
+                "invalid namespace {ns:?} (expected a DNS-1123 label: [a-z0-9-], 1 to 63 characters)"
+            );
+            c.fail::<()>(format!("{key}[{i}]"), why);
+        } else if namespaces[..i].contains(ns) {
+            c.fail::<()>(format!("{key}[{i}]"), format!("duplicate namespace {ns:?}"));
+        }
+    }
+    (c.errors.len() == before).then(|| namespaces.to_vec())
+}
+
+fn check_events(c: &mut Checker, key: &str, events: &[String]) -> Option<Vec<EventType>> {
+    if events.is_empty() {
+        return c.fail(
+            key,
+            "must not be empty (allowed: a subset of ADDED, MODIFIED, DELETED)",
+        );
+    }
+    let before = c.errors.len();
+    let mut out = Vec::with_capacity(events.len());
+    for (i, e) in events.iter().enumerate() {
+        match e.trim().parse::<EventType>() {
+            Ok(t) if out.contains(&t) => {
+                c.fail::<()>(format!("{key}[{i}]"), format!("duplicate event type {e:?}"));
+            }
+            Ok(t) => out.push(t),
+            Err(why) => {
+                c.fail::<()>(format!("{key}[{i}]"), why);
+            }
+        }
+    }
+    (c.errors.len() == before).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::testing::*;
+    use crate::config::InitialState;
+    use crate::event::EventType;
+
+    #[test]
+    fn publish_section() {
+        assert_error(
+            "[publish]\nsubject_prefix = \"a..b\"",
+            "publish.subject_prefix: empty token",
+        );
+        assert_error(
+            "[publish]\nsubject_prefix = \"k*\"",
+            "publish.subject_prefix: invalid token \"k*\"",
+        );
+        assert_error("[publish]\nsubject = \"{prefix}.{cluster}.{name}\"", "publish.subject: \"{prefix}.{cluster}.{name}\" uses {cluster} but publish.cluster is empty");
+        let c = load_str(&format!(
+            "[publish]\ncluster = \"eu\"\nsubject = \"{{prefix}}.{{cluster}}.{{name}}\"\n{MINIMAL}"
+        ))
+        .unwrap();
+        assert!(c.watches[0].subject.uses_cluster());
+        assert_eq!(c.watches[0].cluster, "eu");
+        assert_error(
+            "[http]\nlisten = \"9090\"",
+            "http.listen: invalid socket address \"9090\"",
+        );
+    }
+
+    #[test]
+    fn watches_list() {
+        let err = load_str("[log]\nformat = \"text\"").unwrap_err();
+        assert_eq!(err.to_string(), "watches: no watch configured (add at least one [[watches]] table with name and resource)");
+        let lines = errors("[[watches]]\nname = \"pods\"\nresource = \"pods\"\n[[watches]]\nname = \"x\"\nresource = \"services\"");
+        assert_eq!(lines, ["watches[2].name: duplicate watch name \"pods\" (also watches[0].name; names must be unique)"]);
+    }
+
+    #[test]
+    fn watch_name_and_resource() {
+        assert_error(
+            "[[watches]]\nresource = \"pods\"",
+            "watches[0].name: required",
+        );
+        assert_watch_error(
+            "[[watches]]\nname = \"a b\"\nresource = \"pods\"",
+            "watches[1].name: invalid name \"a b\"",
+        );
+        assert_error("[[watches]]\nname = \"x\"", "watches[0].resource: required");
+        for bad in ["Pods", "pods..apps", "pods.", "deployments/apps", "-pods"] {
+            assert_error(
+                &format!("[[watches]]\nname = \"x\"\nresource = \"{bad}\""),
+                &format!("watches[0].resource: invalid resource \"{bad}\""),
+            );
+        }
+        for good in [
+            "pods",
+            "deployments.apps",
+            "widgets.v1.example.com",
+            "horizontalpodautoscalers.v2.autoscaling",
+        ] {
+            load_str(&format!("[[watches]]\nname = \"x\"\nresource = \"{good}\"")).unwrap();
+        }
+    }
+
+    #[test]
+    fn watch_namespaces_and_events() {
+        assert_watch_error(
+            "namespaces = [\"Default\"]",
+            "watches[0].namespaces[0]: invalid namespace \"Default\"",
+        );
+        assert_watch_error(
+            "namespaces = [\"a\", \"a\"]",
+            "watches[0].namespaces[1]: duplicate namespace \"a\"",
+        );
+        assert_watch_error(
+            "events = []",
+            "watches[0].events: must not be empty (allowed: a subset of ADDED, MODIFIED, DELETED)",
+        );
+        assert_watch_error("events = [\"ADDED\", \"BOOKMARK\"]", "watches[0].events[1]: unknown event type \"BOOKMARK\" (allowed: ADDED, MODIFIED, DELETED)");
+        assert_watch_error(
+            "events = [\"added\", \"ADDED\"]",
+            "watches[0].events[1]: duplicate event type \"ADDED\"",
+        );
+        assert_watch_error(
+            "initial_state = \"all\"",
+            "watches[0].initial_state: invalid value \"all\" (allowed: added, skip)",
+        );
+        assert_watch_error(
+            "payload = \"cloudevent\"",
+            "watches[0].payload: invalid value \"cloudevent\" (allowed: event, object)",
+        );
+        let c = load_str("[[watches]]\nname = \"w\"\nresource = \"pods\"\nevents = [\"deleted\"]\ninitial_state = \"skip\"").unwrap();
+        assert_eq!(
+            (c.watches[0].events.as_slice(), c.watches[0].initial_state),
+            (&[EventType::Deleted][..], InitialState::Skip)
+        );
+    }
+
+    #[test]
+    fn watch_subject() {
+        assert_watch_error(
+            "subject = \"kube.{kind}.{name}\"",
+            "watches[0].subject: unknown placeholder {kind} in \"kube.{kind}.{name}\" (allowed: {prefix}, {cluster}, {group}, {version}, {resource}, {namespace}, {name}, {type})",
+        );
+        assert_watch_error("subject = \"kube.{cluster}.{name}\"", "watches[0].subject: \"kube.{cluster}.{name}\" uses {cluster} but publish.cluster is empty");
+        assert_watch_error("subject = \"kube.*\"", "watches[0].subject: wildcard");
+    }
+}
