@@ -52,6 +52,15 @@ impl Checker {
         Some(d)
     }
 
+    /// A JetStream limit: `-1` is unlimited (`Some(None)`), a positive number that limit.
+    fn limit(&mut self, key: &str, value: i64) -> Option<Option<u64>> {
+        match value {
+            -1 => Some(None),
+            1.. => Some(Some(value.unsigned_abs())),
+            _ => self.fail(key, format!("{value} is not >= 1 or -1 (unlimited)")),
+        }
+    }
+
     fn positive(&mut self, key: &str, value: &str) -> Option<Duration> {
         self.duration_min(key, value, Duration::from_nanos(1))
     }
@@ -522,6 +531,22 @@ fn check_stream(c: &mut Checker, s: &RawStream) -> Option<StreamConfig> {
     );
     let duplicate_window = c.positive(&format!("{K}.duplicate_window"), &s.duplicate_window);
     let max_age = c.duration(&format!("{K}.max_age"), &s.max_age);
+    let max_bytes = c.limit(&format!("{K}.max_bytes"), s.max_bytes);
+    let max_msgs_per_subject =
+        c.limit(&format!("{K}.max_msgs_per_subject"), s.max_msgs_per_subject);
+    let replicas = if (1..=5).contains(&s.replicas) {
+        Some(s.replicas)
+    } else {
+        c.fail(
+            format!("{K}.replicas"),
+            format!("{} is out of range (allowed: 1..=5)", s.replicas),
+        )
+    };
+    let discard = c.one_of(
+        &format!("{K}.discard"),
+        &s.discard,
+        &[("old", Discard::Old), ("new", Discard::New)],
+    );
     Some(StreamConfig {
         name: name?,
         subjects: subjects_ok.then(|| s.subjects.clone())?,
@@ -529,6 +554,10 @@ fn check_stream(c: &mut Checker, s: &RawStream) -> Option<StreamConfig> {
         storage: storage?,
         duplicate_window: duplicate_window?,
         max_age: max_age?,
+        max_bytes: max_bytes?,
+        max_msgs_per_subject: max_msgs_per_subject?,
+        replicas: replicas?,
+        discard: discard?,
     })
 }
 
@@ -556,6 +585,45 @@ fn check_subscription_subject(subject: &str) -> Result<(), &'static str> {
 mod tests {
     use super::*;
     use crate::config::testing::*;
+
+    #[test]
+    fn stream_limits_default_bounded_and_overridable() {
+        let toml = |extra: &str| {
+            format!("[nats]\nmode = \"jetstream\"\n[nats.jetstream.stream]\n{extra}\n")
+        };
+        let c = load_str(&format!("{}{MINIMAL}", toml(""))).unwrap();
+        let NatsMode::JetStream(js) = &c.nats.mode else {
+            panic!("jetstream mode")
+        };
+        let stream = js.stream.as_ref().unwrap();
+        assert_eq!(stream.max_age, Duration::from_secs(7 * 24 * 3600));
+        assert_eq!(stream.max_bytes, Some(1 << 30));
+        assert_eq!(stream.max_msgs_per_subject, Some(1000));
+        assert_eq!((stream.replicas, stream.discard), (1, Discard::Old));
+        let overrides = "max_bytes = -1\nmax_msgs_per_subject = 5\nreplicas = 3\ndiscard = \"new\"";
+        let c = load_str(&format!("{}{MINIMAL}", toml(overrides))).unwrap();
+        let NatsMode::JetStream(js) = &c.nats.mode else {
+            panic!("jetstream mode")
+        };
+        let stream = js.stream.as_ref().unwrap();
+        assert_eq!(stream.max_bytes, None);
+        assert_eq!(stream.max_msgs_per_subject, Some(5));
+        assert_eq!((stream.replicas, stream.discard), (3, Discard::New));
+        let k = "nats.jetstream.stream";
+        assert_error(
+            &toml("max_bytes = 0"),
+            &format!("{k}.max_bytes: 0 is not >= 1 or -1"),
+        );
+        assert_error(
+            &toml("max_msgs_per_subject = -5"),
+            &format!("{k}.max_msgs_per_subject"),
+        );
+        assert_error(
+            &toml("replicas = 7"),
+            &format!("{k}.replicas: 7 is out of range"),
+        );
+        assert_error(&toml("discard = \"oldest\""), &format!("{k}.discard"));
+    }
 
     #[test]
     fn durations() {

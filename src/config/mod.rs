@@ -241,6 +241,21 @@ pub struct StreamConfig {
     pub duplicate_window: Duration,
     /// Zero means unlimited.
     pub max_age: Duration,
+    /// `None` means unlimited.
+    pub max_bytes: Option<u64>,
+    /// `None` means unlimited.
+    pub max_msgs_per_subject: Option<u64>,
+    pub replicas: usize,
+    pub discard: Discard,
+}
+
+/// What a full managed stream gives up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discard {
+    /// Its oldest messages: new events keep flowing.
+    Old,
+    /// New messages: publishes fail (and the watches wait) until space frees up.
+    New,
 }
 
 /// JetStream retention policy of a managed stream.

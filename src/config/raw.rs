@@ -78,8 +78,22 @@ pub const DEFAULT_STREAM_STORAGE: &str = "file";
 /// `nats.jetstream.stream.duplicate_window`: JetStream's own default; must cover the longest
 /// window in which kube2nats may republish (reconnect plus relist).
 pub const DEFAULT_DUPLICATE_WINDOW: &str = "2m";
-/// `nats.jetstream.stream.max_age`: zero, unlimited; age limits are the operator's choice.
-pub const DEFAULT_STREAM_MAX_AGE: &str = "0s";
+/// `nats.jetstream.stream.max_age`: a week, so a consumer that was down over a long weekend can
+/// still replay what it missed, and nothing is kept for ever.
+pub const DEFAULT_STREAM_MAX_AGE: &str = "7d";
+/// `nats.jetstream.stream.max_bytes`: 1 GiB bounds the disk (or memory) the stream takes whatever
+/// the cluster's churn; at a few KiB per event that is hundreds of thousands of changes.
+pub const DEFAULT_STREAM_MAX_BYTES: i64 = 1 << 30;
+/// `nats.jetstream.stream.max_msgs_per_subject`: a subject is one object and event type, so this
+/// keeps each object's last 1000 changes of a type: one hot object (a Lease renewed every few
+/// seconds) cannot push every other object's history out of `max_bytes`.
+pub const DEFAULT_STREAM_MAX_MSGS_PER_SUBJECT: i64 = 1000;
+/// `nats.jetstream.stream.replicas`: 1 runs on a single NATS server (the NATS Helm chart's
+/// default); use 3 on a JetStream cluster so the loss of one NATS server loses nothing.
+pub const DEFAULT_STREAM_REPLICAS: usize = 1;
+/// `nats.jetstream.stream.discard`: `old`, so a full stream drops its oldest messages and keeps
+/// accepting new ones. `new` would refuse publishes when full, which stalls every watch.
+pub const DEFAULT_STREAM_DISCARD: &str = "old";
 
 /// `publish.subject_prefix`.
 pub const DEFAULT_SUBJECT_PREFIX: &str = "kube";
@@ -317,6 +331,15 @@ pub struct RawStream {
     pub duplicate_window: String,
     /// Duration; `0s` = unlimited. Default [`DEFAULT_STREAM_MAX_AGE`].
     pub max_age: String,
+    /// Bytes, >= 1 or -1 = unlimited. Default [`DEFAULT_STREAM_MAX_BYTES`].
+    pub max_bytes: i64,
+    /// Messages kept per subject, >= 1 or -1 = unlimited. Default
+    /// [`DEFAULT_STREAM_MAX_MSGS_PER_SUBJECT`].
+    pub max_msgs_per_subject: i64,
+    /// 1..=5. Default [`DEFAULT_STREAM_REPLICAS`].
+    pub replicas: usize,
+    /// `old` or `new`: what a full stream drops. Default [`DEFAULT_STREAM_DISCARD`].
+    pub discard: String,
 }
 
 impl Default for RawStream {
@@ -328,6 +351,10 @@ impl Default for RawStream {
             storage: s(DEFAULT_STREAM_STORAGE),
             duplicate_window: s(DEFAULT_DUPLICATE_WINDOW),
             max_age: s(DEFAULT_STREAM_MAX_AGE),
+            max_bytes: DEFAULT_STREAM_MAX_BYTES,
+            max_msgs_per_subject: DEFAULT_STREAM_MAX_MSGS_PER_SUBJECT,
+            replicas: DEFAULT_STREAM_REPLICAS,
+            discard: s(DEFAULT_STREAM_DISCARD),
         }
     }
 }
