@@ -20,14 +20,17 @@ use tracing::Instrument;
 use crate::backoff::Backoff;
 use crate::config::{BackoffConfig, Config, NatsMode, RbacCheck, WatchConfig};
 use crate::event::ResourceInfo;
+use crate::kube::client::register_api_requests;
 use crate::kube::credentials;
 use crate::kube::discovery::Discovery;
 use crate::kube::ApiClient;
+use crate::publish::metrics::PublishFamilies;
 use crate::publish::{connect, MessageBuilder, Nats, Outbox};
 use crate::rbac;
 use crate::telemetry::http::{self, Readiness};
 use crate::telemetry::metrics::Metrics;
 use crate::watcher::machine::{Machine, Target};
+use crate::watcher::metrics::WatchFamilies;
 use crate::watcher::WatchTask;
 
 /// A running kube2nats.
@@ -51,6 +54,23 @@ impl Daemon {
     }
 }
 
+/// Every stage's metric families, registered into the one registry.
+struct StageMetrics {
+    watch: WatchFamilies,
+    publish: PublishFamilies,
+    api_requests: prometheus::IntCounterVec,
+}
+
+impl StageMetrics {
+    fn register(registry: &prometheus::Registry) -> prometheus::Result<StageMetrics> {
+        Ok(StageMetrics {
+            watch: WatchFamilies::register(registry)?,
+            publish: PublishFamilies::register(registry)?,
+            api_requests: register_api_requests(registry)?,
+        })
+    }
+}
+
 /// Runs kube2nats until `shutdown` resolves (SIGTERM in production, anything in tests), or until
 /// a fatal error (an unknown resource, a refused RBAC check with `rbac_check = "fail"`) stops it.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
@@ -67,9 +87,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
 /// Starts every stage; returns once the HTTP endpoints are bound.
 pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     let metrics = Metrics::new().context("registering metrics")?;
+    let stages = StageMetrics::register(&metrics.registry).context("registering metrics")?;
     let shutdown = CancellationToken::new();
     let readiness = Arc::new(Readiness::new(
-        metrics.nats_connected.clone(),
+        stages.publish.nats_connected.clone(),
         shutdown.clone(),
     ));
     let listener = http::bind(config.http.listen)
@@ -87,7 +108,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     ));
     tracing::info!(address = %http_addr, "serving /metrics, /healthz and /readyz");
 
-    let nats = connect::connect(&config.nats, metrics.nats_connected.clone())
+    let nats = connect::connect(&config.nats, stages.publish.nats_connected.clone())
         .await
         .with_context(|| {
             format!(
@@ -102,17 +123,16 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         ApiClient::new(
             endpoint,
             config.kubernetes.request_timeout,
-            metrics.api_requests(),
+            stages.api_requests.clone(),
         )
         .context("building the Kubernetes API client")?,
     );
 
     let main = {
-        let metrics = metrics.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             let result =
-                run_watches(config, client, nats.clone(), metrics, readiness, shutdown).await;
+                run_watches(config, client, nats.clone(), stages, readiness, shutdown).await;
             if let Err(e) = nats.client().drain().await {
                 tracing::debug!(error = %e, "draining the NATS connection failed");
             }
@@ -135,7 +155,7 @@ async fn run_watches(
     config: Config,
     client: Arc<ApiClient>,
     nats: Nats,
-    metrics: Metrics,
+    metrics: StageMetrics,
     readiness: Arc<Readiness>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -156,8 +176,11 @@ async fn run_watches(
     };
     for plan in plans {
         let watch = plan.watch;
-        let watch_metrics = metrics.for_watch(&watch.name, plan.namespaces.len());
-        all_watch_metrics.push(watch_metrics.clone());
+        let watch_metrics = metrics.watch.for_watch(&watch.name, plan.namespaces.len());
+        let publish_metrics = metrics
+            .publish
+            .for_watch(&watch.name, metrics.watch.dropped_too_large(&watch.name));
+        all_watch_metrics.push((watch_metrics.sync.clone(), publish_metrics.clone()));
         for namespace in plan.namespaces {
             // Every line a watch task logs (its publishes included) carries these fields.
             let span = tracing::info_span!("watch", watch = %watch.name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
@@ -183,7 +206,7 @@ async fn run_watches(
                 plan.resource.clone(),
                 watch.payload,
             );
-            let outbox = Outbox::new(nats.clone(), max_in_flight, watch_metrics.clone());
+            let outbox = Outbox::new(nats.clone(), max_in_flight, publish_metrics.clone());
             let task = WatchTask::new(
                 machine,
                 outbox,
@@ -195,7 +218,12 @@ async fn run_watches(
             tasks.spawn(task.run(shutdown.child_token()).instrument(span));
         }
     }
-    readiness.set_watches(all_watch_metrics.clone());
+    readiness.set_watches(
+        all_watch_metrics
+            .iter()
+            .map(|(sync, _)| sync.clone())
+            .collect(),
+    );
 
     shutdown.cancelled().await;
     tracing::info!(grace_period = ?config.shutdown.grace_period, "shutting down: stopping watches and publishing what is in flight");
@@ -204,7 +232,10 @@ async fn run_watches(
     })
     .await;
     if drained.is_err() {
-        let abandoned: i64 = all_watch_metrics.iter().map(|m| m.queue_depth.get()).sum();
+        let abandoned: i64 = all_watch_metrics
+            .iter()
+            .map(|(_, p)| p.queue_depth.get())
+            .sum();
         tasks.abort_all();
         anyhow::bail!(
             "shutdown grace period of {:?} exceeded: abandoned {abandoned} unacknowledged message(s) and the events being published by {} watch task(s); they will be re-announced by the next start's list",
@@ -298,13 +329,13 @@ async fn ensure_stream(config: &Config, nats: &Nats, shutdown: &CancellationToke
 
 /// Retries of the stream set-up: quick at first (JetStream may still be starting), capped low so a
 /// recovered NATS is used within seconds.
-const STREAM_SETUP_BACKOFF: BackoffConfig = BackoffConfig {
-    initial: Duration::from_millis(100),
-    max: Duration::from_secs(2),
-    multiplier: 2.0,
-    jitter: 0.2,
-    reset_after: Duration::from_secs(60),
-};
+const STREAM_SETUP_BACKOFF: BackoffConfig = BackoffConfig::checked(
+    Duration::from_millis(100),
+    Duration::from_secs(2),
+    2.0,
+    0.2,
+    Duration::from_secs(60),
+);
 
 /// Fetches discovery, retrying with backoff while the API server is unreachable. `None` if
 /// shutdown came first.

@@ -23,7 +23,7 @@ impl Backoff {
     pub fn new(cfg: BackoffConfig) -> Backoff {
         Backoff {
             cfg,
-            next: cfg.initial,
+            next: cfg.initial(),
             last_failure: None,
         }
     }
@@ -33,13 +33,13 @@ impl Backoff {
         let now = Instant::now();
         if self
             .last_failure
-            .is_some_and(|t| now.duration_since(t) >= self.cfg.reset_after)
+            .is_some_and(|t| now.duration_since(t) >= self.cfg.reset_after())
         {
-            self.next = self.cfg.initial;
+            self.next = self.cfg.initial();
         }
         self.last_failure = Some(now);
         let base = self.next;
-        self.next = base.mul_f64(self.cfg.multiplier).min(self.cfg.max);
+        self.next = base.mul_f64(self.cfg.multiplier()).min(self.cfg.max());
         self.jittered(base)
     }
 
@@ -48,24 +48,24 @@ impl Backoff {
     pub fn next_delay_with_hint(&mut self, retry_after: Option<Duration>) -> Duration {
         let own = self.next_delay();
         match retry_after {
-            Some(hint) => hint.clamp(self.cfg.initial, self.cfg.max),
+            Some(hint) => hint.clamp(self.cfg.initial(), self.cfg.max()),
             None => own,
         }
     }
 
     /// Forgets past failures.
     pub fn reset(&mut self) {
-        self.next = self.cfg.initial;
+        self.next = self.cfg.initial();
         self.last_failure = None;
     }
 
     /// `base` spread over `[base * (1 - jitter), base]`, so many watches failing together do not
     /// retry in lock-step.
     fn jittered(&self, base: Duration) -> Duration {
-        if self.cfg.jitter <= 0.0 {
+        if self.cfg.jitter() <= 0.0 {
             return base;
         }
-        let factor = 1.0 - self.cfg.jitter * rand::rng().random::<f64>();
+        let factor = 1.0 - self.cfg.jitter() * rand::rng().random::<f64>();
         base.mul_f64(factor)
     }
 }
@@ -75,13 +75,13 @@ mod tests {
     use super::*;
 
     fn cfg(jitter: f64) -> BackoffConfig {
-        BackoffConfig {
-            initial: Duration::from_millis(800),
-            max: Duration::from_secs(30),
-            multiplier: 2.0,
+        BackoffConfig::checked(
+            Duration::from_millis(800),
+            Duration::from_secs(30),
+            2.0,
             jitter,
-            reset_after: Duration::from_secs(120),
-        }
+            Duration::from_secs(120),
+        )
     }
 
     #[tokio::test(start_paused = true)]

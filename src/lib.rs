@@ -1,6 +1,25 @@
 //! kube2nats turns the Kubernetes watch API into NATS messages.
+//!
+//! The modules, one stage each, in the order an event flows through them:
+//!
+//! - [`config`]: the TOML file and `KUBE2NATS__…` environment, validated once into typed values.
+//! - [`kube`]: the API server: credentials, HTTP, discovery, list pages, watch framing and decoding.
+//! - [`rbac`]: the start-up self-check of the permissions every watch needs.
+//! - [`watcher`]: one task per watch: the list+watch state machine and the driver acting on it.
+//! - [`backoff`]: the delay between failed attempts, of a watch or of a publish.
+//! - [`event`]: the typed values passed from the watch stage to the publish stage.
+//! - [`dedupe`]: what each watch has published, so no change is published twice or missed.
+//! - [`subject`]: subject templates and the token escaping rule.
+//! - [`publish`]: headers, payloads, and publishing to core NATS or JetStream.
+//! - [`telemetry`]: logs, Prometheus metrics, health and readiness.
+//! - [`app`]: builds every stage from the configuration, runs them, and stops them in order.
 
 #![forbid(unsafe_code)]
+
+// The fuzz properties, included by the decode unit tests, name this crate `kube2nats` as the fuzz
+// crate and the integration tests do.
+#[cfg(test)]
+extern crate self as kube2nats;
 
 pub mod app;
 pub mod backoff;

@@ -5,12 +5,7 @@
 //! printed), `2` invalid configuration or command line (one line per problem on stderr, printed
 //! before anything starts).
 //!
-//! The modules, one stage each (see DESIGN.md for the data flow):
-//! - `config`: the TOML file and `KUBE2NATS__…` environment, validated into typed values;
-//! - `event`: the small values passed between stages;
-//! - `subject`: subject templates; `publish`: headers, payloads and NATS publishing;
-//! - `telemetry`: logging (`telemetry::logging`), metrics, health endpoints;
-//! - `app`: the wiring of all of the above, with graceful shutdown.
+//! The library's `lib.rs` is the map of the stages (see DESIGN.md for the data flow).
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -78,10 +78,8 @@ pub async fn self_check(client: &ApiClient, accesses: &[Access<'_>]) -> Vec<Refu
                         resource = %access.resource.plural,
                         group = %access.resource.group,
                         namespace = access.namespace.unwrap_or("*"),
-                        "RBAC does not allow {} on {}; {}",
-                        verb.as_str(),
-                        qualified(access.resource),
-                        refusal.rule()
+                        rule = %refusal.rule(),
+                        "RBAC does not allow the request; add the rule"
                     );
                     refusals.push(refusal);
                 }
@@ -113,15 +111,6 @@ async fn allowed(client: &ApiClient, verb: Verb, access: &Access<'_>) -> Result<
     let review: Review = serde_json::from_slice(&answer)
         .map_err(|e| ApiError::UnexpectedBody(format!("access review answer: {e}")))?;
     Ok(review.status.is_some_and(|s| s.allowed))
-}
-
-/// `pods`, `deployments.apps`: the name RBAC messages use.
-fn qualified(resource: &ResourceInfo) -> String {
-    if resource.group.is_empty() {
-        resource.plural.clone()
-    } else {
-        format!("{}.{}", resource.plural, resource.group)
-    }
 }
 
 /// The Role (one namespace) or ClusterRole (all namespaces, or a cluster-scoped resource) rule that

@@ -249,7 +249,7 @@ async fn forbidden_watch_reports_and_keeps_retrying() {
     let Outcome::Restart(restart) = outcome else {
         unreachable!()
     };
-    let error = restart.error.expect("an error message");
+    let error = restart.error.expect("an error message").to_string();
     assert!(error.contains(r#"cannot watch resource "pods""#), "{error}");
     assert!(restart.retry_in.is_some());
     assert_eq!(rec.next().await, "restart forbidden", "keeps retrying");

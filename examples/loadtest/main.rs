@@ -1,4 +1,4 @@
-//! kube2nats load harness (issue 7): measures the release binary end to end.
+//! kube2nats load harness: measures the release binary end to end.
 //!
 //! ```sh
 //! cargo build --release && cargo run --release --example loadtest -- --objects 10000 --events 1000000
@@ -76,7 +76,7 @@ unsafe impl GlobalAlloc for CountingAlloc {
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
-/// Load harness for kube2nats (issue 7).
+/// Load harness for kube2nats.
 #[derive(Debug, Parser, Clone)]
 struct Args {
     /// Objects listed before the watch (N).

@@ -197,10 +197,11 @@ pub fn check_escape_pair(a: &str, b: &str) {
     );
 }
 
-/// The serde_json decoder kube2nats used before its single-pass scanner, as the reference a
-/// decoder must agree with. Copied from `src/kube/decode.rs` at commit 2640191, with one change:
-/// serde's derived structs accept a JSON array in place of an object (`["ADDED",{…}]`), which no
-/// API server sends and kube2nats rejects as malformed; so does this reference.
+/// A straightforward serde_json decoder of watch lines, the reference the single-pass scanner
+/// must agree with (the decode unit tests, the proptests and the `decode_line` fuzz target all use
+/// this one copy). One departure from plain derived structs: those accept a JSON array in place of
+/// an object (`["ADDED",{…}]`), which no API server sends and kube2nats rejects as malformed; so
+/// does this reference.
 pub mod serde_reference {
     use std::borrow::Cow;
 
@@ -230,8 +231,7 @@ pub mod serde_reference {
     /// ignored (their values skipped as serde skips them), a repeated known key an error, `null`
     /// as absent — except that only a JSON object is accepted, not an array. (Reading `metadata`
     /// as a `RawValue` first would reject arrays too, but it also validates the UTF-8 of skipped
-    /// strings, which the derived decoder never did; the first version of this reference did
-    /// that, and the fuzzer duly reported the difference.)
+    /// strings, which the derived decoder does not.)
     struct MetaFields<'a> {
         uid: Option<Cow<'a, str>>,
         resource_version: Option<Cow<'a, str>>,

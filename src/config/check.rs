@@ -306,7 +306,7 @@ fn check_backoff(c: &mut Checker, b: &RawBackoff) -> Option<BackoffConfig> {
             );
         }
     }
-    let multiplier = if b.multiplier.is_finite() && b.multiplier >= 1.0 {
+    let multiplier = if BackoffConfig::valid_multiplier(b.multiplier) {
         Some(b.multiplier)
     } else {
         c.fail(
@@ -314,7 +314,7 @@ fn check_backoff(c: &mut Checker, b: &RawBackoff) -> Option<BackoffConfig> {
             format!("{} is out of range (allowed: >= 1)", b.multiplier),
         )
     };
-    let jitter = if (0.0..=1.0).contains(&b.jitter) {
+    let jitter = if BackoffConfig::valid_jitter(b.jitter) {
         Some(b.jitter)
     } else {
         c.fail(
@@ -322,13 +322,8 @@ fn check_backoff(c: &mut Checker, b: &RawBackoff) -> Option<BackoffConfig> {
             format!("{} is out of range (allowed: 0..=1)", b.jitter),
         )
     };
-    Some(BackoffConfig {
-        initial: initial?,
-        max: max?,
-        multiplier: multiplier?,
-        jitter: jitter?,
-        reset_after: reset_after?,
-    })
+    // Every invariant was checked above with a message naming its key.
+    BackoffConfig::new(initial?, max?, multiplier?, jitter?, reset_after?).ok()
 }
 
 const NATS_SCHEMES: [&str; 4] = ["nats", "tls", "ws", "wss"];

@@ -132,17 +132,103 @@ pub struct InClusterFiles {
     pub namespace_file: PathBuf,
 }
 
-/// Exponential backoff with jitter, as a validated value.
+/// Exponential backoff with jitter, as a validated value: only [`BackoffConfig::new`] (or
+/// [`BackoffConfig::checked`] for constants) makes one.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BackoffConfig {
-    pub initial: Duration,
-    pub max: Duration,
-    /// Factor applied after each failure; >= 1.
-    pub multiplier: f64,
-    /// Fraction of the delay that is randomized, in [0, 1].
-    pub jitter: f64,
+    initial: Duration,
+    max: Duration,
+    multiplier: f64,
+    jitter: f64,
+    reset_after: Duration,
+}
+
+/// Why backoff parameters are not a [`BackoffConfig`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BackoffError {
+    #[error("initial must be > 0")]
+    ZeroInitial,
+    #[error("initial must be <= max")]
+    InitialAboveMax,
+    #[error("multiplier must be >= 1")]
+    MultiplierBelowOne,
+    #[error("jitter must be within 0..=1")]
+    JitterOutOfRange,
+}
+
+impl BackoffConfig {
+    /// Checks what [`crate::backoff::Backoff`] relies on: `0 < initial <= max`, a finite
+    /// `multiplier >= 1`, `jitter` within `0..=1`.
+    pub const fn new(
+        initial: Duration,
+        max: Duration,
+        multiplier: f64,
+        jitter: f64,
+        reset_after: Duration,
+    ) -> Result<BackoffConfig, BackoffError> {
+        if initial.is_zero() {
+            return Err(BackoffError::ZeroInitial);
+        }
+        if initial.as_nanos() > max.as_nanos() {
+            return Err(BackoffError::InitialAboveMax);
+        }
+        if !Self::valid_multiplier(multiplier) {
+            return Err(BackoffError::MultiplierBelowOne);
+        }
+        if !Self::valid_jitter(jitter) {
+            return Err(BackoffError::JitterOutOfRange);
+        }
+        Ok(BackoffConfig {
+            initial,
+            max,
+            multiplier,
+            jitter,
+            reset_after,
+        })
+    }
+
+    /// [`new`](Self::new) for constants: invalid values fail the build.
+    pub const fn checked(
+        initial: Duration,
+        max: Duration,
+        multiplier: f64,
+        jitter: f64,
+        reset_after: Duration,
+    ) -> BackoffConfig {
+        match Self::new(initial, max, multiplier, jitter, reset_after) {
+            Ok(config) => config,
+            Err(_) => panic!("invalid BackoffConfig constant"),
+        }
+    }
+
+    /// Factor applied after each failure: finite and >= 1, so delays never shrink.
+    pub const fn valid_multiplier(multiplier: f64) -> bool {
+        multiplier.is_finite() && multiplier >= 1.0
+    }
+
+    /// Fraction of the delay that is randomized: within 0..=1, so a delay is never negative.
+    pub const fn valid_jitter(jitter: f64) -> bool {
+        jitter >= 0.0 && jitter <= 1.0
+    }
+
+    /// The first delay, and the delay again after `reset_after` of health.
+    pub const fn initial(&self) -> Duration {
+        self.initial
+    }
+    /// The longest delay.
+    pub const fn max(&self) -> Duration {
+        self.max
+    }
+    pub const fn multiplier(&self) -> f64 {
+        self.multiplier
+    }
+    pub const fn jitter(&self) -> f64 {
+        self.jitter
+    }
     /// A watch healthy for this long starts again from `initial`.
-    pub reset_after: Duration,
+    pub const fn reset_after(&self) -> Duration {
+        self.reset_after
+    }
 }
 
 /// What to do when the start-up RBAC self-check finds a missing permission.
@@ -395,13 +481,13 @@ mod tests {
         assert_eq!(c.kubernetes.rbac_check, RbacCheck::Warn);
         assert_eq!(
             c.kubernetes.backoff,
-            BackoffConfig {
-                initial: Duration::from_millis(800),
-                max: Duration::from_secs(30),
-                multiplier: 2.0,
-                jitter: 0.5,
-                reset_after: Duration::from_secs(120)
-            }
+            BackoffConfig::checked(
+                Duration::from_millis(800),
+                Duration::from_secs(30),
+                2.0,
+                0.5,
+                Duration::from_secs(120)
+            )
         );
         assert_eq!(c.nats.servers, ["nats://127.0.0.1:4222"]);
         assert_eq!(c.nats.auth, NatsAuth::None);
@@ -418,6 +504,28 @@ mod tests {
         assert_eq!(
             (w.label_selector.as_deref(), w.field_selector.as_deref()),
             (None, None)
+        );
+    }
+
+    #[test]
+    fn backoff_config_checks_its_invariants() {
+        let s = Duration::from_secs;
+        let new = |initial, max, multiplier, jitter| {
+            BackoffConfig::new(s(initial), s(max), multiplier, jitter, s(60)).map(|_| ())
+        };
+        assert_eq!(new(1, 30, 2.0, 0.5), Ok(()));
+        assert_eq!(new(1, 1, 1.0, 0.0), Ok(()));
+        assert_eq!(new(0, 30, 2.0, 0.5), Err(BackoffError::ZeroInitial));
+        assert_eq!(new(31, 30, 2.0, 0.5), Err(BackoffError::InitialAboveMax));
+        assert_eq!(new(1, 30, 0.5, 0.5), Err(BackoffError::MultiplierBelowOne));
+        assert_eq!(
+            new(1, 30, f64::INFINITY, 0.5),
+            Err(BackoffError::MultiplierBelowOne)
+        );
+        assert_eq!(new(1, 30, 2.0, 1.5), Err(BackoffError::JitterOutOfRange));
+        assert_eq!(
+            new(1, 30, 2.0, f64::NAN),
+            Err(BackoffError::JitterOutOfRange)
         );
     }
 
@@ -441,7 +549,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.kubernetes.watch_timeout, Duration::from_secs(600));
         assert_eq!(c.kubernetes.list_page_size, 50);
-        assert_eq!(c.kubernetes.backoff.max, Duration::from_secs(60));
+        assert_eq!(c.kubernetes.backoff.max(), Duration::from_secs(60));
         assert_eq!(c.nats.servers, ["nats://a:4222", "tls://b:4222"]);
         let NatsMode::JetStream(js) = &c.nats.mode else {
             panic!("expected jetstream: {:?}", c.nats.mode)

@@ -258,7 +258,7 @@ mod tests {
         assert_eq!(c.kubernetes.watch_timeout, Duration::from_secs(420));
         assert_eq!(c.kubernetes.list_page_size, 42);
         assert!(c.kubernetes.streaming_list);
-        assert_eq!(c.kubernetes.backoff.multiplier, 1.5);
+        assert_eq!(c.kubernetes.backoff.multiplier(), 1.5);
     }
 
     #[test]

@@ -15,138 +15,159 @@ const PAYLOADS: [(&str, PayloadMode); 2] = [
     ("object", PayloadMode::Object),
 ];
 
+/// `[publish]`: what every watch inherits unless it sets its own; `None` where the value was
+/// invalid (and the problem recorded).
+struct PublishDefaults<'a> {
+    prefix: Option<String>,
+    subject: Option<SubjectTemplate>,
+    payload: Option<PayloadMode>,
+    cluster: &'a str,
+}
+
 pub(super) fn check_watches(
     c: &mut Checker,
     publish: &RawPublish,
     watches: &[RawWatch],
 ) -> Option<Vec<WatchConfig>> {
-    let prefix = match validate_prefix(&publish.subject_prefix) {
-        Ok(()) => Some(publish.subject_prefix.clone()),
-        Err(why) => c.fail("publish.subject_prefix", why),
-    };
-    let default_subject = match SubjectTemplate::parse(&publish.subject) {
-        Ok(t) => Some(t),
-        Err(e) => c.fail("publish.subject", e.to_string()),
-    };
-    let default_payload = c.one_of("publish.payload", &publish.payload, &PAYLOADS);
+    let defaults = check_publish(c, publish);
     if watches.is_empty() {
         return c.fail(
             "watches",
             "no watch configured (add at least one [[watches]] table with name and resource)",
         );
     }
-    let mut seen: HashMap<&str, usize> = HashMap::new();
-    let mut out = Vec::with_capacity(watches.len());
-    let mut default_needs_cluster = false;
-    for (i, w) in watches.iter().enumerate() {
-        let key = |field: &str| format!("watches[{i}].{field}");
-        if !w.name.is_empty() {
-            match seen.get(w.name.as_str()) {
-                Some(first) => {
-                    let why = format!(
-                        "duplicate watch name {:?} (also watches[{first}].name; names must be unique)",
-                        w.name
-                    );
-                    c.fail::<()>(key("name"), why);
-                }
-                None => {
-                    seen.insert(w.name.as_str(), i);
-                }
-            }
-        }
-        let name = match check_watch_name(&w.name) {
-            Ok(()) => Some(w.name.clone()),
-            Err(why) => c.fail(key("name"), why),
-        };
-        let resource = match check_resource(&w.resource) {
-            Ok(()) => Some(w.resource.clone()),
-            Err(why) => c.fail(key("resource"), why),
-        };
-        let namespaces = check_namespaces(c, &key("namespaces"), &w.namespaces);
-        let label_selector = match non_empty(&w.label_selector).map(check_label_selector) {
-            None => Some(None),
-            Some(Ok(())) => Some(Some(w.label_selector.trim().to_owned())),
-            Some(Err(why)) => c.fail(
-                key("label_selector"),
-                format!("invalid label selector {:?}: {why}", w.label_selector),
-            ),
-        };
-        let field_selector = match non_empty(&w.field_selector).map(check_field_selector) {
-            None => Some(None),
-            Some(Ok(())) => Some(Some(w.field_selector.trim().to_owned())),
-            Some(Err(why)) => c.fail(
-                key("field_selector"),
-                format!("invalid field selector {:?}: {why}", w.field_selector),
-            ),
-        };
-        let events = check_events(c, &key("events"), &w.events);
-        let initial_state = c.one_of(
-            &key("initial_state"),
-            &w.initial_state,
-            &[("added", InitialState::Added), ("skip", InitialState::Skip)],
-        );
-        let subject = match non_empty(&w.subject) {
-            None => {
-                default_needs_cluster |= default_subject
-                    .as_ref()
-                    .is_some_and(SubjectTemplate::uses_cluster);
-                default_subject.clone()
-            }
-            Some(t) => match SubjectTemplate::parse(t) {
-                Ok(t) if t.uses_cluster() && publish.cluster.is_empty() => c.fail(
-                    key("subject"),
-                    format!(
-                        "{:?} uses {{cluster}} but publish.cluster is empty (set publish.cluster)",
-                        w.subject
-                    ),
+    let out: Vec<WatchConfig> = watches
+        .iter()
+        .enumerate()
+        .filter_map(|(i, w)| check_watch(c, &defaults, i, w))
+        .collect();
+    check_unique_names(c, watches);
+    check_default_subject_cluster(c, publish, &defaults, watches);
+    (out.len() == watches.len()).then_some(out)
+}
+
+fn check_publish<'a>(c: &mut Checker, publish: &'a RawPublish) -> PublishDefaults<'a> {
+    let prefix = match validate_prefix(&publish.subject_prefix) {
+        Ok(()) => Some(publish.subject_prefix.clone()),
+        Err(why) => c.fail("publish.subject_prefix", why),
+    };
+    let subject = match SubjectTemplate::parse(&publish.subject) {
+        Ok(t) => Some(t),
+        Err(e) => c.fail("publish.subject", e.to_string()),
+    };
+    let payload = c.one_of("publish.payload", &publish.payload, &PAYLOADS);
+    PublishDefaults {
+        prefix,
+        subject,
+        payload,
+        cluster: &publish.cluster,
+    }
+}
+
+/// `watches[i]`: every field checked, every problem recorded; `None` if any was invalid.
+fn check_watch(
+    c: &mut Checker,
+    defaults: &PublishDefaults<'_>,
+    i: usize,
+    w: &RawWatch,
+) -> Option<WatchConfig> {
+    let key = |field: &str| format!("watches[{i}].{field}");
+    let name = match check_watch_name(&w.name) {
+        Ok(()) => Some(w.name.clone()),
+        Err(why) => c.fail(key("name"), why),
+    };
+    let resource = match check_resource(&w.resource) {
+        Ok(()) => Some(w.resource.clone()),
+        Err(why) => c.fail(key("resource"), why),
+    };
+    let namespaces = check_namespaces(c, &key("namespaces"), &w.namespaces);
+    let label_selector = match non_empty(&w.label_selector).map(check_label_selector) {
+        None => Some(None),
+        Some(Ok(())) => Some(Some(w.label_selector.trim().to_owned())),
+        Some(Err(why)) => c.fail(
+            key("label_selector"),
+            format!("invalid label selector {:?}: {why}", w.label_selector),
+        ),
+    };
+    let field_selector = match non_empty(&w.field_selector).map(check_field_selector) {
+        None => Some(None),
+        Some(Ok(())) => Some(Some(w.field_selector.trim().to_owned())),
+        Some(Err(why)) => c.fail(
+            key("field_selector"),
+            format!("invalid field selector {:?}: {why}", w.field_selector),
+        ),
+    };
+    let events = check_events(c, &key("events"), &w.events);
+    let initial_state = c.one_of(
+        &key("initial_state"),
+        &w.initial_state,
+        &[("added", InitialState::Added), ("skip", InitialState::Skip)],
+    );
+    let subject = match non_empty(&w.subject) {
+        None => defaults.subject.clone(),
+        Some(t) => match SubjectTemplate::parse(t) {
+            Ok(t) if t.uses_cluster() && defaults.cluster.is_empty() => c.fail(
+                key("subject"),
+                format!(
+                    "{:?} uses {{cluster}} but publish.cluster is empty (set publish.cluster)",
+                    w.subject
                 ),
-                Ok(t) => Some(t),
-                Err(e) => c.fail(key("subject"), e.to_string()),
-            },
-        };
-        let payload = match non_empty(&w.payload) {
-            None => default_payload,
-            Some(p) => c.one_of(&key("payload"), p, &PAYLOADS),
-        };
-        if let (
-            Some(name),
-            Some(resource),
-            Some(namespaces),
-            Some(label_selector),
-            Some(field_selector),
-            Some(events),
-            Some(initial_state),
-            Some(subject),
-            Some(payload),
-            Some(prefix),
-        ) = (
-            name,
-            resource,
-            namespaces,
-            label_selector,
-            field_selector,
-            events,
-            initial_state,
-            subject,
-            payload,
-            prefix.clone(),
-        ) {
-            out.push(WatchConfig {
-                name,
-                resource,
-                namespaces,
-                label_selector,
-                field_selector,
-                events,
-                initial_state,
-                subject,
-                subject_prefix: prefix,
-                cluster: publish.cluster.clone(),
-                payload,
-            });
+            ),
+            Ok(t) => Some(t),
+            Err(e) => c.fail(key("subject"), e.to_string()),
+        },
+    };
+    let payload = match non_empty(&w.payload) {
+        None => defaults.payload,
+        Some(p) => c.one_of(&key("payload"), p, &PAYLOADS),
+    };
+    Some(WatchConfig {
+        name: name?,
+        resource: resource?,
+        namespaces: namespaces?,
+        label_selector: label_selector?,
+        field_selector: field_selector?,
+        events: events?,
+        initial_state: initial_state?,
+        subject: subject?,
+        subject_prefix: defaults.prefix.clone()?,
+        cluster: defaults.cluster.to_owned(),
+        payload: payload?,
+    })
+}
+
+/// Names are the `watch` label of every metric: two watches with one name would share counters.
+fn check_unique_names(c: &mut Checker, watches: &[RawWatch]) {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, w) in watches.iter().enumerate() {
+        if w.name.is_empty() {
+            continue;
+        }
+        if let Some(first) = seen.get(w.name.as_str()) {
+            let why = format!(
+                "duplicate watch name {:?} (also watches[{first}].name; names must be unique)",
+                w.name
+            );
+            c.fail::<()>(format!("watches[{i}].name"), why);
+        } else {
+            seen.insert(w.name.as_str(), i);
         }
     }
-    if default_needs_cluster && publish.cluster.is_empty() {
+}
+
+/// A `publish.subject` using `{cluster}` is an error only once a watch inherits it.
+fn check_default_subject_cluster(
+    c: &mut Checker,
+    publish: &RawPublish,
+    defaults: &PublishDefaults<'_>,
+    watches: &[RawWatch],
+) {
+    let inherited = watches.iter().any(|w| non_empty(&w.subject).is_none());
+    let uses_cluster = defaults
+        .subject
+        .as_ref()
+        .is_some_and(SubjectTemplate::uses_cluster);
+    if inherited && uses_cluster && publish.cluster.is_empty() {
         c.fail::<()>(
             "publish.subject",
             format!(
@@ -155,7 +176,6 @@ pub(super) fn check_watches(
             ),
         );
     }
-    (out.len() == watches.len()).then_some(out)
 }
 
 fn check_watch_name(name: &str) -> Result<(), String> {

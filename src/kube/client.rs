@@ -26,6 +26,16 @@ const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(15);
 /// Error bodies are read up to this size: enough for any Status, bounded against a runaway proxy.
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
+/// Registers the API client's metric family, `api_requests_total{verb, code}`.
+pub fn register_api_requests(registry: &prometheus::Registry) -> prometheus::Result<IntCounterVec> {
+    crate::telemetry::metrics::counter(
+        registry,
+        "api_requests_total",
+        "Requests to the Kubernetes API server, by verb and HTTP status code (0 when no response).",
+        &["verb", "code"],
+    )
+}
+
 /// A client for one API server, shared by every watch.
 pub struct ApiClient {
     /// The HTTP client and the exec plugin's certificate it presents, replaced together when the

@@ -138,99 +138,12 @@ fn object_meta(head: scan::Head<'_>) -> Result<(ObjectMeta, bool), DecodeError> 
     ))
 }
 
-/// The serde_json decoder this module used before the single-pass scanner: the reference the
-/// scanner is checked against.
+/// The properties the fuzz targets check, with the serde_json decoder the scanner must agree
+/// with (`serde_reference`): one copy, shared with `fuzz/` and `tests/fuzz_props.rs`.
 #[cfg(test)]
-mod serde_reference {
-    use serde::Deserialize;
-    use serde_json::value::RawValue;
-
-    use super::{decode_bookmark, DecodeError, WatchLine};
-    use crate::event::{EventType, ObjectEvent, ObjectMeta, ResourceVersion};
-    use bytes::Bytes;
-
-    #[derive(Deserialize)]
-    struct RawLine<'a> {
-        #[serde(rename = "type")]
-        event_type: &'a str,
-        #[serde(borrow)]
-        object: Option<&'a RawValue>,
-    }
-
-    /// The top of an object: `kind` (absent in list items) and the metadata fields we route by.
-    #[derive(Deserialize)]
-    struct ObjectHead<'a> {
-        #[serde(borrow, default)]
-        kind: Option<&'a str>,
-        #[serde(borrow)]
-        metadata: Option<MetaFields<'a>>,
-    }
-
-    #[derive(Deserialize)]
-    struct MetaFields<'a> {
-        #[serde(borrow, default)]
-        uid: Option<std::borrow::Cow<'a, str>>,
-        #[serde(rename = "resourceVersion", borrow, default)]
-        resource_version: Option<std::borrow::Cow<'a, str>>,
-        #[serde(borrow, default)]
-        name: Option<std::borrow::Cow<'a, str>>,
-        #[serde(borrow, default)]
-        namespace: Option<std::borrow::Cow<'a, str>>,
-    }
-
-    pub fn decode_line(line: &Bytes) -> Result<WatchLine, DecodeError> {
-        let raw: RawLine = serde_json::from_slice(line).map_err(DecodeError::Malformed)?;
-        let object = raw.object.ok_or(DecodeError::MissingField("object"))?;
-        let event_type = match raw.event_type {
-            "ADDED" => EventType::Added,
-            "MODIFIED" => EventType::Modified,
-            "DELETED" => EventType::Deleted,
-            "BOOKMARK" => return decode_bookmark(object.get().as_bytes()),
-            "ERROR" => {
-                let status = serde_json::from_str(object.get()).map_err(DecodeError::Malformed)?;
-                return Ok(WatchLine::Error(status));
-            }
-            other => return Err(DecodeError::UnknownType(other.to_owned())),
-        };
-        let object = line.slice_ref(object.get().as_bytes());
-        let (meta, _) = decode_object_meta(&object)?;
-        Ok(WatchLine::Change(ObjectEvent {
-            event_type,
-            meta,
-            object,
-            watch_line: Some(line.clone()),
-        }))
-    }
-
-    pub fn decode_object_meta(object: &[u8]) -> Result<(ObjectMeta, bool), DecodeError> {
-        let head: ObjectHead = serde_json::from_slice(object).map_err(DecodeError::Malformed)?;
-        let meta = head.metadata.ok_or(DecodeError::MissingField("metadata"))?;
-        let uid = meta
-            .uid
-            .filter(|s| !s.is_empty())
-            .ok_or(DecodeError::MissingField("metadata.uid"))?;
-        let rv = meta
-            .resource_version
-            .filter(|s| !s.is_empty())
-            .ok_or(DecodeError::MissingField("metadata.resourceVersion"))?;
-        let name = meta
-            .name
-            .filter(|s| !s.is_empty())
-            .ok_or(DecodeError::MissingField("metadata.name"))?;
-        Ok((
-            ObjectMeta {
-                uid: uid.into_owned(),
-                resource_version: ResourceVersion::new(rv.into_owned()),
-                name: name.into_owned(),
-                namespace: meta
-                    .namespace
-                    .filter(|s| !s.is_empty())
-                    .map(|s| s.into_owned()),
-            },
-            head.kind.is_some(),
-        ))
-    }
-}
+#[path = "../../fuzz/src/lib.rs"]
+#[allow(dead_code)]
+mod fuzz_props;
 
 #[cfg(test)]
 mod tests {
@@ -362,7 +275,7 @@ mod tests {
         let line = Bytes::copy_from_slice(input);
         assert_eq!(
             outcome(decode_line(&line)),
-            outcome(serde_reference::decode_line(&line)),
+            outcome(fuzz_props::serde_reference::decode_line(&line)),
             "line {:?}",
             String::from_utf8_lossy(input)
         );
@@ -443,8 +356,8 @@ mod tests {
             r#"{"spec":"\xff","metadata":{"name":"a","uid":"u1","resourceVersion":"5"}}"#,
         ] {
             let ours = decode_object_meta(object.as_bytes()).map_err(|e| e.to_string());
-            let theirs =
-                serde_reference::decode_object_meta(object.as_bytes()).map_err(|e| e.to_string());
+            let theirs = fuzz_props::serde_reference::decode_object_meta(object.as_bytes())
+                .map_err(|e| e.to_string());
             match (&ours, &theirs) {
                 (Ok(a), Ok(b)) => assert_eq!(a, b, "{object}"),
                 (Err(a), Err(b)) => assert_eq!(

@@ -50,8 +50,7 @@ pub enum ApiError {
 /// `error` followed by its causes, `: `-separated. reqwest's own message names only the URL
 /// ("error sending request for url (…)"); what an operator must act on — `Connection refused`,
 /// `connection reset`, `invalid peer certificate: UnknownIssuer` — is in the sources, and a log
-/// line shows only `Display`. Found by the bad-input matrix (tests/bad_input.rs): a TLS failure
-/// logged no hint of TLS.
+/// line shows only `Display`: without the causes a TLS failure would log no hint of TLS.
 pub fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
@@ -93,22 +92,6 @@ impl ApiError {
                 retry_after,
             },
             _ => ApiError::Status { code, message },
-        }
-    }
-
-    /// The `reason` label of `watch_restarts_total` / `relists_total` for this error.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            ApiError::Gone { .. } => "expired",
-            ApiError::TooLargeResourceVersion { .. } => "too_large_resource_version",
-            ApiError::Throttled { .. } => "throttled",
-            ApiError::ServerError { .. } => "server_error",
-            ApiError::Unauthorized | ApiError::Credentials(_) => "unauthorized",
-            ApiError::Forbidden { .. } => "forbidden",
-            ApiError::NotFound { .. } => "not_found",
-            ApiError::Status { .. } => "unexpected_status",
-            ApiError::UnexpectedBody(_) => "unexpected_body",
-            ApiError::Transport(_) => "transport",
         }
     }
 }

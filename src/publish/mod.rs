@@ -3,6 +3,7 @@
 
 pub mod connect;
 pub mod message;
+pub mod metrics;
 pub mod outbox;
 
 pub use message::{MessageBuilder, OutMessage};

@@ -20,19 +20,19 @@ use async_nats::{jetstream, Client};
 use tokio::time::Instant;
 
 use super::message::OutMessage;
+use super::metrics::PublishMetrics;
 use crate::backoff::Backoff;
 use crate::config::BackoffConfig;
-use crate::telemetry::metrics::WatchMetrics;
 
 /// Pauses between publish retries: short, since NATS usually comes back quickly, and capped so
 /// a recovered NATS is used within seconds.
-const RETRY_BACKOFF: BackoffConfig = BackoffConfig {
-    initial: Duration::from_millis(100),
-    max: Duration::from_secs(5),
-    multiplier: 2.0,
-    jitter: 0.2,
-    reset_after: Duration::from_secs(30),
-};
+const RETRY_BACKOFF: BackoffConfig = BackoffConfig::checked(
+    Duration::from_millis(100),
+    Duration::from_secs(5),
+    2.0,
+    0.2,
+    Duration::from_secs(30),
+);
 
 /// The connection in the configured mode; cheap to clone.
 #[derive(Clone)]
@@ -71,13 +71,13 @@ pub struct Outbox {
 struct Window {
     in_flight: VecDeque<InFlight>,
     max_in_flight: usize,
-    metrics: WatchMetrics,
+    metrics: PublishMetrics,
     retry: Backoff,
 }
 
 impl Outbox {
     /// `max_in_flight` bounds unacknowledged JetStream publishes (unused in core mode).
-    pub fn new(nats: Nats, max_in_flight: usize, metrics: WatchMetrics) -> Outbox {
+    pub fn new(nats: Nats, max_in_flight: usize, metrics: PublishMetrics) -> Outbox {
         Outbox {
             nats,
             window: Window {

@@ -13,13 +13,13 @@ use prometheus::IntGauge;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::metrics::{Metrics, WatchMetrics};
+use super::metrics::{Metrics, WatchSync};
 
 /// What `/readyz` checks: every watch has completed its list and NATS is connected.
 pub struct Readiness {
     nats_connected: IntGauge,
     /// Set once discovery has resolved every watch; until then nothing is ready.
-    watches: OnceLock<Vec<WatchMetrics>>,
+    watches: OnceLock<Vec<WatchSync>>,
     shutting_down: CancellationToken,
 }
 
@@ -33,7 +33,7 @@ impl Readiness {
     }
 
     /// Hands over the watches once they run.
-    pub fn set_watches(&self, watches: Vec<WatchMetrics>) {
+    pub fn set_watches(&self, watches: Vec<WatchSync>) {
         let _ = self.watches.set(watches);
     }
 

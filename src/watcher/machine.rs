@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -18,6 +19,7 @@ use crate::kube::decode::{decode_line, DecodeError, WatchLine};
 use crate::kube::error::body_excerpt;
 use crate::kube::framing::FrameError;
 use crate::kube::list::parse_list_page;
+use crate::kube::status::Status;
 use crate::kube::stream::{LineStream, StreamError};
 use crate::kube::{ApiClient, ApiError};
 
@@ -126,9 +128,69 @@ pub struct Restart {
     pub reason: RestartReason,
     /// The request that failed, where one did.
     pub verb: Option<Verb>,
-    pub error: Option<String>,
+    /// What went wrong; `None` for a watch the server ended cleanly.
+    pub error: Option<RestartError>,
     /// The pause before the next attempt.
     pub retry_in: Option<Duration>,
+}
+
+/// What ended a watch or failed a list, kept typed until the driver logs it.
+#[derive(Debug, thiserror::Error)]
+pub enum RestartError {
+    /// A request failed: an error status, or the transport.
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// The open watch broke off, or sent a line longer than the limit.
+    #[error(transparent)]
+    Stream(#[from] StreamError),
+    /// The body ended inside a line that does not decode.
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    /// A line that is not a watch event.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// A list page that is not a list. The start of the body says what answered (a proxy's HTML
+    /// page, an empty body), which the JSON error alone ("expected value at line 1 column 1")
+    /// does not show.
+    #[error("{}; the body starts with {excerpt:?}", not_a_list(.cause))]
+    NotAList { cause: DecodeError, excerpt: String },
+    /// The `continue` token of a paged list expired; the server's message.
+    #[error("{0}")]
+    ContinueExpired(String),
+    /// An ERROR event saying the watch's version is outside the server's history; its message
+    /// names the version.
+    #[error("{}", .0.message)]
+    Outdated(Status),
+    /// Any other ERROR event.
+    #[error("{} ({}): {}", .0.code, .0.reason, .0.message)]
+    ErrorEvent(Status),
+    #[error("no data before the watch deadline: connection presumed half-open")]
+    IdleTimeout,
+    #[error("watch ended within a second without a line")]
+    VeryShortWatch,
+    #[error("streaming list not usable, falling back to paged lists: {0}")]
+    StreamingUnsupported(StreamingRefusal),
+}
+
+fn not_a_list(cause: &DecodeError) -> String {
+    match cause {
+        DecodeError::Malformed(json) => format!("not a JSON list ({json})"),
+        other => other.to_string(),
+    }
+}
+
+/// How a server shows that it cannot serve streaming lists.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamingRefusal {
+    /// 400/422 from servers that know the parameter but have the feature off.
+    #[error(transparent)]
+    Rejected(ApiError),
+    /// Initial events are all ADDED and end with the annotated bookmark; anything else means the
+    /// server ignored `sendInitialEvents` (servers before 1.27 do).
+    #[error("the server sent live events before the initial-events-end bookmark")]
+    LiveEventsFirst,
+    #[error("the stream ended before the initial-events-end bookmark")]
+    EndedEarly,
 }
 
 /// What one step saw.
@@ -164,6 +226,12 @@ pub enum State {
     },
     /// Next step opens a streaming list (`sendInitialEvents=true`).
     StreamListing { reason: ListReason },
+    /// Next step reads one line of a streaming list's initial events: ADDED events up to the
+    /// bookmark that ends them, after which the same stream goes on as a watch.
+    ReceivingInitialEvents {
+        reason: ListReason,
+        watching: Box<Watching>,
+    },
     /// Next step opens a watch from `rv`.
     Connecting { rv: ResourceVersion },
     /// Next step reads one line from the open watch.
@@ -180,8 +248,15 @@ pub struct Watching {
     opened_at: Instant,
     deadline: Instant,
     received_any: bool,
-    /// Set while a streaming list delivers its initial events.
-    initial_events: Option<ListReason>,
+}
+
+/// What reading one line of an open watch gave.
+enum Read {
+    Line(WatchLine),
+    /// The server closed the body cleanly.
+    Ended,
+    /// The stream broke.
+    Lost(RestartReason, RestartError),
 }
 
 /// Steps one watch target through its states.
@@ -235,8 +310,11 @@ impl Machine {
                 continue_token,
             } => self.fetch_page(reason, continue_token).await,
             State::StreamListing { reason } => self.open_streaming_list(reason).await,
+            State::ReceivingInitialEvents { reason, watching } => {
+                self.read_initial_event(reason, *watching).await
+            }
             State::Connecting { rv } => self.open_watch(rv).await,
-            State::Watching(watching) => self.read_line(*watching).await,
+            State::Watching(watching) => self.read_event(*watching).await,
             State::Backoff { delay, then } => {
                 tokio::time::sleep(delay).await;
                 (Outcome::Idle, *then)
@@ -249,60 +327,36 @@ impl Machine {
         reason: ListReason,
         continue_token: Option<String>,
     ) -> (Outcome, State) {
-        let limit = self.target.page_size.to_string();
-        let mut query = vec![("limit", limit.as_str())];
-        self.add_selectors(&mut query);
-        if let Some(token) = &continue_token {
-            query.push(("continue", token));
-        }
-        let body = match self.client.list(&self.path, &query).await {
+        let body = match self.request_page(continue_token.as_deref()).await {
             Ok(body) => body,
             Err(ApiError::Gone { message }) if continue_token.is_some() => {
-                let restart = Restart {
-                    reason: RestartReason::Expired,
-                    verb: Some(Verb::List),
-                    error: Some(message),
-                    retry_in: None,
-                };
-                return (
-                    Outcome::Restart(restart),
-                    State::Listing {
-                        reason: ListReason::ContinueExpired,
-                        continue_token: None,
-                    },
-                );
+                return self.continue_expired(message)
             }
             Err(e) => {
-                return self.failed(
-                    Verb::List,
-                    e,
-                    State::Listing {
-                        reason,
-                        continue_token,
-                    },
-                )
+                let retry = State::Listing {
+                    reason,
+                    continue_token,
+                };
+                return self.failed(Verb::List, e, retry);
             }
         };
         let page = match parse_list_page(&body, &self.target.resource) {
             Ok(page) => page,
-            Err(e) => {
-                // Say what answered: a proxy's HTML page or an empty body is recognisable by the
-                // start of the body, which the JSON error alone ("expected value at line 1
-                // column 1") does not show (found by the bad-input matrix, tests/bad_input.rs).
-                let cause = match e {
-                    DecodeError::Malformed(json) => format!("not a JSON list ({json})"),
-                    other => other.to_string(),
+            Err(cause) => {
+                let error = RestartError::NotAList {
+                    cause,
+                    excerpt: body_excerpt(&body),
                 };
-                let error = format!("{cause}; the body starts with {:?}", body_excerpt(&body));
+                let retry = State::Listing {
+                    reason,
+                    continue_token,
+                };
                 return self.back_off(
                     RestartReason::DecodeError,
                     Some(Verb::List),
                     error,
                     None,
-                    State::Listing {
-                        reason,
-                        continue_token,
-                    },
+                    retry,
                 );
             }
         };
@@ -333,6 +387,34 @@ impl Machine {
         }
     }
 
+    /// GET one list page: `limit` items, after `continue_token`.
+    async fn request_page(&self, continue_token: Option<&str>) -> Result<Bytes, ApiError> {
+        let limit = self.target.page_size.to_string();
+        let mut query = vec![("limit", limit.as_str())];
+        self.add_selectors(&mut query);
+        if let Some(token) = continue_token {
+            query.push(("continue", token));
+        }
+        self.client.list(&self.path, &query).await
+    }
+
+    /// The `continue` token expired between two pages: the list starts over, at once.
+    fn continue_expired(&mut self, message: String) -> (Outcome, State) {
+        let restart = Restart {
+            reason: RestartReason::Expired,
+            verb: Some(Verb::List),
+            error: Some(RestartError::ContinueExpired(message)),
+            retry_in: None,
+        };
+        (
+            Outcome::Restart(restart),
+            State::Listing {
+                reason: ListReason::ContinueExpired,
+                continue_token: None,
+            },
+        )
+    }
+
     async fn open_streaming_list(&mut self, reason: ListReason) -> (Outcome, State) {
         let timeout = self.server_timeout();
         let timeout_secs = timeout.as_secs().to_string();
@@ -352,30 +434,25 @@ impl Machine {
                     items: Vec::new(),
                     complete: None,
                 },
-                State::Watching(Box::new(self.watching(
-                    ResourceVersion::new(""),
-                    response,
-                    timeout,
-                    Some(reason),
-                ))),
+                State::ReceivingInitialEvents {
+                    reason,
+                    watching: Box::new(self.watching(ResourceVersion::new(""), response, timeout)),
+                },
             ),
-            // 400/422 from servers that know the parameter but have the feature off.
             Err(e @ (ApiError::Status { .. } | ApiError::UnexpectedBody(_))) => {
-                self.streaming_unsupported(e.to_string())
+                self.streaming_unsupported(StreamingRefusal::Rejected(e))
             }
             Err(e) => self.failed(Verb::Watch, e, State::StreamListing { reason }),
         }
     }
 
     /// The server refused or ignored `sendInitialEvents`: use paged lists from now on.
-    fn streaming_unsupported(&mut self, why: String) -> (Outcome, State) {
+    fn streaming_unsupported(&mut self, why: StreamingRefusal) -> (Outcome, State) {
         self.streaming_list = false;
         let restart = Restart {
             reason: RestartReason::UnexpectedResponse,
             verb: Some(Verb::Watch),
-            error: Some(format!(
-                "streaming list not usable, falling back to paged lists: {why}"
-            )),
+            error: Some(RestartError::StreamingUnsupported(why)),
             retry_in: None,
         };
         (
@@ -399,7 +476,7 @@ impl Machine {
         self.add_selectors(&mut query);
         match self.client.watch(&self.path, &query).await {
             Ok(response) => {
-                let watching = self.watching(rv.clone(), response, timeout, None);
+                let watching = self.watching(rv.clone(), response, timeout);
                 (
                     Outcome::WatchOpened(rv),
                     State::Watching(Box::new(watching)),
@@ -414,7 +491,6 @@ impl Machine {
         rv: ResourceVersion,
         response: reqwest::Response,
         server_timeout: Duration,
-        initial_events: Option<ListReason>,
     ) -> Watching {
         let opened_at = Instant::now();
         Watching {
@@ -425,58 +501,62 @@ impl Machine {
                 + server_timeout
                 + WATCH_DEADLINE_MARGIN.min(self.target.watch_timeout),
             received_any: false,
-            initial_events,
         }
     }
 
-    async fn read_line(&mut self, mut w: Watching) -> (Outcome, State) {
+    /// Reads and decodes the next line, waiting no longer than the watch's deadline.
+    async fn next_line(w: &mut Watching) -> Read {
         let next = tokio::time::timeout_at(w.deadline, w.stream.next_line()).await;
         let line = match next {
             Ok(Ok(Some(line))) => line,
-            Ok(Ok(None)) => return self.stream_ended(w),
+            Ok(Ok(None)) => return Read::Ended,
             Err(_deadline) => {
-                return self.lost_stream(
-                    w,
-                    RestartReason::IdleTimeout,
-                    "no data before the watch deadline: connection presumed half-open".into(),
-                )
+                return Read::Lost(RestartReason::IdleTimeout, RestartError::IdleTimeout)
             }
-            Ok(Err(StreamError::Frame(e))) => {
-                return self.lost_stream(w, RestartReason::DecodeError, e.to_string())
+            Ok(Err(e @ StreamError::Frame(_))) => {
+                return Read::Lost(RestartReason::DecodeError, e.into())
             }
             Ok(Err(e @ StreamError::Transport(_))) => {
-                return self.lost_stream(w, RestartReason::Transport, e.to_string())
+                return Read::Lost(RestartReason::Transport, e.into())
             }
         };
         w.received_any = true;
-        let decoded = match decode_line(&line.bytes) {
-            Ok(decoded) => decoded,
+        match decode_line(&line.bytes) {
+            Ok(decoded) => Read::Line(decoded),
             Err(_) if !line.terminated => {
                 let e = FrameError::Truncated {
                     leftover_bytes: line.bytes.len(),
                 };
-                return self.lost_stream(w, RestartReason::DecodeError, e.to_string());
+                Read::Lost(RestartReason::DecodeError, e.into())
             }
-            Err(e) => return self.lost_stream(w, RestartReason::DecodeError, e.to_string()),
-        };
-        match (decoded, w.initial_events) {
-            (WatchLine::Change(event), Some(_)) if event.event_type == EventType::Added => (
+            Err(e) => Read::Lost(RestartReason::DecodeError, e.into()),
+        }
+    }
+
+    /// One line of a streaming list's initial events. Anything that breaks the stream before
+    /// the closing bookmark starts the list again.
+    async fn read_initial_event(
+        &mut self,
+        reason: ListReason,
+        mut w: Watching,
+    ) -> (Outcome, State) {
+        match Self::next_line(&mut w).await {
+            Read::Line(WatchLine::Change(event)) if event.event_type == EventType::Added => (
                 Outcome::ListPage {
                     started: None,
                     items: vec![event],
                     complete: None,
                 },
-                State::Watching(Box::new(w)),
-            ),
-            (
-                WatchLine::Bookmark {
-                    resource_version,
-                    initial_events_end: true,
+                State::ReceivingInitialEvents {
+                    reason,
+                    watching: Box::new(w),
                 },
-                Some(_),
-            ) => {
+            ),
+            Read::Line(WatchLine::Bookmark {
+                resource_version,
+                initial_events_end: true,
+            }) => {
                 w.rv = resource_version.clone();
-                w.initial_events = None;
                 (
                     Outcome::ListPage {
                         started: None,
@@ -486,55 +566,78 @@ impl Machine {
                     State::Watching(Box::new(w)),
                 )
             }
-            // Initial events are all ADDED and end with the annotated bookmark; anything else means
-            // the server ignored sendInitialEvents (servers before 1.27 do).
-            (WatchLine::Change(_) | WatchLine::Bookmark { .. }, Some(_)) => self
-                .streaming_unsupported(
-                    "the server sent live events before the initial-events-end bookmark".into(),
-                ),
-            (WatchLine::Change(event), None) => {
+            Read::Line(WatchLine::Change(_) | WatchLine::Bookmark { .. }) => {
+                self.streaming_unsupported(StreamingRefusal::LiveEventsFirst)
+            }
+            Read::Line(WatchLine::Error(status)) => {
+                let relist = self.list(reason);
+                self.error_event(status, relist)
+            }
+            Read::Ended => self.streaming_unsupported(StreamingRefusal::EndedEarly),
+            Read::Lost(restart, error) => {
+                let relist = self.list(reason);
+                self.back_off(restart, None, error, None, relist)
+            }
+        }
+    }
+
+    /// One line of an open watch. A broken stream resumes from the last version after a pause.
+    async fn read_event(&mut self, mut w: Watching) -> (Outcome, State) {
+        match Self::next_line(&mut w).await {
+            Read::Line(WatchLine::Change(event)) => {
                 w.rv = event.meta.resource_version.clone();
                 (Outcome::Event(event), State::Watching(Box::new(w)))
             }
-            (
-                WatchLine::Bookmark {
-                    resource_version, ..
-                },
-                None,
-            ) => {
+            Read::Line(WatchLine::Bookmark {
+                resource_version, ..
+            }) => {
                 w.rv = resource_version.clone();
                 (
                     Outcome::Bookmark(resource_version),
                     State::Watching(Box::new(w)),
                 )
             }
-            (WatchLine::Error(status), _) if status.is_expired() => {
-                self.relist(RestartReason::Expired, ListReason::Expired, status.message)
+            Read::Line(WatchLine::Error(status)) => {
+                self.error_event(status, State::Connecting { rv: w.rv })
             }
-            (WatchLine::Error(status), _) if status.is_too_large_resource_version() => self.relist(
+            Read::Ended => self.stream_ended(w),
+            Read::Lost(reason, error) => {
+                self.back_off(reason, None, error, None, State::Connecting { rv: w.rv })
+            }
+        }
+    }
+
+    /// An ERROR event: a relist when the version is outside the server's history, else `then`
+    /// after a pause.
+    fn error_event(&mut self, status: Status, then: State) -> (Outcome, State) {
+        if status.is_expired() {
+            self.relist(
+                RestartReason::Expired,
+                ListReason::Expired,
+                RestartError::Outdated(status),
+            )
+        } else if status.is_too_large_resource_version() {
+            self.relist(
                 RestartReason::TooLargeResourceVersion,
                 ListReason::TooLargeResourceVersion,
-                status.message,
-            ),
-            (WatchLine::Error(status), _) => {
-                let error = format!("{} ({}): {}", status.code, status.reason, status.message);
-                self.lost_stream(w, RestartReason::ErrorEvent, error)
-            }
+                RestartError::Outdated(status),
+            )
+        } else {
+            let error = RestartError::ErrorEvent(status);
+            self.back_off(RestartReason::ErrorEvent, None, error, None, then)
         }
     }
 
     /// The server closed the body cleanly.
     fn stream_ended(&mut self, w: Watching) -> (Outcome, State) {
-        if w.initial_events.is_some() {
-            return self.streaming_unsupported(
-                "the stream ended before the initial-events-end bookmark".into(),
-            );
-        }
         if !w.received_any && w.opened_at.elapsed() < VERY_SHORT_WATCH {
-            return self.lost_stream(
-                w,
+            let then = State::Connecting { rv: w.rv };
+            return self.back_off(
                 RestartReason::VeryShortWatch,
-                "watch ended within a second without a line".into(),
+                None,
+                RestartError::VeryShortWatch,
+                None,
+                then,
             );
         }
         let restart = Restart {
@@ -546,81 +649,54 @@ impl Machine {
         (Outcome::Restart(restart), State::Connecting { rv: w.rv })
     }
 
-    /// The stream broke: resume from the last version after a pause (or relist, if the stream was
-    /// still delivering a streaming list's initial events).
-    fn lost_stream(
-        &mut self,
-        w: Watching,
-        reason: RestartReason,
-        error: String,
-    ) -> (Outcome, State) {
-        let then = match w.initial_events {
-            Some(list_reason) => self.list(list_reason),
-            None => State::Connecting { rv: w.rv },
-        };
-        self.back_off(reason, None, error, None, then)
-    }
-
     fn relist(
         &mut self,
         reason: RestartReason,
         list_reason: ListReason,
-        error: String,
+        error: RestartError,
     ) -> (Outcome, State) {
         let then = self.list(list_reason);
         self.back_off(reason, None, error, None, then)
     }
 
-    /// Maps a failed request to the next state: a relist for Expired/TooLarge, else `retry` after a pause.
+    /// Maps a failed request to the next state: a relist for an outdated watch version, else
+    /// `retry` after a pause (the server's `Retry-After`, where it sent one).
     fn failed(&mut self, verb: Verb, error: ApiError, retry: State) -> (Outcome, State) {
-        let message = error.to_string();
-        match error {
-            ApiError::Gone { .. } if verb == Verb::Watch => {
-                self.relist(RestartReason::Expired, ListReason::Expired, message)
+        let retry_after = match &error {
+            ApiError::Throttled { retry_after } | ApiError::ServerError { retry_after, .. } => {
+                *retry_after
             }
-            ApiError::TooLargeResourceVersion { .. } if verb == Verb::Watch => self.relist(
-                RestartReason::TooLargeResourceVersion,
-                ListReason::TooLargeResourceVersion,
-                message,
-            ),
-            ApiError::Throttled { retry_after } => self.back_off(
-                RestartReason::Throttled,
-                Some(verb),
-                message,
-                retry_after,
-                retry,
-            ),
-            ApiError::ServerError { retry_after, .. } => self.back_off(
-                RestartReason::ServerError,
-                Some(verb),
-                message,
-                retry_after,
-                retry,
-            ),
-            ApiError::Unauthorized | ApiError::Credentials(_) => self.back_off(
-                RestartReason::Unauthorized,
-                Some(verb),
-                message,
-                None,
-                retry,
-            ),
-            ApiError::Forbidden { .. } => {
-                self.back_off(RestartReason::Forbidden, Some(verb), message, None, retry)
+            _ => None,
+        };
+        let reason = match &error {
+            ApiError::Gone { .. } => RestartReason::Expired,
+            ApiError::TooLargeResourceVersion { .. } => RestartReason::TooLargeResourceVersion,
+            ApiError::Throttled { .. } => RestartReason::Throttled,
+            ApiError::ServerError { .. } => RestartReason::ServerError,
+            ApiError::Unauthorized | ApiError::Credentials(_) => RestartReason::Unauthorized,
+            ApiError::Forbidden { .. } => RestartReason::Forbidden,
+            ApiError::Transport(_) => RestartReason::Transport,
+            ApiError::NotFound { .. } | ApiError::Status { .. } | ApiError::UnexpectedBody(_) => {
+                RestartReason::UnexpectedResponse
             }
-            ApiError::Transport(_) => {
-                self.back_off(RestartReason::Transport, Some(verb), message, None, retry)
+        };
+        let error = RestartError::Api(error);
+        match (reason, verb) {
+            (RestartReason::Expired, Verb::Watch) => {
+                self.relist(reason, ListReason::Expired, error)
             }
-            ApiError::Gone { .. }
-            | ApiError::TooLargeResourceVersion { .. }
-            | ApiError::NotFound { .. }
-            | ApiError::Status { .. }
-            | ApiError::UnexpectedBody(_) => self.back_off(
+            (RestartReason::TooLargeResourceVersion, Verb::Watch) => {
+                self.relist(reason, ListReason::TooLargeResourceVersion, error)
+            }
+            // A list does not ask for a version, so neither can be outdated there.
+            (RestartReason::Expired | RestartReason::TooLargeResourceVersion, _) => self.back_off(
                 RestartReason::UnexpectedResponse,
                 Some(verb),
-                message,
+                error,
                 None,
                 retry,
             ),
+            _ => self.back_off(reason, Some(verb), error, retry_after, retry),
         }
     }
 
@@ -628,7 +704,7 @@ impl Machine {
         &mut self,
         reason: RestartReason,
         verb: Option<Verb>,
-        error: String,
+        error: RestartError,
         retry_after: Option<Duration>,
         then: State,
     ) -> (Outcome, State) {

@@ -7,6 +7,7 @@
 //! settled, so the version the watch resumes from is always one whose events are all published.
 
 pub mod machine;
+pub mod metrics;
 
 use tokio_util::sync::CancellationToken;
 
@@ -16,8 +17,8 @@ use crate::event::{EventType, ObjectEvent};
 use crate::kube::client::Verb;
 use crate::publish::{MessageBuilder, Outbox};
 use crate::rbac;
-use crate::telemetry::metrics::WatchMetrics;
 use machine::{Machine, Outcome, Restart, RestartReason, State};
+use metrics::WatchMetrics;
 
 pub use machine::{ListReason, Target};
 
@@ -192,7 +193,7 @@ impl WatchTask {
         }
         let watch = &*self.metrics.watch;
         let namespace = self.namespace();
-        let error = error.unwrap_or_default();
+        let error = error.as_ref().map(ToString::to_string).unwrap_or_default();
         let list_failed = verb == Some(Verb::List);
         let verb = verb.map_or("", Verb::as_str);
         match reason {
@@ -204,7 +205,7 @@ impl WatchTask {
                     &self.machine.target().resource,
                     self.machine.target().namespace.as_deref(),
                 );
-                tracing::error!(watch, namespace, verb, resource = %self.machine.target().resource.plural, retry_in = ?retry_in, error, "RBAC refused the request; {rule}");
+                tracing::error!(watch, namespace, verb, resource = %self.machine.target().resource.plural, retry_in = ?retry_in, error, rule = %rule, "RBAC refused the request; add the rule");
             }
             RestartReason::Unauthorized => {
                 tracing::warn!(watch, namespace, verb, retry_in = ?retry_in, "the API server rejected the token (401); re-reading the token file and retrying");
@@ -244,7 +245,7 @@ impl WatchTask {
     fn set_synced(&mut self, synced: bool) {
         if self.synced != synced {
             self.synced = synced;
-            self.metrics.set_target_synced(synced);
+            self.metrics.sync.set_target_synced(synced);
         }
     }
 

@@ -26,13 +26,13 @@ use tokio::sync::mpsc;
 pub const WAIT: Duration = Duration::from_secs(10);
 
 /// Backoff short enough for tests, with no jitter so delays are predictable.
-pub const FAST_BACKOFF: BackoffConfig = BackoffConfig {
-    initial: Duration::from_millis(50),
-    max: Duration::from_secs(2),
-    multiplier: 2.0,
-    jitter: 0.0,
-    reset_after: Duration::from_secs(120),
-};
+pub const FAST_BACKOFF: BackoffConfig = BackoffConfig::checked(
+    Duration::from_millis(50),
+    Duration::from_secs(2),
+    2.0,
+    0.0,
+    Duration::from_secs(120),
+);
 
 pub fn pod(name: &str) -> Value {
     json!({

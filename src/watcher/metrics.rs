@@ -1,0 +1,159 @@
+//! The watch stage's metric families: what arrived from the API server, what was dropped before
+//! publishing, restarts and relists, and whether each watch is synced.
+
+use std::sync::Arc;
+
+use prometheus::{Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
+
+use crate::event::EventType;
+use crate::telemetry::metrics::{counter, gauge, opts, ByType, WatchSync};
+
+/// The families, registered once; [`for_watch`](Self::for_watch) resolves one watch's labels.
+#[derive(Clone)]
+pub struct WatchFamilies {
+    events_received: IntCounterVec,
+    events_dropped: IntCounterVec,
+    events_synthesized: IntCounterVec,
+    watch_restarts: IntCounterVec,
+    relists: IntCounterVec,
+    decode_errors: IntCounterVec,
+    watch_synced: IntGaugeVec,
+    tracked_objects: IntGaugeVec,
+    last_event_timestamp: GaugeVec,
+}
+
+impl WatchFamilies {
+    pub fn register(registry: &Registry) -> prometheus::Result<WatchFamilies> {
+        let events_received = counter(
+            registry,
+            "events_received_total",
+            "Watch events received from the API server, by event type.",
+            &["watch", "type"],
+        )?;
+        let events_dropped = counter(registry, "events_dropped_total", "Events not published: duplicate (already published), stale (older than published), filtered (event type not configured), too_large (over the NATS max_payload).", &["watch", "reason"])?;
+        let events_synthesized = counter(
+            registry,
+            "events_synthesized_total",
+            "Events derived from a list rather than received from a watch, by event type.",
+            &["watch", "type"],
+        )?;
+        let watch_restarts = counter(
+            registry,
+            "watch_restarts_total",
+            "Watch streams that ended and were reopened, by reason.",
+            &["watch", "reason"],
+        )?;
+        let relists = counter(
+            registry,
+            "relists_total",
+            "Lists started, by reason (initial, expired, too_large_resource_version, ...).",
+            &["watch", "reason"],
+        )?;
+        let decode_errors = counter(
+            registry,
+            "decode_errors_total",
+            "Watch lines that could not be decoded (malformed, over the size limit, truncated).",
+            &["watch"],
+        )?;
+        let watch_synced = gauge(
+            registry,
+            "watch_synced",
+            "1 when every namespace of the watch has completed its list and is watching.",
+            &["watch"],
+        )?;
+        let tracked_objects = gauge(
+            registry,
+            "tracked_objects",
+            "Objects whose last published version is remembered for de-duplication.",
+            &["watch"],
+        )?;
+        let last_event_timestamp = GaugeVec::new(
+            opts("watch_last_event_timestamp_seconds", "Unix time of the last event or bookmark received; a stalled watch stops moving it."),
+            &["watch"],
+        )?;
+        registry.register(Box::new(last_event_timestamp.clone()))?;
+        Ok(WatchFamilies {
+            events_received,
+            events_dropped,
+            events_synthesized,
+            watch_restarts,
+            relists,
+            decode_errors,
+            watch_synced,
+            tracked_objects,
+            last_event_timestamp,
+        })
+    }
+
+    /// Handles for one configured watch, resolved once. `targets` is how many independent
+    /// list+watch loops (namespaces) the watch runs; it counts as synced when all of them are.
+    pub fn for_watch(&self, watch: &str, targets: usize) -> WatchMetrics {
+        let dropped = |reason: &str| self.events_dropped.with_label_values(&[watch, reason]);
+        let name: Arc<str> = watch.into();
+        WatchMetrics {
+            received: ByType::new(&self.events_received, watch),
+            synthesized: ByType::new(&self.events_synthesized, watch),
+            dropped_duplicate: dropped("duplicate"),
+            dropped_stale: dropped("stale"),
+            dropped_filtered: dropped("filtered"),
+            decode_errors: self.decode_errors.with_label_values(&[watch]),
+            sync: WatchSync::new(
+                name.clone(),
+                self.watch_synced.with_label_values(&[watch]),
+                targets,
+            ),
+            tracked_objects: self.tracked_objects.with_label_values(&[watch]),
+            last_event_timestamp: self.last_event_timestamp.with_label_values(&[watch]),
+            restarts: self.watch_restarts.clone(),
+            relists: self.relists.clone(),
+            watch: name,
+        }
+    }
+
+    /// `events_dropped_total{reason="too_large"}` of one watch: counted by the publish stage, in
+    /// the family this stage owns.
+    pub fn dropped_too_large(&self, watch: &str) -> IntCounter {
+        self.events_dropped.with_label_values(&[watch, "too_large"])
+    }
+}
+
+/// The watch stage's metrics of one configured watch, shared by its namespaces' loops.
+#[derive(Clone)]
+pub struct WatchMetrics {
+    pub watch: Arc<str>,
+    received: ByType,
+    synthesized: ByType,
+    pub dropped_duplicate: IntCounter,
+    pub dropped_stale: IntCounter,
+    pub dropped_filtered: IntCounter,
+    pub decode_errors: IntCounter,
+    pub sync: WatchSync,
+    pub tracked_objects: IntGauge,
+    pub last_event_timestamp: Gauge,
+    restarts: IntCounterVec,
+    relists: IntCounterVec,
+}
+
+impl WatchMetrics {
+    pub fn received(&self, t: EventType) {
+        self.received.inc(t);
+    }
+    pub fn synthesized(&self, t: EventType) {
+        self.synthesized.inc(t);
+    }
+    pub fn restart(&self, reason: &str) {
+        self.restarts
+            .with_label_values(&[&self.watch, reason])
+            .inc();
+    }
+    pub fn relist(&self, reason: &str) {
+        self.relists.with_label_values(&[&self.watch, reason]).inc();
+    }
+    /// Marks the current time as the last sign of life of the watch.
+    pub fn touch(&self) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        self.last_event_timestamp.set(now);
+    }
+}
