@@ -16,25 +16,29 @@ ARG RUST_VERSION=1.95
 FROM --platform=$BUILDPLATFORM rust:${RUST_VERSION}-slim-bookworm AS build
 ARG TARGETARCH
 ARG BUILDARCH
-# ring compiles C and assembly for the target: a C compiler for it. Natively, musl-gcc; from amd64
-# to arm64, Debian's aarch64 cross compiler (Rust's musl target brings its own libc and crt, the
-# cross gcc only compiles ring's C and drives the link).
+# ring compiles C and assembly for the target: a C compiler for it. Natively, musl-tools (found by
+# the cc crate); from amd64 to arm64, Debian's aarch64 cross compiler, named as C compiler and
+# linker (Rust's musl target brings its own libc and crt: the cross gcc only compiles ring's C
+# and drives the link).
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN case "$TARGETARCH" in \
       amd64) target=x86_64-unknown-linux-musl ;; \
       arm64) target=aarch64-unknown-linux-musl ;; \
       *) echo "unsupported TARGETARCH $TARGETARCH (amd64, arm64)" >&2; exit 1 ;; \
     esac \
- && if [ "$TARGETARCH" = "$BUILDARCH" ]; then cc=musl-gcc; pkg=musl-tools=1.2.3-1; \
-    elif [ "$TARGETARCH" = arm64 ] && [ "$BUILDARCH" = amd64 ]; then cc=aarch64-linux-gnu-gcc; pkg=gcc-aarch64-linux-gnu=4:12.2.0-3; \
-    else echo "cross-compiling from $BUILDARCH to $TARGETARCH is not set up" >&2; exit 1; fi \
  && apt-get update \
- && apt-get install -y --no-install-recommends "$pkg" \
+ && if [ "$TARGETARCH" = "$BUILDARCH" ]; then cc=""; \
+      apt-get install -y --no-install-recommends musl-tools=1.2.3-1; \
+    elif [ "$TARGETARCH" = arm64 ] && [ "$BUILDARCH" = amd64 ]; then cc=aarch64-linux-gnu-gcc; \
+      apt-get install -y --no-install-recommends gcc-aarch64-linux-gnu=4:12.2.0-3; \
+    else echo "cross-compiling from $BUILDARCH to $TARGETARCH is not set up" >&2; exit 1; fi \
  && rm -rf /var/lib/apt/lists/* \
  && rustup target add "$target" \
- && env_target=$(echo "$target" | tr 'a-z-' 'A-Z_') \
- && printf 'export TARGET=%s CC_%s=%s CARGO_TARGET_%s_LINKER=%s\n' \
-      "$target" "${target//-/_}" "$cc" "$env_target" "$cc" > /target.env
+ && echo "export TARGET=$target" > /target.env \
+ && if [ -n "$cc" ]; then \
+      env_target=$(echo "$target" | tr 'a-z-' 'A-Z_'); \
+      echo "export CC_${target//-/_}=$cc CARGO_TARGET_${env_target}_LINKER=$cc" >> /target.env; \
+    fi
 WORKDIR /src
 COPY . .
 # The cargo caches are build-time mounts (one target dir per architecture); the binary is copied
