@@ -24,13 +24,13 @@ use crate::kube::client::register_api_requests;
 use crate::kube::credentials;
 use crate::kube::discovery::Discovery;
 use crate::kube::ApiClient;
-use crate::publish::metrics::PublishFamilies;
+use crate::publish::metrics::{PublishFamilies, PublishMetrics};
 use crate::publish::{connect, MessageBuilder, Nats, Outbox};
 use crate::rbac;
 use crate::telemetry::http::{self, Readiness};
 use crate::telemetry::metrics::Metrics;
 use crate::watcher::machine::{Machine, Target};
-use crate::watcher::metrics::WatchFamilies;
+use crate::watcher::metrics::{WatchFamilies, WatchMetrics};
 use crate::watcher::WatchTask;
 
 /// A running kube2nats.
@@ -169,77 +169,109 @@ async fn run_watches(
     }
 
     let mut tasks = JoinSet::new();
-    let mut all_watch_metrics = Vec::new();
-    let max_in_flight = match &config.nats.mode {
-        NatsMode::Core => 1,
-        NatsMode::JetStream(js) => js.max_ack_inflight,
-    };
-    for plan in plans {
-        let watch = plan.watch;
-        let watch_metrics = metrics.watch.for_watch(&watch.name, plan.namespaces.len());
-        let publish_metrics = metrics
+    let mut syncs = Vec::new();
+    let mut publish_metrics = Vec::new();
+    for plan in &plans {
+        let name = &plan.watch.name;
+        let watch = metrics.watch.for_watch(name, plan.namespaces.len());
+        let publish = metrics
             .publish
-            .for_watch(&watch.name, metrics.watch.dropped_too_large(&watch.name));
-        all_watch_metrics.push((watch_metrics.sync.clone(), publish_metrics.clone()));
-        for namespace in plan.namespaces {
+            .for_watch(name, metrics.watch.dropped_too_large(name));
+        syncs.push(watch.sync.clone());
+        publish_metrics.push(publish.clone());
+        for namespace in &plan.namespaces {
             // Every line a watch task logs (its publishes included) carries these fields.
-            let span = tracing::info_span!("watch", watch = %watch.name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
-            let target = Arc::new(Target {
-                resource: plan.resource.clone(),
-                namespace,
-                label_selector: watch.label_selector.clone(),
-                field_selector: watch.field_selector.clone(),
-                page_size: config.kubernetes.list_page_size,
-                watch_timeout: config.kubernetes.watch_timeout,
-                streaming_list: config.kubernetes.streaming_list,
-                max_line_bytes: config.kubernetes.max_line_bytes,
-            });
-            let machine = Machine::new(
-                client.clone(),
-                target,
-                Backoff::new(config.kubernetes.backoff),
-            );
-            let messages = MessageBuilder::new(
-                watch.subject.clone(),
-                watch.subject_prefix.clone(),
-                watch.cluster.clone(),
-                plan.resource.clone(),
-                watch.payload,
-            );
-            let outbox = Outbox::new(nats.clone(), max_in_flight, publish_metrics.clone());
-            let task = WatchTask::new(
-                machine,
-                outbox,
-                messages,
-                watch.events.clone(),
-                watch.initial_state,
-                watch_metrics.clone(),
-            );
+            let span = tracing::info_span!("watch", watch = %name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
+            let parts = TaskParts {
+                config: &config,
+                client: &client,
+                nats: &nats,
+                plan,
+            };
+            let task = parts.watch_task(namespace.clone(), watch.clone(), publish.clone());
             tasks.spawn(task.run(shutdown.child_token()).instrument(span));
         }
     }
-    readiness.set_watches(
-        all_watch_metrics
-            .iter()
-            .map(|(sync, _)| sync.clone())
-            .collect(),
-    );
+    readiness.set_watches(syncs);
 
     shutdown.cancelled().await;
-    tracing::info!(grace_period = ?config.shutdown.grace_period, "shutting down: stopping watches and publishing what is in flight");
-    let drained = tokio::time::timeout(config.shutdown.grace_period, async {
+    drain(tasks, config.shutdown.grace_period, &publish_metrics).await
+}
+
+/// What one watch target's task is built from.
+struct TaskParts<'a> {
+    config: &'a Config,
+    client: &'a Arc<ApiClient>,
+    nats: &'a Nats,
+    plan: &'a WatchPlan<'a>,
+}
+
+impl TaskParts<'_> {
+    /// The task of one target (`namespace: None`: all namespaces): its list+watch state machine,
+    /// its outbox and the messages it builds.
+    fn watch_task(
+        &self,
+        namespace: Option<String>,
+        watch_metrics: WatchMetrics,
+        publish_metrics: PublishMetrics,
+    ) -> WatchTask {
+        let (config, watch) = (self.config, self.plan.watch);
+        let target = Arc::new(Target {
+            resource: self.plan.resource.clone(),
+            namespace,
+            label_selector: watch.label_selector.clone(),
+            field_selector: watch.field_selector.clone(),
+            page_size: config.kubernetes.list_page_size,
+            watch_timeout: config.kubernetes.watch_timeout,
+            streaming_list: config.kubernetes.streaming_list,
+            max_line_bytes: config.kubernetes.max_line_bytes,
+        });
+        let machine = Machine::new(
+            self.client.clone(),
+            target,
+            Backoff::new(config.kubernetes.backoff),
+        );
+        let messages = MessageBuilder::new(
+            watch.subject.clone(),
+            watch.subject_prefix.clone(),
+            watch.cluster.clone(),
+            self.plan.resource.clone(),
+            watch.payload,
+        );
+        let max_in_flight = match &config.nats.mode {
+            NatsMode::Core => 1,
+            NatsMode::JetStream(js) => js.max_ack_inflight,
+        };
+        let outbox = Outbox::new(self.nats.clone(), max_in_flight, publish_metrics);
+        WatchTask::new(
+            machine,
+            outbox,
+            messages,
+            watch.events.clone(),
+            watch.initial_state,
+            watch_metrics,
+        )
+    }
+}
+
+/// Waits for the watch tasks, which publish what they hold and stop, within the grace period;
+/// past it, aborts them and says how much was abandoned.
+async fn drain(
+    mut tasks: JoinSet<()>,
+    grace_period: Duration,
+    publish_metrics: &[PublishMetrics],
+) -> anyhow::Result<()> {
+    tracing::info!(grace_period = ?grace_period, "shutting down: stopping watches and publishing what is in flight");
+    let drained = tokio::time::timeout(grace_period, async {
         while tasks.join_next().await.is_some() {}
     })
     .await;
     if drained.is_err() {
-        let abandoned: i64 = all_watch_metrics
-            .iter()
-            .map(|(_, p)| p.queue_depth.get())
-            .sum();
+        let abandoned: i64 = publish_metrics.iter().map(|p| p.queue_depth.get()).sum();
         tasks.abort_all();
         anyhow::bail!(
             "shutdown grace period of {:?} exceeded: abandoned {abandoned} unacknowledged message(s) and the events being published by {} watch task(s); they will be re-announced by the next start's list",
-            config.shutdown.grace_period,
+            grace_period,
             tasks.len()
         );
     }

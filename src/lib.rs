@@ -16,10 +16,15 @@
 
 #![forbid(unsafe_code)]
 
-// The fuzz properties, included by the decode unit tests, name this crate `kube2nats` as the fuzz
-// crate and the integration tests do.
+// The fuzz properties (`fuzz/src/lib.rs`) hold the one reference decoder of watch lines and of
+// escaped subject tokens; the unit tests use them too. They name this crate `kube2nats`, as the
+// fuzz crate and the integration tests do.
 #[cfg(test)]
 extern crate self as kube2nats;
+#[cfg(test)]
+#[path = "../fuzz/src/lib.rs"]
+#[allow(dead_code)]
+mod fuzz_props;
 
 pub mod app;
 pub mod backoff;

@@ -350,29 +350,9 @@ mod tests {
         out
     }
 
-    /// Inverse of `escape_token`: the proof that the rule is injective.
-    fn unescape(token: &str) -> Option<String> {
-        if token == "%" {
-            return Some(String::new());
-        }
-        let b = token.as_bytes();
-        let mut bytes = Vec::new();
-        let mut i = 0;
-        while i < b.len() {
-            match b[i] {
-                b'_' => bytes.push(b'.'),
-                b'%' => {
-                    let hex = token.get(i + 1..i + 3)?;
-                    bytes.push(u8::from_str_radix(hex, 16).ok()?);
-                    i += 2;
-                }
-                c if passes_through(c) => bytes.push(c),
-                _ => return None,
-            }
-            i += 1;
-        }
-        String::from_utf8(bytes).ok()
-    }
+    // The inverse of `escape_token`, the proof that the rule is injective: one decoder, the fuzz
+    // properties', shared with the fuzz targets and the proptests.
+    use crate::fuzz_props::unescape;
 
     #[test]
     fn escape_table() {

@@ -84,6 +84,20 @@ impl Checker {
         )
     }
 
+    /// `value` if `is_valid` accepts it; `allowed` says what would be.
+    fn valid<T: fmt::Display + Copy>(
+        &mut self,
+        key: &str,
+        value: T,
+        is_valid: impl Fn(T) -> bool,
+        allowed: &str,
+    ) -> Option<T> {
+        if is_valid(value) {
+            return Some(value);
+        }
+        self.fail(key, format!("{value} is out of range (allowed: {allowed})"))
+    }
+
     fn range<T: PartialOrd + fmt::Display + Copy>(
         &mut self,
         key: &str,
@@ -163,11 +177,7 @@ impl Checker {
 }
 
 fn check_log(c: &mut Checker, log: &RawLog) -> Option<LogConfig> {
-    let format = c.one_of(
-        "log.format",
-        &log.format,
-        &[("text", LogFormat::Text), ("json", LogFormat::Json)],
-    );
+    let format = c.one_of("log.format", &log.format, LogFormat::NAMES);
     let filter = match tracing_subscriber::EnvFilter::builder().parse(&log.filter) {
         Ok(_) => Some(log.filter.clone()),
         Err(e) => {
@@ -206,11 +216,7 @@ fn check_kubernetes(c: &mut Checker, k: &RawKubernetes) -> Option<KubernetesConf
         MIN_MAX_LINE_BYTES,
         None,
     );
-    let rbac_check = c.one_of(
-        "kubernetes.rbac_check",
-        &k.rbac_check,
-        &[("warn", RbacCheck::Warn), ("fail", RbacCheck::Fail)],
-    );
+    let rbac_check = c.one_of("kubernetes.rbac_check", &k.rbac_check, RbacCheck::NAMES);
     let backoff = check_backoff(c, &k.backoff);
     Some(KubernetesConfig {
         source: source?,
@@ -306,22 +312,18 @@ fn check_backoff(c: &mut Checker, b: &RawBackoff) -> Option<BackoffConfig> {
             );
         }
     }
-    let multiplier = if BackoffConfig::valid_multiplier(b.multiplier) {
-        Some(b.multiplier)
-    } else {
-        c.fail(
-            "kubernetes.backoff.multiplier",
-            format!("{} is out of range (allowed: >= 1)", b.multiplier),
-        )
-    };
-    let jitter = if BackoffConfig::valid_jitter(b.jitter) {
-        Some(b.jitter)
-    } else {
-        c.fail(
-            "kubernetes.backoff.jitter",
-            format!("{} is out of range (allowed: 0..=1)", b.jitter),
-        )
-    };
+    let multiplier = c.valid(
+        "kubernetes.backoff.multiplier",
+        b.multiplier,
+        BackoffConfig::valid_multiplier,
+        ">= 1",
+    );
+    let jitter = c.valid(
+        "kubernetes.backoff.jitter",
+        b.jitter,
+        BackoffConfig::valid_jitter,
+        "0..=1",
+    );
     // Every invariant was checked above with a message naming its key.
     BackoffConfig::new(initial?, max?, multiplier?, jitter?, reset_after?).ok()
 }
@@ -510,20 +512,8 @@ fn check_stream(c: &mut Checker, s: &RawStream) -> Option<StreamConfig> {
             );
         }
     }
-    let retention = c.one_of(
-        &format!("{K}.retention"),
-        &s.retention,
-        &[
-            ("limits", Retention::Limits),
-            ("interest", Retention::Interest),
-            ("workqueue", Retention::WorkQueue),
-        ],
-    );
-    let storage = c.one_of(
-        &format!("{K}.storage"),
-        &s.storage,
-        &[("file", Storage::File), ("memory", Storage::Memory)],
-    );
+    let retention = c.one_of(&format!("{K}.retention"), &s.retention, Retention::NAMES);
+    let storage = c.one_of(&format!("{K}.storage"), &s.storage, Storage::NAMES);
     let duplicate_window = c.positive(&format!("{K}.duplicate_window"), &s.duplicate_window);
     let max_age = c.duration(&format!("{K}.max_age"), &s.max_age);
     let max_bytes = c.limit(&format!("{K}.max_bytes"), s.max_bytes);
@@ -537,11 +527,7 @@ fn check_stream(c: &mut Checker, s: &RawStream) -> Option<StreamConfig> {
             format!("{} is out of range (allowed: 1..=5)", s.replicas),
         )
     };
-    let discard = c.one_of(
-        &format!("{K}.discard"),
-        &s.discard,
-        &[("old", Discard::Old), ("new", Discard::New)],
-    );
+    let discard = c.one_of(&format!("{K}.discard"), &s.discard, Discard::NAMES);
     Some(StreamConfig {
         name: name?,
         subjects: subjects_ok.then(|| s.subjects.clone())?,

@@ -49,6 +49,20 @@ pub use source::{env_var_name, ENV_PREFIX, ENV_SEPARATOR, REDACTED};
 
 use source::{name_env_sources, process_environment, read_raw};
 
+/// A configuration value the file spells by name (`log.format = "json"`).
+pub trait Named: Copy + PartialEq + 'static {
+    /// Every value with its spelling, in the order error messages list them.
+    const NAMES: &'static [(&'static str, Self)];
+
+    /// How the file spells `self`.
+    fn name(self) -> &'static str {
+        Self::NAMES
+            .iter()
+            .find(|(_, v)| *v == self)
+            .map_or("", |(name, _)| name)
+    }
+}
+
 /// The whole validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -75,6 +89,11 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line: `timestamp`, `level`, `target` and the event's fields.
     Json,
+}
+
+impl Named for LogFormat {
+    const NAMES: &'static [(&'static str, Self)] =
+        &[("text", LogFormat::Text), ("json", LogFormat::Json)];
 }
 
 #[derive(Debug, Clone)]
@@ -240,6 +259,11 @@ pub enum RbacCheck {
     Fail,
 }
 
+impl Named for RbacCheck {
+    const NAMES: &'static [(&'static str, Self)] =
+        &[("warn", RbacCheck::Warn), ("fail", RbacCheck::Fail)];
+}
+
 #[derive(Debug, Clone)]
 pub struct NatsConfig {
     /// One or more server URLs (`nats://`, `tls://`).
@@ -344,6 +368,10 @@ pub enum Discard {
     New,
 }
 
+impl Named for Discard {
+    const NAMES: &'static [(&'static str, Self)] = &[("old", Discard::Old), ("new", Discard::New)];
+}
+
 /// JetStream retention policy of a managed stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retention {
@@ -355,6 +383,14 @@ pub enum Retention {
     WorkQueue,
 }
 
+impl Named for Retention {
+    const NAMES: &'static [(&'static str, Self)] = &[
+        ("limits", Retention::Limits),
+        ("interest", Retention::Interest),
+        ("workqueue", Retention::WorkQueue),
+    ];
+}
+
 /// Where a managed stream keeps its messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Storage {
@@ -362,6 +398,11 @@ pub enum Storage {
     File,
     /// In memory; faster, lost on restart.
     Memory,
+}
+
+impl Named for Storage {
+    const NAMES: &'static [(&'static str, Self)] =
+        &[("file", Storage::File), ("memory", Storage::Memory)];
 }
 
 #[derive(Debug, Clone)]
@@ -412,6 +453,11 @@ pub enum InitialState {
     Skip,
 }
 
+impl Named for InitialState {
+    const NAMES: &'static [(&'static str, Self)] =
+        &[("added", InitialState::Added), ("skip", InitialState::Skip)];
+}
+
 /// The body of a published message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PayloadMode {
@@ -419,6 +465,13 @@ pub enum PayloadMode {
     Event,
     /// The object alone.
     Object,
+}
+
+impl Named for PayloadMode {
+    const NAMES: &'static [(&'static str, Self)] = &[
+        ("event", PayloadMode::Event),
+        ("object", PayloadMode::Object),
+    ];
 }
 
 /// Loads and validates the configuration: `file` (TOML) if given, then the environment on top.

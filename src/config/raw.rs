@@ -4,13 +4,17 @@
 //! checked in stage two, `Config::try_from`, which reports every problem at once instead of
 //! stopping at the first.
 
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::time::Duration;
+
+use super::{Discard, InitialState, LogFormat, Named, PayloadMode, RbacCheck, Retention, Storage};
 use crate::event::EventType;
 
 /// `log.filter`: `info` shows start-up, reconnects that need attention and errors, without the
 /// per-event chatter of `debug`.
 pub const DEFAULT_LOG_FILTER: &str = "info";
 /// `log.format`: text reads well in `kubectl logs`; use `json` for log pipelines.
-pub const DEFAULT_LOG_FORMAT: &str = "text";
+pub const DEFAULT_LOG_FORMAT: LogFormat = LogFormat::Text;
 
 /// In-cluster service-account token, mounted by the kubelet (projected and rotated).
 pub const DEFAULT_TOKEN_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
@@ -20,16 +24,16 @@ pub const DEFAULT_CA_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount
 pub const DEFAULT_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 /// `kubernetes.token_reload_interval`: bound tokens expire after an hour and are refreshed by the
 /// kubelet well before; re-reading each minute (as client-go does) always picks up the new one.
-pub const DEFAULT_TOKEN_RELOAD_INTERVAL: &str = "1m";
+pub const DEFAULT_TOKEN_RELOAD_INTERVAL: Duration = Duration::from_secs(60);
 /// `kubernetes.request_timeout`: generous for one list page of a large resource, short enough to
 /// notice a dead API server.
-pub const DEFAULT_REQUEST_TIMEOUT: &str = "30s";
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// `kubernetes.list_page_size`: client-go's pager default; bounds memory per page.
 pub const DEFAULT_LIST_PAGE_SIZE: u32 = 500;
 /// Largest `list_page_size` accepted; larger pages only cost memory.
 pub const MAX_LIST_PAGE_SIZE: u32 = 10_000;
 /// `kubernetes.watch_timeout`: client-go's reflector asks for a timeout in [5m, 10m).
-pub const DEFAULT_WATCH_TIMEOUT: &str = "5m";
+pub const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// `kubernetes.max_line_bytes`: 8 MiB, a little above the API server's default 3 MiB request limit
 /// (etcd's 1.5 MiB object limit plus JSON overhead), so no real object is refused but a malformed
 /// stream cannot grow a buffer without bound.
@@ -38,18 +42,18 @@ pub const DEFAULT_MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
 pub const MIN_MAX_LINE_BYTES: usize = 1024;
 /// `kubernetes.rbac_check`: warn, so a missing permission is visible but one optional watch does not
 /// take the whole daemon down.
-pub const DEFAULT_RBAC_CHECK: &str = "warn";
+pub const DEFAULT_RBAC_CHECK: RbacCheck = RbacCheck::Warn;
 
 /// `kubernetes.backoff.initial`: kube-rs's and client-go's 800 ms.
-pub const DEFAULT_BACKOFF_INITIAL: &str = "800ms";
+pub const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_millis(800);
 /// `kubernetes.backoff.max`: 30 s, client-go's cap.
-pub const DEFAULT_BACKOFF_MAX: &str = "30s";
+pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// `kubernetes.backoff.multiplier`: doubling, as client-go.
 pub const DEFAULT_BACKOFF_MULTIPLIER: f64 = 2.0;
 /// `kubernetes.backoff.jitter`: half the delay randomized, so replicas do not retry in lockstep.
 pub const DEFAULT_BACKOFF_JITTER: f64 = 0.5;
 /// `kubernetes.backoff.reset_after`: client-go's 2 minutes of health before the backoff resets.
-pub const DEFAULT_BACKOFF_RESET_AFTER: &str = "2m";
+pub const DEFAULT_BACKOFF_RESET_AFTER: Duration = Duration::from_secs(2 * 60);
 
 /// `nats.url`: a local nats-server, e.g. a sidecar.
 pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
@@ -58,12 +62,12 @@ pub const DEFAULT_NATS_NAME: &str = "kube2nats";
 /// `nats.mode`: core NATS needs no stream set-up; choose `jetstream` for acknowledged delivery.
 pub const DEFAULT_NATS_MODE: &str = "core";
 /// `nats.connect_timeout`: async-nats' default.
-pub const DEFAULT_NATS_CONNECT_TIMEOUT: &str = "5s";
+pub const DEFAULT_NATS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// `nats.queue_capacity`: messages queued towards the NATS connection before publishing waits;
 /// small, so a NATS outage costs bounded memory (the API server keeps the history, not kube2nats).
 pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
 /// `nats.jetstream.ack_timeout`: async-nats' default request timeout.
-pub const DEFAULT_ACK_TIMEOUT: &str = "5s";
+pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(5);
 /// `nats.jetstream.max_ack_inflight`: enough to keep throughput high over a round trip of a few ms,
 /// small enough that a stalled stream applies backpressure quickly.
 pub const DEFAULT_MAX_ACK_INFLIGHT: usize = 256;
@@ -72,15 +76,15 @@ pub const DEFAULT_STREAM_NAME: &str = "KUBE";
 /// `nats.jetstream.stream.subjects`: everything under the default prefix.
 pub const DEFAULT_STREAM_SUBJECT: &str = "kube.>";
 /// `nats.jetstream.stream.retention`.
-pub const DEFAULT_STREAM_RETENTION: &str = "limits";
+pub const DEFAULT_STREAM_RETENTION: Retention = Retention::Limits;
 /// `nats.jetstream.stream.storage`.
-pub const DEFAULT_STREAM_STORAGE: &str = "file";
+pub const DEFAULT_STREAM_STORAGE: Storage = Storage::File;
 /// `nats.jetstream.stream.duplicate_window`: JetStream's own default; must cover the longest
 /// window in which kube2nats may republish (reconnect plus relist).
-pub const DEFAULT_DUPLICATE_WINDOW: &str = "2m";
+pub const DEFAULT_DUPLICATE_WINDOW: Duration = Duration::from_secs(2 * 60);
 /// `nats.jetstream.stream.max_age`: a week, so a consumer that was down over a long weekend can
 /// still replay what it missed, and nothing is kept for ever.
-pub const DEFAULT_STREAM_MAX_AGE: &str = "7d";
+pub const DEFAULT_STREAM_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 /// `nats.jetstream.stream.max_bytes`: 1 GiB bounds the disk (or memory) the stream takes whatever
 /// the cluster's churn; at a few KiB per event that is hundreds of thousands of changes.
 pub const DEFAULT_STREAM_MAX_BYTES: i64 = 1 << 30;
@@ -93,22 +97,28 @@ pub const DEFAULT_STREAM_MAX_MSGS_PER_SUBJECT: i64 = 1000;
 pub const DEFAULT_STREAM_REPLICAS: usize = 1;
 /// `nats.jetstream.stream.discard`: `old`, so a full stream drops its oldest messages and keeps
 /// accepting new ones. `new` would refuse publishes when full, which stalls every watch.
-pub const DEFAULT_STREAM_DISCARD: &str = "old";
+pub const DEFAULT_STREAM_DISCARD: Discard = Discard::Old;
 
 /// `publish.subject_prefix`.
 pub const DEFAULT_SUBJECT_PREFIX: &str = "kube";
 /// `publish.payload`: the event as the API server sent it, type included.
-pub const DEFAULT_PAYLOAD: &str = "event";
+pub const DEFAULT_PAYLOAD: PayloadMode = PayloadMode::Event;
 /// `http.listen`: all interfaces, so the kubelet and Prometheus can reach the pod.
-pub const DEFAULT_HTTP_LISTEN: &str = "0.0.0.0:9090";
+pub const DEFAULT_HTTP_LISTEN: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 9090));
 /// `shutdown.grace_period`: below Kubernetes' default 30 s termination grace period, leaving room
 /// for the pod to exit before SIGKILL.
-pub const DEFAULT_SHUTDOWN_GRACE_PERIOD: &str = "10s";
+pub const DEFAULT_SHUTDOWN_GRACE_PERIOD: Duration = Duration::from_secs(10);
 /// `watches[].initial_state`: publish the listed objects as ADDED so subscribers start complete.
-pub const DEFAULT_INITIAL_STATE: &str = "added";
+pub const DEFAULT_INITIAL_STATE: InitialState = InitialState::Added;
 
 pub(super) fn s(v: &str) -> String {
     v.to_owned()
+}
+
+/// A default duration as the file spells it (`30s`, `800ms`).
+fn duration(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
 }
 
 /// The configuration file as written, plus environment overrides, before validation.
@@ -141,7 +151,7 @@ impl Default for RawLog {
     fn default() -> Self {
         RawLog {
             filter: s(DEFAULT_LOG_FILTER),
-            format: s(DEFAULT_LOG_FORMAT),
+            format: s(DEFAULT_LOG_FORMAT.name()),
         }
     }
 }
@@ -198,13 +208,13 @@ impl Default for RawKubernetes {
             ca_file: None,
             namespace_file: None,
             insecure_skip_tls_verify: false,
-            token_reload_interval: s(DEFAULT_TOKEN_RELOAD_INTERVAL),
-            request_timeout: s(DEFAULT_REQUEST_TIMEOUT),
+            token_reload_interval: duration(DEFAULT_TOKEN_RELOAD_INTERVAL),
+            request_timeout: duration(DEFAULT_REQUEST_TIMEOUT),
             list_page_size: DEFAULT_LIST_PAGE_SIZE,
-            watch_timeout: s(DEFAULT_WATCH_TIMEOUT),
+            watch_timeout: duration(DEFAULT_WATCH_TIMEOUT),
             streaming_list: false,
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
-            rbac_check: s(DEFAULT_RBAC_CHECK),
+            rbac_check: s(DEFAULT_RBAC_CHECK.name()),
             backoff: RawBackoff::default(),
         }
     }
@@ -229,11 +239,11 @@ pub struct RawBackoff {
 impl Default for RawBackoff {
     fn default() -> Self {
         RawBackoff {
-            initial: s(DEFAULT_BACKOFF_INITIAL),
-            max: s(DEFAULT_BACKOFF_MAX),
+            initial: duration(DEFAULT_BACKOFF_INITIAL),
+            max: duration(DEFAULT_BACKOFF_MAX),
             multiplier: DEFAULT_BACKOFF_MULTIPLIER,
             jitter: DEFAULT_BACKOFF_JITTER,
-            reset_after: s(DEFAULT_BACKOFF_RESET_AFTER),
+            reset_after: duration(DEFAULT_BACKOFF_RESET_AFTER),
         }
     }
 }
@@ -285,7 +295,7 @@ impl Default for RawNats {
             tls_ca_file: String::new(),
             tls_cert_file: String::new(),
             tls_key_file: String::new(),
-            connect_timeout: s(DEFAULT_NATS_CONNECT_TIMEOUT),
+            connect_timeout: duration(DEFAULT_NATS_CONNECT_TIMEOUT),
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
             jetstream: RawJetStream::default(),
         }
@@ -308,7 +318,7 @@ pub struct RawJetStream {
 impl Default for RawJetStream {
     fn default() -> Self {
         RawJetStream {
-            ack_timeout: s(DEFAULT_ACK_TIMEOUT),
+            ack_timeout: duration(DEFAULT_ACK_TIMEOUT),
             max_ack_inflight: DEFAULT_MAX_ACK_INFLIGHT,
             stream: None,
         }
@@ -347,14 +357,14 @@ impl Default for RawStream {
         RawStream {
             name: s(DEFAULT_STREAM_NAME),
             subjects: vec![s(DEFAULT_STREAM_SUBJECT)],
-            retention: s(DEFAULT_STREAM_RETENTION),
-            storage: s(DEFAULT_STREAM_STORAGE),
-            duplicate_window: s(DEFAULT_DUPLICATE_WINDOW),
-            max_age: s(DEFAULT_STREAM_MAX_AGE),
+            retention: s(DEFAULT_STREAM_RETENTION.name()),
+            storage: s(DEFAULT_STREAM_STORAGE.name()),
+            duplicate_window: duration(DEFAULT_DUPLICATE_WINDOW),
+            max_age: duration(DEFAULT_STREAM_MAX_AGE),
             max_bytes: DEFAULT_STREAM_MAX_BYTES,
             max_msgs_per_subject: DEFAULT_STREAM_MAX_MSGS_PER_SUBJECT,
             replicas: DEFAULT_STREAM_REPLICAS,
-            discard: s(DEFAULT_STREAM_DISCARD),
+            discard: s(DEFAULT_STREAM_DISCARD.name()),
         }
     }
 }
@@ -379,7 +389,7 @@ impl Default for RawPublish {
             subject_prefix: s(DEFAULT_SUBJECT_PREFIX),
             cluster: String::new(),
             subject: s(crate::subject::DEFAULT_TEMPLATE),
-            payload: s(DEFAULT_PAYLOAD),
+            payload: s(DEFAULT_PAYLOAD.name()),
         }
     }
 }
@@ -395,7 +405,7 @@ pub struct RawHttp {
 impl Default for RawHttp {
     fn default() -> Self {
         RawHttp {
-            listen: s(DEFAULT_HTTP_LISTEN),
+            listen: DEFAULT_HTTP_LISTEN.to_string(),
         }
     }
 }
@@ -411,7 +421,7 @@ pub struct RawShutdown {
 impl Default for RawShutdown {
     fn default() -> Self {
         RawShutdown {
-            grace_period: s(DEFAULT_SHUTDOWN_GRACE_PERIOD),
+            grace_period: duration(DEFAULT_SHUTDOWN_GRACE_PERIOD),
         }
     }
 }
@@ -449,7 +459,7 @@ impl Default for RawWatch {
             label_selector: String::new(),
             field_selector: String::new(),
             events: EventType::ALL.iter().map(|t| s(t.as_str())).collect(),
-            initial_state: s(DEFAULT_INITIAL_STATE),
+            initial_state: s(DEFAULT_INITIAL_STATE.name()),
             subject: String::new(),
             payload: String::new(),
         }

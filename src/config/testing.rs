@@ -39,7 +39,10 @@ pub(super) fn errors(extra: &str) -> Vec<String> {
 }
 
 pub(super) fn assert_error(extra: &str, want: &str) {
-    let lines = errors(extra);
+    assert_some_line(&errors(extra), want);
+}
+
+fn assert_some_line(lines: &[String], want: &str) {
     assert!(
         lines.iter().any(|l| l.contains(want)),
         "no line containing {want:?} in {lines:#?}"
@@ -55,9 +58,5 @@ pub(super) fn watch_errors(body: &str) -> Vec<String> {
 }
 
 pub(super) fn assert_watch_error(body: &str, want: &str) {
-    let lines = watch_errors(body);
-    assert!(
-        lines.iter().any(|l| l.contains(want)),
-        "no line containing {want:?} in {lines:#?}"
-    );
+    assert_some_line(&watch_errors(body), want);
 }

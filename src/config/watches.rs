@@ -6,14 +6,9 @@ use std::collections::HashMap;
 use super::check::{non_empty, Checker};
 use super::raw::{RawPublish, RawWatch};
 use super::selector::{check_field_selector, check_label_selector, is_dns_label};
-use super::{InitialState, PayloadMode, WatchConfig};
+use super::{InitialState, Named, PayloadMode, WatchConfig};
 use crate::event::EventType;
 use crate::subject::{validate_prefix, SubjectTemplate};
-
-const PAYLOADS: [(&str, PayloadMode); 2] = [
-    ("event", PayloadMode::Event),
-    ("object", PayloadMode::Object),
-];
 
 /// `[publish]`: what every watch inherits unless it sets its own; `None` where the value was
 /// invalid (and the problem recorded).
@@ -55,7 +50,7 @@ fn check_publish<'a>(c: &mut Checker, publish: &'a RawPublish) -> PublishDefault
         Ok(t) => Some(t),
         Err(e) => c.fail("publish.subject", e.to_string()),
     };
-    let payload = c.one_of("publish.payload", &publish.payload, &PAYLOADS);
+    let payload = c.one_of("publish.payload", &publish.payload, PayloadMode::NAMES);
     PublishDefaults {
         prefix,
         subject,
@@ -81,28 +76,22 @@ fn check_watch(
         Err(why) => c.fail(key("resource"), why),
     };
     let namespaces = check_namespaces(c, &key("namespaces"), &w.namespaces);
-    let label_selector = match non_empty(&w.label_selector).map(check_label_selector) {
-        None => Some(None),
-        Some(Ok(())) => Some(Some(w.label_selector.trim().to_owned())),
-        Some(Err(why)) => c.fail(
-            key("label_selector"),
-            format!("invalid label selector {:?}: {why}", w.label_selector),
-        ),
-    };
-    let field_selector = match non_empty(&w.field_selector).map(check_field_selector) {
-        None => Some(None),
-        Some(Ok(())) => Some(Some(w.field_selector.trim().to_owned())),
-        Some(Err(why)) => c.fail(
-            key("field_selector"),
-            format!("invalid field selector {:?}: {why}", w.field_selector),
-        ),
-    };
-    let events = check_events(c, &key("events"), &w.events);
-    let initial_state = c.one_of(
-        &key("initial_state"),
-        &w.initial_state,
-        &[("added", InitialState::Added), ("skip", InitialState::Skip)],
+    let label_selector = check_selector(
+        c,
+        &key("label_selector"),
+        "label selector",
+        &w.label_selector,
+        check_label_selector,
     );
+    let field_selector = check_selector(
+        c,
+        &key("field_selector"),
+        "field selector",
+        &w.field_selector,
+        check_field_selector,
+    );
+    let events = check_events(c, &key("events"), &w.events);
+    let initial_state = c.one_of(&key("initial_state"), &w.initial_state, InitialState::NAMES);
     let subject = match non_empty(&w.subject) {
         None => defaults.subject.clone(),
         Some(t) => match SubjectTemplate::parse(t) {
@@ -119,7 +108,7 @@ fn check_watch(
     };
     let payload = match non_empty(&w.payload) {
         None => defaults.payload,
-        Some(p) => c.one_of(&key("payload"), p, &PAYLOADS),
+        Some(p) => c.one_of(&key("payload"), p, PayloadMode::NAMES),
     };
     Some(WatchConfig {
         name: name?,
@@ -134,6 +123,21 @@ fn check_watch(
         cluster: defaults.cluster.to_owned(),
         payload: payload?,
     })
+}
+
+/// An optional selector: `""` is none; otherwise checked by `syntax` and kept trimmed.
+fn check_selector(
+    c: &mut Checker,
+    key: &str,
+    what: &str,
+    value: &str,
+    syntax: fn(&str) -> Result<(), String>,
+) -> Option<Option<String>> {
+    match non_empty(value).map(|v| (v, syntax(v))) {
+        None => Some(None),
+        Some((v, Ok(()))) => Some(Some(v.to_owned())),
+        Some((_, Err(why))) => c.fail(key, format!("invalid {what} {value:?}: {why}")),
+    }
 }
 
 /// Names are the `watch` label of every metric: two watches with one name would share counters.

@@ -138,13 +138,6 @@ fn object_meta(head: scan::Head<'_>) -> Result<(ObjectMeta, bool), DecodeError> 
     ))
 }
 
-/// The properties the fuzz targets check, with the serde_json decoder the scanner must agree
-/// with (`serde_reference`): one copy, shared with `fuzz/` and `tests/fuzz_props.rs`.
-#[cfg(test)]
-#[path = "../../fuzz/src/lib.rs"]
-#[allow(dead_code)]
-mod fuzz_props;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,7 +268,7 @@ mod tests {
         let line = Bytes::copy_from_slice(input);
         assert_eq!(
             outcome(decode_line(&line)),
-            outcome(fuzz_props::serde_reference::decode_line(&line)),
+            outcome(crate::fuzz_props::serde_reference::decode_line(&line)),
             "line {:?}",
             String::from_utf8_lossy(input)
         );
@@ -356,7 +349,7 @@ mod tests {
             r#"{"spec":"\xff","metadata":{"name":"a","uid":"u1","resourceVersion":"5"}}"#,
         ] {
             let ours = decode_object_meta(object.as_bytes()).map_err(|e| e.to_string());
-            let theirs = fuzz_props::serde_reference::decode_object_meta(object.as_bytes())
+            let theirs = crate::fuzz_props::serde_reference::decode_object_meta(object.as_bytes())
                 .map_err(|e| e.to_string());
             match (&ours, &theirs) {
                 (Ok(a), Ok(b)) => assert_eq!(a, b, "{object}"),

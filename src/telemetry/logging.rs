@@ -4,6 +4,8 @@
 //! operator debugging a pod can raise the level by changing the environment alone, without
 //! editing the ConfigMap. Stdout stays free for command output such as `--check-config`.
 
+use std::io::IsTerminal as _;
+
 use anyhow::Context as _;
 use tracing_subscriber::EnvFilter;
 
@@ -23,6 +25,9 @@ pub fn init(filter: &str, format: LogFormat) -> anyhow::Result<()> {
     let filter = effective_filter(filter, std::env::var(RUST_LOG).ok().as_deref())?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Colour only for a person at a terminal: `kubectl logs` and log pipelines read stderr
+        // as a file, where escape codes are noise inside every line.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let result = match format {
         LogFormat::Text => builder.try_init(),

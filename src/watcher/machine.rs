@@ -400,16 +400,31 @@ impl Machine {
 
     /// The `continue` token expired between two pages: the list starts over, at once.
     fn continue_expired(&mut self, message: String) -> (Outcome, State) {
+        Self::paged_list_now(
+            RestartReason::Expired,
+            Verb::List,
+            RestartError::ContinueExpired(message),
+            ListReason::ContinueExpired,
+        )
+    }
+
+    /// A restart that needs no pause: a new paged list, at once.
+    fn paged_list_now(
+        reason: RestartReason,
+        verb: Verb,
+        error: RestartError,
+        list_reason: ListReason,
+    ) -> (Outcome, State) {
         let restart = Restart {
-            reason: RestartReason::Expired,
-            verb: Some(Verb::List),
-            error: Some(RestartError::ContinueExpired(message)),
+            reason,
+            verb: Some(verb),
+            error: Some(error),
             retry_in: None,
         };
         (
             Outcome::Restart(restart),
             State::Listing {
-                reason: ListReason::ContinueExpired,
+                reason: list_reason,
                 continue_token: None,
             },
         )
@@ -449,18 +464,11 @@ impl Machine {
     /// The server refused or ignored `sendInitialEvents`: use paged lists from now on.
     fn streaming_unsupported(&mut self, why: StreamingRefusal) -> (Outcome, State) {
         self.streaming_list = false;
-        let restart = Restart {
-            reason: RestartReason::UnexpectedResponse,
-            verb: Some(Verb::Watch),
-            error: Some(RestartError::StreamingUnsupported(why)),
-            retry_in: None,
-        };
-        (
-            Outcome::Restart(restart),
-            State::Listing {
-                reason: ListReason::StreamingUnsupported,
-                continue_token: None,
-            },
+        Self::paged_list_now(
+            RestartReason::UnexpectedResponse,
+            Verb::Watch,
+            RestartError::StreamingUnsupported(why),
+            ListReason::StreamingUnsupported,
         )
     }
 
