@@ -95,10 +95,8 @@ fn write_file(path: &std::path::Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
-/// A workstation: not in a pod, no KUBECONFIG, `~/.kube/config` used as kubectl uses it.
-#[tokio::test]
-async fn home_kube_config_outside_a_pod() {
-    let sim = tls_sim(Auth::Tokens).await;
+/// A home directory whose `.kube/config` points at `sim`.
+fn home_with_kube_config(sim: &ApiServer) -> tempfile::TempDir {
     let home = tempfile::tempdir().unwrap();
     std::fs::create_dir(home.path().join(".kube")).unwrap();
     std::fs::copy(
@@ -106,6 +104,14 @@ async fn home_kube_config_outside_a_pod() {
         home.path().join(".kube/config"),
     )
     .unwrap();
+    home
+}
+
+/// A workstation: not in a pod, no KUBECONFIG, `~/.kube/config` used as kubectl uses it.
+#[tokio::test]
+async fn home_kube_config_outside_a_pod() {
+    let sim = tls_sim(Auth::Tokens).await;
+    let home = home_with_kube_config(&sim);
     let env = [("HOME", home.path().display().to_string())];
     lists_pods(client_for(&kubernetes(auto(&sim), false), &env).unwrap()).await;
 }
@@ -491,13 +497,7 @@ async fn proxy_url_carries_the_requests() {
 #[tokio::test]
 async fn binary_outside_a_pod_uses_home_kube_config() {
     let sim = tls_sim(Auth::Tokens).await;
-    let home = tempfile::tempdir().unwrap();
-    std::fs::create_dir(home.path().join(".kube")).unwrap();
-    std::fs::copy(
-        sim.write_kubeconfig().unwrap(),
-        home.path().join(".kube/config"),
-    )
-    .unwrap();
+    let home = home_with_kube_config(&sim);
     let nats = kube2nats_harness::nats::NatsServer::start().await.unwrap();
     let nc = async_nats::connect(nats.url()).await.unwrap();
     let mut inbox = Inbox::subscribe(&nc, "kube.>").await;

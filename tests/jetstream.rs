@@ -164,12 +164,7 @@ async fn managed_stream_is_created_with_bounded_defaults() {
     sim.create("pods", Some("default"), json!({"metadata": {"name": "a"}}));
     let nats = NatsServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let token = token_file(dir.path(), INITIAL_TOKEN);
-    let config = format!(
-        "{}\n[nats]\nurl = \"{}\"\nmode = \"jetstream\"\n[nats.jetstream.stream]\n[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"default\"]\n",
-        kube_section(&sim, &token),
-        nats.url()
-    );
+    let config = jetstream_pods_config(&sim, &nats, dir.path());
     let daemon = kube2nats::app::start(config_from(&config)).await.unwrap();
     let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
     let deadline = tokio::time::Instant::now() + WAIT;

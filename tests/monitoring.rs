@@ -9,9 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
-use kube2nats_harness::apiserver::{
-    ApiServer, ApiServerOptions, Failure, RequestFilter, INITIAL_TOKEN,
-};
+use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions, Failure, RequestFilter};
 use kube2nats_harness::nats::NatsServer;
 
 fn monitoring(file: &str) -> PathBuf {
@@ -140,12 +138,7 @@ async fn dashboard_and_alerts_query_only_exported_metrics() {
     sim.create("pods", Some("default"), pod("a"));
     let nats = NatsServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let token = token_file(dir.path(), INITIAL_TOKEN);
-    let config = format!(
-        "{}\n[nats]\nurl = \"{}\"\nmode = \"jetstream\"\n[nats.jetstream.stream]\n[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"default\"]\n",
-        kube_section(&sim, &token),
-        nats.url()
-    );
+    let config = jetstream_pods_config(&sim, &nats, dir.path());
     let daemon = kube2nats::app::start(config_from(&config)).await.unwrap();
     let synced = |daemon: &kube2nats::app::Daemon| {
         metric(

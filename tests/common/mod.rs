@@ -318,6 +318,21 @@ grace_period = "5s"
     )
 }
 
+/// A daemon configuration watching pods in `default` of `sim` (token file written into `dir`),
+/// publishing to `nats` in JetStream mode into the default managed stream.
+pub fn jetstream_pods_config(
+    sim: &ApiServer,
+    nats: &kube2nats_harness::nats::NatsServer,
+    dir: &Path,
+) -> String {
+    let token = token_file(dir, kube2nats_harness::apiserver::INITIAL_TOKEN);
+    format!(
+        "{}\n[nats]\nurl = \"{}\"\nmode = \"jetstream\"\n[nats.jetstream.stream]\n[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"default\"]\n",
+        kube_section(sim, &token),
+        nats.url()
+    )
+}
+
 /// Waits until `f` holds, polling.
 pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + WAIT;
