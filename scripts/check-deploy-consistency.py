@@ -2,7 +2,7 @@
 grant exactly what the shipped configuration watches, and that the Deployment, its probes, the
 Prometheus annotations, the PodMonitor and the Dockerfile agree with that configuration.
 
-Usage: check-deploy-consistency.py RENDERED_BASE RENDERED_CLUSTER_WIDE SIDECAR PODMONITOR DOCKERFILE
+Usage: check-deploy-consistency.py RENDERED_BASE RENDERED_CLUSTER_WIDE SIDECAR PODMONITOR DOCKERFILE [RENDERED_REPLICAS]
 Run by scripts/check-deploy (with the venv that has PyYAML). Prints one line per problem and
 exits 1 if there is any.
 """
@@ -14,6 +14,9 @@ import tomllib
 import yaml
 
 READ_VERBS = {"get", "list", "watch"}
+# Leader election's Lease: get and update it (by name), create it (cannot be restricted by name).
+LEASE_GROUP, LEASE_RESOURCE = "coordination.k8s.io", "leases"
+LEASE_VERBS = {"get", "create", "update"}
 UID = 65532
 PORT_NAME = "metrics"
 
@@ -62,11 +65,23 @@ def grants(rules, group, plural, verb):
     return False
 
 
+def is_lease_rule(rule):
+    return rule.get("apiGroups") == [LEASE_GROUP] and rule.get("resources") == [LEASE_RESOURCE]
+
+
 def check_rules_minimal(where, rules):
     for i, rule in enumerate(rules):
         for field in ("apiGroups", "resources", "verbs"):
             if "*" in rule.get(field, []):
                 problem(where, f"rules[{i}].{field} has a wildcard")
+        if is_lease_rule(rule):
+            extra = set(rule.get("verbs", [])) - LEASE_VERBS
+            if extra:
+                problem(where, f"rules[{i}] grants more than get/create/update on leases: {sorted(extra)}")
+            named = set(rule.get("verbs", [])) - {"create"}
+            if named and not rule.get("resourceNames"):
+                problem(where, f"rules[{i}] grants {sorted(named)} on every Lease: restrict it with resourceNames")
+            continue
         extra = set(rule.get("verbs", [])) - READ_VERBS
         if extra:
             problem(where, f"rules[{i}] grants more than get/list/watch: {sorted(extra)}")
@@ -195,6 +210,61 @@ def check_rbac(where, docs, deployment, config, cluster_wide):
             problem(where, f"watch {w['name']!r} watches {namespaces}, the Role is in {ns!r}")
 
 
+def election_enabled(config, container):
+    """leader_election.enabled, from the file or its KUBE2NATS__ environment override."""
+    for e in container.get("env", []):
+        if e["name"] == "KUBE2NATS__LEADER_ELECTION__ENABLED":
+            return e.get("value", "").strip().lower() == "true"
+    return bool(config.get("leader_election", {}).get("enabled", False))
+
+
+def check_replicas(where, docs, deployment, container_name, config):
+    """More than one replica needs leader election (else every change is published by each), and
+    leader election needs the pod's name and namespace, its Lease's RBAC, a PDB and spreading."""
+    c = container_named(deployment, container_name)
+    replicas = deployment["spec"].get("replicas", 1)
+    enabled = election_enabled(config, c)
+    if replicas > 1 and not enabled:
+        problem(where, f"{replicas} replicas without leader election: each publishes every change")
+    if not enabled:
+        return
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c.get("env", [])}
+    for name, field in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")):
+        if env.get(name) != field:
+            problem(where, f"leader election needs {name} from the downward API ({field})")
+    election = config.get("leader_election", {})
+    lease = election.get("lease_name", "kube2nats")
+    ns = election.get("namespace") or deployment["metadata"]["namespace"]
+    sa = deployment["spec"]["template"]["spec"].get("serviceAccountName", "default")
+    rules = [r for b_ns, rs in bound_roles(docs, "RoleBinding", "Role", sa, ns) if b_ns == ns for r in rs]
+    for verb in sorted(LEASE_VERBS):
+        ok = any(
+            is_lease_rule(r) and verb in r.get("verbs", [])
+            and (verb == "create" or lease in r.get("resourceNames", [lease]))
+            for r in rules
+        )
+        if not ok:
+            problem(where, f"leader election: {verb} on the Lease {lease!r} in {ns!r} is not granted")
+    if len(deployment["spec"]["template"]["spec"]["containers"]) > 1:
+        return  # a sidecar: the application's pod, its disruption budget and spreading are the application's
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    pdbs = [
+        p for p in find(docs, "PodDisruptionBudget")
+        if all(labels.get(k) == v for k, v in p["spec"].get("selector", {}).get("matchLabels", {"": None}).items())
+    ]
+    if not pdbs:
+        problem(where, "replicas without a PodDisruptionBudget: a drain may evict them all at once")
+    elif not any(p["spec"].get("minAvailable", 0) >= 1 or p["spec"].get("maxUnavailable") == 1 for p in pdbs):
+        problem(where, "the PodDisruptionBudget must keep one replica available")
+    anti = deployment["spec"]["template"]["spec"].get("affinity", {}).get("podAntiAffinity", {})
+    terms = [t.get("podAffinityTerm", t) for t in
+             anti.get("preferredDuringSchedulingIgnoredDuringExecution", []) + anti.get("requiredDuringSchedulingIgnoredDuringExecution", [])]
+    if not any(t.get("topologyKey") == "kubernetes.io/hostname"
+               and all(labels.get(k) == v for k, v in t.get("labelSelector", {}).get("matchLabels", {"": None}).items())
+               for t in terms):
+        problem(where, "replicas without pod anti-affinity over kubernetes.io/hostname: one node loss takes them all")
+
+
 def check_skips(where, docs):
     for d in docs:
         for key, value in d["metadata"].get("annotations", {}).items():
@@ -235,6 +305,7 @@ def check_variant(where, docs, cluster_wide):
         return None
     config = check_pod(where, deployment, container, config_map)
     check_rbac(where, docs, deployment, config, cluster_wide)
+    check_replicas(where, docs, deployment, container, config)
     check_skips(where, docs)
     return deployment
 
@@ -260,8 +331,10 @@ def check_dockerfile(path):
         problem(path, "EXPOSE 9090 (http.listen) is missing")
 
 
-def main(base, cluster_wide, sidecar, podmonitor, dockerfile):
+def main(base, cluster_wide, sidecar, podmonitor, dockerfile, replicas=None):
     deployment = check_variant("deploy/ (namespaced)", load_all(base), cluster_wide=False)
+    if replicas is not None:
+        check_variant("deploy/overlays/replicas", load_all(replicas), cluster_wide=False)
     check_variant("deploy/overlays/cluster-wide", load_all(cluster_wide), cluster_wide=True)
     check_variant("sidecar", load_all(sidecar), cluster_wide=False)
     if deployment is not None:

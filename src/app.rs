@@ -6,6 +6,10 @@
 //! API server is unreachable) and one task per watch target. Shutdown order: readiness goes false,
 //! watches stop at an event boundary and publish what is in flight, NATS is drained; all within
 //! the grace period.
+//!
+//! With leader election, a replica is warm (discovery, RBAC check, stream, NATS) before it stands
+//! by, and runs the watch targets only for the terms it holds the Lease ([`crate::leader`]); a
+//! lost term stops every watch task at once, a shutdown settles them before the Lease is released.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -24,11 +28,12 @@ use crate::kube::client::register_api_requests;
 use crate::kube::credentials;
 use crate::kube::discovery::Discovery;
 use crate::kube::ApiClient;
+use crate::leader::{Candidate, Elector, LeaderMetrics};
 use crate::publish::metrics::{PublishFamilies, PublishMetrics};
 use crate::publish::{connect, MessageBuilder, Nats, Outbox};
 use crate::rbac;
 use crate::telemetry::http::{self, Readiness};
-use crate::telemetry::metrics::Metrics;
+use crate::telemetry::metrics::{Metrics, WatchSync};
 use crate::watcher::machine::{Machine, Target};
 use crate::watcher::metrics::{WatchFamilies, WatchMetrics};
 use crate::watcher::WatchTask;
@@ -59,6 +64,7 @@ struct StageMetrics {
     watch: WatchFamilies,
     publish: PublishFamilies,
     api_requests: prometheus::IntCounterVec,
+    leader: LeaderMetrics,
 }
 
 impl StageMetrics {
@@ -67,6 +73,7 @@ impl StageMetrics {
             watch: WatchFamilies::register(registry)?,
             publish: PublishFamilies::register(registry)?,
             api_requests: register_api_requests(registry)?,
+            leader: LeaderMetrics::register(registry)?,
         })
     }
 }
@@ -149,8 +156,8 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     })
 }
 
-/// Discovers the watched resources, runs one task per watch target until shutdown, then waits for
-/// them within the grace period.
+/// Discovers the watched resources (the warm part a standby does too), then runs the watch
+/// targets: until shutdown, or, with leader election, for each term this replica holds the Lease.
 async fn run_watches(
     config: Config,
     client: Arc<ApiClient>,
@@ -159,6 +166,7 @@ async fn run_watches(
     readiness: Arc<Readiness>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let elector = elector(&config, &client, &metrics)?;
     let Some(discovery) = discover(&client, &config, &shutdown).await? else {
         return Ok(());
     };
@@ -167,35 +175,133 @@ async fn run_watches(
     if !ensure_stream(&config, &nats, &shutdown).await {
         return Ok(());
     }
-
-    let mut tasks = JoinSet::new();
-    let mut syncs = Vec::new();
-    let mut publish_metrics = Vec::new();
-    for plan in &plans {
-        let name = &plan.watch.name;
-        let watch = metrics.watch.for_watch(name, plan.namespaces.len());
-        let publish = metrics
-            .publish
-            .for_watch(name, metrics.watch.dropped_too_large(name));
-        syncs.push(watch.sync.clone());
-        publish_metrics.push(publish.clone());
-        for namespace in &plan.namespaces {
-            // Every line a watch task logs (its publishes included) carries these fields.
-            let span = tracing::info_span!("watch", watch = %name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
-            let parts = TaskParts {
-                config: &config,
-                client: &client,
-                nats: &nats,
-                plan,
-            };
-            let task = parts.watch_task(namespace.clone(), watch.clone(), publish.clone());
-            tasks.spawn(task.run(shutdown.child_token()).instrument(span));
+    let watches = Watches {
+        config: &config,
+        client: &client,
+        nats: &nats,
+        metrics: &metrics,
+        readiness: &readiness,
+        plans: &plans,
+    };
+    match elector {
+        None => {
+            metrics.leader.leader.set(1);
+            watches.run_term(&shutdown, CancellationToken::new()).await
+        }
+        Some(elector) => {
+            readiness.set_standby();
+            elector
+                .run(&shutdown, |lost| watches.run_term(&shutdown, lost))
+                .await
         }
     }
-    readiness.set_watches(syncs);
+}
 
-    shutdown.cancelled().await;
-    drain(tasks, config.shutdown.grace_period, &publish_metrics).await
+/// The elector, when `[leader_election]` is on.
+fn elector(
+    config: &Config,
+    client: &Arc<ApiClient>,
+    metrics: &StageMetrics,
+) -> anyhow::Result<Option<Elector>> {
+    if !config.leader_election.enabled {
+        return Ok(None);
+    }
+    let candidate = Candidate::resolve(
+        config,
+        |name| std::env::var(name).ok(),
+        |path| std::fs::read_to_string(path).ok(),
+    )?;
+    Ok(Some(Elector::new(
+        client.clone(),
+        candidate,
+        config.leader_election.clone(),
+        metrics.leader.clone(),
+    )))
+}
+
+/// What a term of watching needs: everything resolved while warm.
+struct Watches<'a> {
+    config: &'a Config,
+    client: &'a Arc<ApiClient>,
+    nats: &'a Nats,
+    metrics: &'a StageMetrics,
+    readiness: &'a Readiness,
+    plans: &'a [WatchPlan<'a>],
+}
+
+/// One term's watch tasks and the metrics they report through.
+#[derive(Default)]
+struct Term {
+    tasks: JoinSet<()>,
+    syncs: Vec<WatchSync>,
+    watch_metrics: Vec<WatchMetrics>,
+    publish_metrics: Vec<PublishMetrics>,
+}
+
+impl Watches<'_> {
+    /// Runs one task per watch target, each with fresh memory, until `shutdown` (then waits for
+    /// them to publish what is in flight, within the grace period) or until `lost` (then stops
+    /// every task at once: nothing more is published, nothing that publishes is awaited).
+    async fn run_term(
+        &self,
+        shutdown: &CancellationToken,
+        lost: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let mut term = self.spawn(shutdown);
+        self.readiness.set_watches(term.syncs.clone());
+        tokio::select! {
+            _ = lost.cancelled() => {}
+            _ = shutdown.cancelled() => {
+                let tasks = std::mem::take(&mut term.tasks);
+                let grace_period = self.config.shutdown.grace_period;
+                // Losing the Lease while draining drops the drain, and with it the JoinSet,
+                // which aborts every task.
+                tokio::select! {
+                    _ = lost.cancelled() => {}
+                    drained = drain(tasks, grace_period, &term.publish_metrics) => return drained,
+                }
+            }
+        }
+        term.tasks.abort_all();
+        while term.tasks.join_next().await.is_some() {}
+        self.readiness.set_standby();
+        for m in &term.watch_metrics {
+            m.clear();
+        }
+        for m in &term.publish_metrics {
+            m.queue_depth.set(0);
+        }
+        Ok(())
+    }
+
+    fn spawn(&self, shutdown: &CancellationToken) -> Term {
+        let mut term = Term::default();
+        for plan in self.plans {
+            let name = &plan.watch.name;
+            let metrics = self.metrics;
+            let watch = metrics.watch.for_watch(name, plan.namespaces.len());
+            let publish = metrics
+                .publish
+                .for_watch(name, metrics.watch.dropped_too_large(name));
+            term.syncs.push(watch.sync.clone());
+            term.watch_metrics.push(watch.clone());
+            term.publish_metrics.push(publish.clone());
+            for namespace in &plan.namespaces {
+                // Every line a watch task logs (its publishes included) carries these fields.
+                let span = tracing::info_span!("watch", watch = %name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
+                let parts = TaskParts {
+                    config: self.config,
+                    client: self.client,
+                    nats: self.nats,
+                    plan,
+                };
+                let task = parts.watch_task(namespace.clone(), watch.clone(), publish.clone());
+                term.tasks
+                    .spawn(task.run(shutdown.child_token()).instrument(span));
+            }
+        }
+        term
+    }
 }
 
 /// What one watch target's task is built from.

@@ -11,6 +11,7 @@
 //! - [`dedupe`]: what each watch has published, so no change is published twice or missed.
 //! - [`subject`]: subject templates and the token escaping rule.
 //! - [`publish`]: headers, payloads, and publishing to core NATS or JetStream.
+//! - [`leader`]: with several replicas, the Lease that lets only one of them publish.
 //! - [`telemetry`]: logs, Prometheus metrics, health and readiness.
 //! - [`app`]: builds every stage from the configuration, runs them, and stops them in order.
 
@@ -32,6 +33,7 @@ pub mod config;
 pub mod dedupe;
 pub mod event;
 pub mod kube;
+pub mod leader;
 pub mod publish;
 pub mod rbac;
 pub mod subject;

@@ -314,3 +314,29 @@ fn check_config_takes_the_file_as_its_value() {
         .unwrap();
     assert_config_error(&out, "watches[0].unknown");
 }
+
+/// Leader election timings that would let a new holder start before the old one stops are
+/// refused, naming the key.
+#[test]
+fn rejects_leader_election_timings_that_could_overlap_two_publishers() {
+    assert_rejected(
+        &format!("[leader_election]\nenabled = true\nlease_duration = \"10s\"\nrenew_deadline = \"10s\"\n{WATCH}"),
+        "leader_election.renew_deadline: \"10s\" must be shorter than leader_election.lease_duration (\"10s\")",
+    );
+}
+
+/// Leader election with no namespace for the Lease (none configured, no POD_NAMESPACE, no
+/// service-account namespace file) stops at start with exit 2, naming the key to set.
+#[test]
+fn leader_election_without_a_namespace_exits_2_naming_the_key() {
+    let f = config_file(&format!(
+        "[kubernetes]\napi_url = \"http://127.0.0.1:1\"\n[http]\nlisten = \"127.0.0.1:0\"\n[leader_election]\nenabled = true\n{WATCH}"
+    ));
+    let out = kube2nats()
+        .env_remove("POD_NAMESPACE")
+        .arg("--config")
+        .arg(f.path())
+        .output()
+        .unwrap();
+    assert_config_error(&out, "kube2nats: error: leader_election.namespace: not set");
+}

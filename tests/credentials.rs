@@ -505,10 +505,13 @@ async fn binary_outside_a_pod_uses_home_kube_config() {
         "[nats]\nurl = \"{}\"\n[http]\nlisten = \"127.0.0.1:0\"\n[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"default\"]\n",
         nats.url()
     );
-    let _daemon = Process::spawn_env(&config, &[], |cmd| {
-        cmd.env_remove("KUBERNETES_SERVICE_HOST")
-            .env_remove("KUBECONFIG")
-            .env("HOME", home.path());
-    });
+    // Empty is unset, as client-go reads them.
+    let home_dir = home.path().display().to_string();
+    let env = [
+        ("KUBERNETES_SERVICE_HOST", ""),
+        ("KUBECONFIG", ""),
+        ("HOME", home_dir.as_str()),
+    ];
+    let _daemon = Process::spawn_env(&config, &[], &env);
     assert_eq!(inbox.next().await.short(), "ADDED a");
 }

@@ -39,7 +39,12 @@ impl Checker {
     }
 
     /// A duration of at least `min`.
-    fn duration_min(&mut self, key: &str, value: &str, min: Duration) -> Option<Duration> {
+    pub(super) fn duration_min(
+        &mut self,
+        key: &str,
+        value: &str,
+        min: Duration,
+    ) -> Option<Duration> {
         let d = self.duration(key, value)?;
         if d < min {
             let shown = if min == Duration::from_nanos(1) {
@@ -61,7 +66,7 @@ impl Checker {
         }
     }
 
-    fn positive(&mut self, key: &str, value: &str) -> Option<Duration> {
+    pub(super) fn positive(&mut self, key: &str, value: &str) -> Option<Duration> {
         self.duration_min(key, value, Duration::from_nanos(1))
     }
 
@@ -134,6 +139,7 @@ impl TryFrom<RawConfig> for Config {
             publish,
             http,
             shutdown,
+            leader_election,
             watches,
         } = raw;
         let mut c = Checker::default();
@@ -143,7 +149,16 @@ impl TryFrom<RawConfig> for Config {
         let watches = check_watches(&mut c, &publish, &watches);
         let http = c.listen_addr(&http.listen);
         let grace_period = c.duration("shutdown.grace_period", &shutdown.grace_period);
-        match (log, kubernetes, nats, watches, http, grace_period) {
+        let leader_election = super::leader::check_leader_election(&mut c, &leader_election);
+        match (
+            log,
+            kubernetes,
+            nats,
+            watches,
+            http,
+            grace_period,
+            leader_election,
+        ) {
             (
                 Some(log),
                 Some(kubernetes),
@@ -151,12 +166,14 @@ impl TryFrom<RawConfig> for Config {
                 Some(watches),
                 Some(listen),
                 Some(grace_period),
+                Some(leader_election),
             ) if c.errors.is_empty() => Ok(Config {
                 log,
                 kubernetes,
                 nats,
                 http: HttpConfig { listen },
                 shutdown: ShutdownConfig { grace_period },
+                leader_election,
                 watches,
             }),
             _ => Err(ConfigErrors(c.errors)),

@@ -26,6 +26,7 @@
 
 mod check;
 mod error;
+mod leader;
 mod raw;
 mod selector;
 mod source;
@@ -43,6 +44,7 @@ use crate::event::EventType;
 use crate::subject::SubjectTemplate;
 
 pub use error::{ConfigError, ConfigErrors};
+pub use leader::{LeaderElectionConfig, RawLeaderElection, RETRY_JITTER_FACTOR};
 pub use raw::*;
 pub use selector::{check_field_selector, check_label_selector};
 pub use source::{env_var_name, ENV_PREFIX, ENV_SEPARATOR, REDACTED};
@@ -71,6 +73,7 @@ pub struct Config {
     pub nats: NatsConfig,
     pub http: HttpConfig,
     pub shutdown: ShutdownConfig,
+    pub leader_election: LeaderElectionConfig,
     pub watches: Vec<WatchConfig>,
 }
 

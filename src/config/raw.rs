@@ -132,6 +132,7 @@ pub struct RawConfig {
     pub publish: RawPublish,
     pub http: RawHttp,
     pub shutdown: RawShutdown,
+    pub leader_election: super::RawLeaderElection,
     /// At least one.
     pub watches: Vec<RawWatch>,
 }

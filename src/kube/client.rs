@@ -63,6 +63,7 @@ pub enum Verb {
     List,
     Watch,
     Create,
+    Update,
 }
 
 impl Verb {
@@ -72,6 +73,7 @@ impl Verb {
             Verb::List => "list",
             Verb::Watch => "watch",
             Verb::Create => "create",
+            Verb::Update => "update",
         }
     }
 }
@@ -138,14 +140,31 @@ impl ApiClient {
         self.read_body(response).await
     }
 
-    /// POST a JSON body (access reviews).
+    /// POST a JSON body (access reviews, a Lease's creation).
     pub async fn create(&self, path: &str, body: &serde_json::Value) -> Result<Bytes, ApiError> {
+        let url = self.url(path, &[]);
+        self.send_json(Verb::Create, |h| h.post(url), body).await
+    }
+
+    /// PUT a whole object (a Lease renewal); the API server refuses it with 409 Conflict when the
+    /// body's `metadata.resourceVersion` is not the object's current one.
+    pub async fn update(&self, path: &str, body: &serde_json::Value) -> Result<Bytes, ApiError> {
+        let url = self.url(path, &[]);
+        self.send_json(Verb::Update, |h| h.put(url), body).await
+    }
+
+    async fn send_json(
+        &self,
+        verb: Verb,
+        build: impl FnOnce(&reqwest::Client) -> reqwest::RequestBuilder,
+        body: &serde_json::Value,
+    ) -> Result<Bytes, ApiError> {
         let request = |h: &reqwest::Client| {
-            h.post(self.url(path, &[]))
+            build(h)
                 .header(CONTENT_TYPE, "application/json")
                 .body(body.to_string())
         };
-        let response = self.send(Verb::Create, request, true).await?;
+        let response = self.send(verb, request, true).await?;
         self.read_body(response).await
     }
 

@@ -2,7 +2,7 @@
 //! kubelet's liveness probe, `/readyz` for its readiness probe.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -15,26 +15,47 @@ use tokio_util::sync::CancellationToken;
 
 use super::metrics::{Metrics, WatchSync};
 
-/// What `/readyz` checks: every watch has completed its list and NATS is connected.
+/// What `/readyz` checks: NATS is connected and every watch has completed its list — or, for a
+/// standby replica with leader election, that it is warm (discovery done, NATS connected), since
+/// a standby that is not ready would block rollouts and nothing routes traffic to kube2nats.
 pub struct Readiness {
     nats_connected: IntGauge,
-    /// Set once discovery has resolved every watch; until then nothing is ready.
-    watches: OnceLock<Vec<WatchSync>>,
+    phase: Mutex<Phase>,
     shutting_down: CancellationToken,
+}
+
+/// Where the watches stand, for readiness.
+enum Phase {
+    /// Discovery has not resolved every watch yet; nothing is ready.
+    Starting,
+    /// Warm, waiting for the Lease; runs no watch.
+    Standby,
+    /// The watches run; ready once each is synced.
+    Watching(Vec<WatchSync>),
 }
 
 impl Readiness {
     pub fn new(nats_connected: IntGauge, shutting_down: CancellationToken) -> Readiness {
         Readiness {
             nats_connected,
-            watches: OnceLock::new(),
+            phase: Mutex::new(Phase::Starting),
             shutting_down,
         }
     }
 
     /// Hands over the watches once they run.
     pub fn set_watches(&self, watches: Vec<WatchSync>) {
-        let _ = self.watches.set(watches);
+        *self.phase() = Phase::Watching(watches);
+    }
+
+    /// This replica is warm and waits for the Lease.
+    pub fn set_standby(&self) {
+        *self.phase() = Phase::Standby;
+    }
+
+    fn phase(&self) -> std::sync::MutexGuard<'_, Phase> {
+        // Every writer leaves the phase whole, so a poisoned lock still holds a valid one.
+        self.phase.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// `Ok` when ready, else one short line per thing that is not.
@@ -46,9 +67,12 @@ impl Readiness {
         if self.nats_connected.get() != 1 {
             not_ready.push("NATS: not connected".to_owned());
         }
-        match self.watches.get() {
-            None => not_ready.push("watches: not started (API discovery pending)".to_owned()),
-            Some(watches) => not_ready.extend(
+        match &*self.phase() {
+            Phase::Starting => {
+                not_ready.push("watches: not started (API discovery pending)".to_owned())
+            }
+            Phase::Standby => {}
+            Phase::Watching(watches) => not_ready.extend(
                 watches
                     .iter()
                     .filter(|w| !w.is_synced())

@@ -138,6 +138,11 @@ impl WatchSync {
         self.synced.set(i64::from(unsynced == 0));
     }
 
+    /// The watch no longer runs (this replica stood down): `watch_synced` is 0 until it runs again.
+    pub fn clear(&self) {
+        self.synced.set(0);
+    }
+
     /// True when every target of the watch is synced.
     pub fn is_synced(&self) -> bool {
         self.unsynced_targets.load(Ordering::SeqCst) == 0

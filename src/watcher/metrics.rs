@@ -135,6 +135,12 @@ pub struct WatchMetrics {
 }
 
 impl WatchMetrics {
+    /// The watch stopped without its tasks reporting back (this replica stood down): what they
+    /// tracked is no longer tracked here.
+    pub fn clear(&self) {
+        self.sync.clear();
+        self.tracked_objects.set(0);
+    }
     pub fn received(&self, t: EventType) {
         self.received.inc(t);
     }

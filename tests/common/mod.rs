@@ -385,20 +385,19 @@ impl Process {
 
     /// As [`Process::spawn`], with extra arguments (e.g. `--log-format json`).
     pub fn spawn_with(config: &str, args: &[&str]) -> Process {
-        Process::spawn_env(config, args, |_| {})
+        Process::spawn_env(config, args, &[])
     }
 
-    /// As [`Process::spawn_with`], with the environment adjusted by `env` (e.g. `HOME`).
-    pub fn spawn_env(config: &str, args: &[&str], env: impl FnOnce(&mut Command)) -> Process {
+    /// As [`Process::spawn_with`], with extra environment variables (e.g. `POD_NAME`).
+    pub fn spawn_env(config: &str, args: &[&str], env: &[(&str, &str)]) -> Process {
         let mut file = tempfile::NamedTempFile::new().unwrap();
         file.write_all(config.as_bytes()).unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_kube2nats"));
-        env(&mut command);
-        let mut child = command
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kube2nats"))
             .args(args)
             .arg("--config")
             .arg(file.path())
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -467,6 +466,12 @@ impl Process {
 impl Process {
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// `kill -9`: the process gets no chance to clean up, as in an OOM kill or a node loss.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -28,7 +28,7 @@ use super::selector::{FieldSelector, LabelSelector};
 use super::status::ApiError;
 use super::store::{strip_type_meta, Key};
 use super::watch::{self, event_line, WatchSpec};
-use super::{lock, read_valid_tokens, Auth, RequestRecord, Shared, USER};
+use super::{leases, lock, read_valid_tokens, Attributes, Auth, RequestRecord, Shared, USER};
 
 /// Largest request body accepted; objects in tests are tiny, so this only guards memory.
 const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -51,6 +51,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         .into_owned()
         .collect();
     let token = bearer_token(req.headers());
+    shared.cut_off.wait_while_cut_off(token.as_deref()).await;
     let mut response = serve(
         &shared,
         &method,
@@ -224,11 +225,13 @@ async fn serve(
                     .ok_or_else(|| ApiError::not_found(rt.plural, rt.group, &name)),
                 ("create", _) => {
                     let obj = read_json(body).await?;
+                    leases::validate(rt, &obj)?;
                     let created = shared.store().create(rt, ns, obj)?;
                     Ok(json_response(StatusCode::CREATED, &created))
                 }
                 ("update", Some(name)) => {
                     let obj = read_json(body).await?;
+                    leases::validate(rt, &obj)?;
                     update(shared, rt, ns, &name, obj)
                 }
                 ("delete", Some(name)) => {
@@ -256,20 +259,11 @@ fn authenticate(shared: &Shared, token: Option<&str>) -> Result<(), ApiError> {
     }
 }
 
-fn allowed(
-    shared: &Shared,
-    token: Option<&str>,
-    verb: &str,
-    group: &str,
-    resource: &str,
-    namespace: Option<&str>,
-) -> bool {
+fn allowed(shared: &Shared, token: Option<&str>, request: &Attributes<'_>) -> bool {
     let rules = lock(&shared.rules);
     match rules.get(token.unwrap_or("")) {
         None => true,
-        Some(rules) => rules
-            .iter()
-            .any(|r| r.allows(verb, group, resource, namespace)),
+        Some(rules) => rules.iter().any(|r| r.allows(request)),
     }
 }
 
@@ -281,7 +275,14 @@ fn authorize(
     namespace: Option<&str>,
     name: Option<&str>,
 ) -> Result<(), ApiError> {
-    if allowed(shared, token, verb, rt.group, rt.plural, namespace) {
+    let request = Attributes {
+        verb,
+        group: rt.group,
+        resource: rt.plural,
+        namespace,
+        name,
+    };
+    if allowed(shared, token, &request) {
         Ok(())
     } else {
         Err(ApiError::forbidden(
@@ -294,15 +295,15 @@ fn self_subject_access_review(shared: &Shared, token: Option<&str>, review: Valu
     let attrs = &review["spec"]["resourceAttributes"];
     let field = |k: &str| attrs[k].as_str().unwrap_or("");
     let namespace = Some(field("namespace")).filter(|ns| !ns.is_empty());
-    let is_allowed = attrs.is_object()
-        && allowed(
-            shared,
-            token,
-            field("verb"),
-            field("group"),
-            field("resource"),
-            namespace,
-        );
+    let name = Some(field("name")).filter(|n| !n.is_empty());
+    let request = Attributes {
+        verb: field("verb"),
+        group: field("group"),
+        resource: field("resource"),
+        namespace,
+        name,
+    };
+    let is_allowed = attrs.is_object() && allowed(shared, token, &request);
     let status = json!({ "allowed": is_allowed });
     json_response(
         StatusCode::CREATED,

@@ -11,6 +11,8 @@
 //! - `store`: objects, the global revision and the bounded history (etcd + watch cache);
 //! - `http`: routing, auth, RBAC, list/watch/CRUD handlers and discovery;
 //! - `watch`: one task per open watch, writing NDJSON and misbehaving on request;
+//! - `leases`: what is particular to `coordination.k8s.io/v1` Leases (their spec's validation);
+//! - `partition`: cutting one client off, as a network partition between it and the server does;
 //! - `selector`, `status`, `resources`, `tls`: the parts those share.
 //!
 //! Everything a test can do over HTTP (create, update, delete, get, list, watch) it can also do
@@ -23,6 +25,8 @@
 //! created in them, and deletes are immediate (no finalizers or graceful deletion).
 
 mod http;
+mod leases;
+mod partition;
 mod resources;
 mod selector;
 mod status;
@@ -109,6 +113,9 @@ pub struct Rule {
     pub resources: Vec<String>,
     /// Namespaces the rule applies to; empty for all.
     pub namespaces: Vec<String>,
+    /// `resourceNames`: the object names the rule applies to; empty for all. As in Kubernetes, a
+    /// rule with names never allows a request without one (list, watch of a collection, create).
+    pub resource_names: Vec<String>,
 }
 
 impl Rule {
@@ -125,17 +132,40 @@ impl Rule {
             api_groups: own(api_groups),
             resources: own(resources),
             namespaces: own(namespaces),
+            resource_names: Vec::new(),
         }
     }
 
-    fn allows(&self, verb: &str, group: &str, resource: &str, namespace: Option<&str>) -> bool {
-        let has = |xs: &[String], x: &str| xs.iter().any(|v| v == "*" || v == x);
-        has(&self.verbs, verb)
-            && has(&self.api_groups, group)
-            && has(&self.resources, resource)
-            && (self.namespaces.is_empty()
-                || namespace.is_some_and(|ns| self.namespaces.iter().any(|n| n == ns)))
+    /// The same rule restricted to objects with these names (`resourceNames`).
+    pub fn named(mut self, names: &[&str]) -> Self {
+        self.resource_names = names.iter().map(|s| s.to_string()).collect();
+        self
     }
+
+    fn allows(&self, request: &Attributes<'_>) -> bool {
+        let has = |xs: &[String], x: &str| xs.iter().any(|v| v == "*" || v == x);
+        has(&self.verbs, request.verb)
+            && has(&self.api_groups, request.group)
+            && has(&self.resources, request.resource)
+            && (self.namespaces.is_empty()
+                || request
+                    .namespace
+                    .is_some_and(|ns| self.namespaces.iter().any(|n| n == ns)))
+            && (self.resource_names.is_empty()
+                || request
+                    .name
+                    .is_some_and(|name| self.resource_names.iter().any(|n| n == name)))
+    }
+}
+
+/// What RBAC decides on: one request's verb, resource, namespace and object name.
+#[derive(Debug, Clone, Copy)]
+struct Attributes<'a> {
+    verb: &'a str,
+    group: &'a str,
+    resource: &'a str,
+    namespace: Option<&'a str>,
+    name: Option<&'a str>,
 }
 
 /// An injected failure answered instead of the real response.
@@ -243,6 +273,7 @@ struct Shared {
     stream_settings: Arc<Mutex<watch::StreamSettings>>,
     requests: Mutex<Vec<RequestRecord>>,
     server_address: String,
+    cut_off: partition::CutOff,
 }
 
 /// Locks a mutex, recovering from poisoning: a panicking test thread must not take the server
@@ -362,6 +393,7 @@ impl ApiServer {
             stream_settings: Arc::new(Mutex::new(watch::StreamSettings::default())),
             requests: Mutex::new(Vec::new()),
             server_address: addr.to_string(),
+            cut_off: partition::CutOff::default(),
         });
 
         let serving = tokio::spawn(accept_loop(
@@ -618,6 +650,20 @@ impl ApiServer {
             filter,
             failure,
         });
+    }
+
+    /// Cuts the client that sends `token` off, as a network partition between it and the server
+    /// would: its new requests get no answer (they wait until [`reconnect`](Self::reconnect), or
+    /// until the client gives up), while other clients are served as usual. Watch streams it
+    /// already has open keep flowing: the harshest case for leader election, where a holder that
+    /// cannot renew its Lease still receives events and must stop publishing on its own.
+    pub fn cut_off(&self, token: &str) {
+        self.shared.cut_off.add(token);
+    }
+
+    /// Ends [`cut_off`](Self::cut_off) for `token`; requests that were waiting are answered.
+    pub fn reconnect(&self, token: &str) {
+        self.shared.cut_off.remove(token);
     }
 
     /// Sleeps `d` before each event written to a watch (bookmarks are not delayed).

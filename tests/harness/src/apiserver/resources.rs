@@ -3,7 +3,8 @@
 //! A real cluster learns its resources from compiled-in types and CRDs; the simulator has a
 //! small static table instead, covering each case a client must handle: core group (`pods`,
 //! `configmaps`), cluster-scoped (`namespaces`), a named group (`apps/v1 deployments`) and custom
-//! resources, namespaced (`widgets`) and cluster-scoped (`gadgets`).
+//! resources, namespaced (`widgets`) and cluster-scoped (`gadgets`); and `coordination.k8s.io/v1 leases`,
+//! the lock of leader election.
 
 use serde_json::{json, Value};
 
@@ -114,6 +115,17 @@ pub const RESOURCES: &[ResourceType] = &[
         version: "v1",
         kind: "Gadget",
         namespaced: false,
+        short_names: &[],
+        subresources: &[],
+    },
+    // Leader election's lock; its spec is validated by `leases`.
+    ResourceType {
+        plural: "leases",
+        singular: "lease",
+        group: "coordination.k8s.io",
+        version: "v1",
+        kind: "Lease",
+        namespaced: true,
         short_names: &[],
         subresources: &[],
     },

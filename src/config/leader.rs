@@ -1,0 +1,217 @@
+//! `[leader_election]`: whether replicas elect one publisher through a Kubernetes Lease, and the
+//! Lease's timings; the section's raw form, defaults, check and typed value together.
+//!
+//! The timings are client-go's defaults and obey its rules: a holder stops publishing when it has
+//! not renewed for `renew_deadline`, and another replica may take over only after the Lease went
+//! unrenewed for `lease_duration`; the difference is the margin that keeps two publishers apart,
+//! so `renew_deadline < lease_duration` is required, and `renew_deadline` must leave room for
+//! more than one renewal attempt (`> 1.2 × retry_period`, the attempts' jitter).
+
+use std::time::Duration;
+
+use super::check::{non_empty, Checker};
+use super::raw::s;
+use super::selector::is_dns_label;
+
+/// `leader_election.lease_name`.
+pub const DEFAULT_LEASE_NAME: &str = "kube2nats";
+/// `leader_election.lease_duration`: client-go's `LeaseDuration`.
+pub const DEFAULT_LEASE_DURATION: &str = "15s";
+/// `leader_election.renew_deadline`: client-go's `RenewDeadline`.
+pub const DEFAULT_RENEW_DEADLINE: &str = "10s";
+/// `leader_election.retry_period`: client-go's `RetryPeriod`.
+pub const DEFAULT_RETRY_PERIOD: &str = "2s";
+/// client-go's `JitterFactor`: attempts are spread over `[retry, retry × (1 + factor))`.
+pub const RETRY_JITTER_FACTOR: f64 = 1.2;
+
+/// The validated `[leader_election]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderElectionConfig {
+    /// Elect one publisher among replicas; off, this replica always publishes.
+    pub enabled: bool,
+    /// The Lease's name.
+    pub lease_name: String,
+    /// The Lease's namespace; `None`: the pod's own (resolved at start).
+    pub namespace: Option<String>,
+    /// How long a Lease is held without renewal before another replica may take it; whole seconds
+    /// (the Lease records `leaseDurationSeconds`).
+    pub lease_duration: Duration,
+    /// How long the holder keeps publishing without a successful renewal.
+    pub renew_deadline: Duration,
+    /// Time between attempts to acquire or renew.
+    pub retry_period: Duration,
+}
+
+/// `[leader_election]`
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawLeaderElection {
+    /// Default `false` (one replica). The multi-replica manifests turn it on.
+    pub enabled: bool,
+    /// DNS-1123 subdomain. Default [`DEFAULT_LEASE_NAME`].
+    pub lease_name: String,
+    /// `""`: the pod's namespace (`POD_NAMESPACE`, else the service account's namespace file).
+    pub namespace: String,
+    /// Duration, whole seconds, > `renew_deadline`. Default [`DEFAULT_LEASE_DURATION`].
+    pub lease_duration: String,
+    /// Duration, > 1.2 × `retry_period`. Default [`DEFAULT_RENEW_DEADLINE`].
+    pub renew_deadline: String,
+    /// Duration. Default [`DEFAULT_RETRY_PERIOD`].
+    pub retry_period: String,
+}
+
+impl Default for RawLeaderElection {
+    fn default() -> Self {
+        RawLeaderElection {
+            enabled: false,
+            lease_name: s(DEFAULT_LEASE_NAME),
+            namespace: String::new(),
+            lease_duration: s(DEFAULT_LEASE_DURATION),
+            renew_deadline: s(DEFAULT_RENEW_DEADLINE),
+            retry_period: s(DEFAULT_RETRY_PERIOD),
+        }
+    }
+}
+
+pub(super) fn check_leader_election(
+    c: &mut Checker,
+    raw: &RawLeaderElection,
+) -> Option<LeaderElectionConfig> {
+    let name_ok = raw.lease_name.len() <= 253 && raw.lease_name.split('.').all(is_dns_label);
+    let lease_name = if name_ok {
+        Some(raw.lease_name.clone())
+    } else {
+        c.fail(
+            "leader_election.lease_name",
+            format!(
+                "invalid name {:?} (expected a DNS-1123 subdomain such as kube2nats)",
+                raw.lease_name
+            ),
+        )
+    };
+    let namespace = match non_empty(&raw.namespace) {
+        None => Some(None),
+        Some(ns) if is_dns_label(ns) => Some(Some(ns.to_owned())),
+        Some(ns) => c.fail(
+            "leader_election.namespace",
+            format!(
+                "invalid namespace {ns:?} (expected a DNS-1123 label, or \"\" for the pod's own)"
+            ),
+        ),
+    };
+    let lease = c.duration_min(
+        "leader_election.lease_duration",
+        &raw.lease_duration,
+        Duration::from_secs(1),
+    );
+    let lease = lease.and_then(|d| {
+        if d.subsec_nanos() == 0 {
+            Some(d)
+        } else {
+            c.fail(
+                "leader_election.lease_duration",
+                format!(
+                    "{:?} is not a whole number of seconds (the Lease records leaseDurationSeconds)",
+                    raw.lease_duration
+                ),
+            )
+        }
+    });
+    let renew = c.positive("leader_election.renew_deadline", &raw.renew_deadline);
+    let retry = c.positive("leader_election.retry_period", &raw.retry_period);
+    if let (Some(lease), Some(renew)) = (lease, renew) {
+        if renew >= lease {
+            c.fail::<()>(
+                "leader_election.renew_deadline",
+                format!(
+                    "{:?} must be shorter than leader_election.lease_duration ({:?}): the holder must stop publishing before another replica may take over",
+                    raw.renew_deadline, raw.lease_duration
+                ),
+            );
+        }
+    }
+    if let (Some(renew), Some(retry)) = (renew, retry) {
+        if renew.as_secs_f64() <= RETRY_JITTER_FACTOR * retry.as_secs_f64() {
+            c.fail::<()>(
+                "leader_election.renew_deadline",
+                format!(
+                    "{:?} must be longer than {RETRY_JITTER_FACTOR} × leader_election.retry_period ({:?}), as client-go requires, so a renewal can be retried before the deadline",
+                    raw.renew_deadline, raw.retry_period
+                ),
+            );
+        }
+    }
+    Some(LeaderElectionConfig {
+        enabled: raw.enabled,
+        lease_name: lease_name?,
+        namespace: namespace?,
+        lease_duration: lease?,
+        renew_deadline: renew?,
+        retry_period: retry?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+
+    #[test]
+    fn defaults_are_client_go_s_and_off() {
+        let c = load_str(MINIMAL).unwrap().leader_election;
+        assert!(!c.enabled);
+        assert_eq!(c.lease_name, "kube2nats");
+        assert_eq!(c.namespace, None);
+        assert_eq!(
+            (c.lease_duration, c.renew_deadline, c.retry_period),
+            (
+                Duration::from_secs(15),
+                Duration::from_secs(10),
+                Duration::from_secs(2)
+            )
+        );
+    }
+
+    #[test]
+    fn overrides() {
+        let c = load_str(&format!(
+            "[leader_election]\nenabled = true\nlease_name = \"k2n.prod\"\nnamespace = \"ops\"\nlease_duration = \"3s\"\nrenew_deadline = \"2s\"\nretry_period = \"500ms\"\n{MINIMAL}"
+        ))
+        .unwrap()
+        .leader_election;
+        assert!(c.enabled);
+        assert_eq!(
+            (c.lease_name.as_str(), c.namespace.as_deref()),
+            ("k2n.prod", Some("ops"))
+        );
+        assert_eq!(c.retry_period, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn each_bad_value_names_its_key() {
+        let lines = |section: &str| errors(&format!("[leader_election]\n{section}"));
+        assert_eq!(
+            lines("renew_deadline = \"15s\""),
+            ["leader_election.renew_deadline: \"15s\" must be shorter than leader_election.lease_duration (\"15s\"): the holder must stop publishing before another replica may take over"]
+        );
+        assert_eq!(
+            lines("retry_period = \"9s\"")[0],
+            "leader_election.renew_deadline: \"10s\" must be longer than 1.2 × leader_election.retry_period (\"9s\"), as client-go requires, so a renewal can be retried before the deadline"
+        );
+        assert!(lines(
+            "lease_duration = \"2500ms\"\nrenew_deadline = \"1s\"\nretry_period = \"200ms\""
+        )[0]
+        .starts_with(
+            "leader_election.lease_duration: \"2500ms\" is not a whole number of seconds"
+        ));
+        assert!(lines("lease_duration = \"soon\"")[0]
+            .starts_with("leader_election.lease_duration: invalid duration"));
+        assert!(lines("retry_period = \"0s\"")[0]
+            .starts_with("leader_election.retry_period: \"0s\" is too short"));
+        assert!(lines("lease_name = \"Not_A_Name\"")[0]
+            .starts_with("leader_election.lease_name: invalid name"));
+        assert!(lines("namespace = \"a.b\"")[0]
+            .starts_with("leader_election.namespace: invalid namespace"));
+        assert!(lines("enable = true")[0].contains("leader_election.enable"));
+    }
+}

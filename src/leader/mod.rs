@@ -1,0 +1,472 @@
+//! Leader election: with two or more replicas, only the holder of one Kubernetes Lease publishes.
+//!
+//! The elector follows client-go's `leaderelection` package — its record, its timings and its
+//! clock-skew tolerance:
+//! - A replica never compares the Lease's timestamps with its own clock. It remembers the record
+//!   it last saw and *when it saw it change*, by its own monotonic clock, and treats the Lease as
+//!   held until `leaseDurationSeconds` (the record's) have passed since then without a change.
+//! - Every write is a compare-and-swap on `metadata.resourceVersion` (409 → read again), so of two
+//!   replicas that try to take an expired Lease, one wins.
+//! - The holder renews every `retry_period`; when it has not managed to renew for
+//!   `renew_deadline` — measured from the instant before its last successful renewal was sent —
+//!   its term ends at once. Another replica can take over only after seeing that renewal and
+//!   waiting `lease_duration`, so the old holder has stopped `lease_duration - renew_deadline`
+//!   before the new one starts (5 s with the defaults), as long as the clocks' *rates* agree.
+//! - Stopping gracefully, the holder releases the Lease (empty holder, `leaseDurationSeconds: 1`,
+//!   as client-go's `ReleaseOnCancel`), so a standby takes over at its next attempt.
+//!
+//! What a term is for is not this module's business: [`Elector::run`] calls `lead` with a token
+//! that is cancelled the moment the term is lost, and `lead` stops every publisher on it
+//! (`app`). Metrics: `leader`, `leader_transitions_total`, `lease_renew_failures_total`.
+
+pub mod lease;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use prometheus::{IntCounter, IntGauge, Registry};
+use rand::Rng as _;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{ApiSource, Config, LeaderElectionConfig, RETRY_JITTER_FACTOR};
+use crate::kube::ApiClient;
+use crate::telemetry::metrics::opts;
+use lease::{micro_time, Lease, LeaseApi, LeaseError, Record};
+
+/// Environment variable naming this replica (the pod's name, from the downward API).
+pub const POD_NAME_ENV: &str = "POD_NAME";
+/// Environment variable naming the pod's namespace (downward API).
+pub const POD_NAMESPACE_ENV: &str = "POD_NAMESPACE";
+/// The kernel's hostname: a pod's hostname is its name.
+const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
+/// `leaseDurationSeconds` of a released Lease, as client-go writes it.
+const RELEASED_LEASE_SECONDS: i64 = 1;
+
+/// The metrics of leader election.
+#[derive(Clone)]
+pub struct LeaderMetrics {
+    /// 1 while this replica holds the Lease (and publishes).
+    pub leader: IntGauge,
+    /// Terms this replica has started.
+    pub transitions: IntCounter,
+    /// Renewal attempts of the holder that failed.
+    pub renew_failures: IntCounter,
+}
+
+impl LeaderMetrics {
+    pub fn register(registry: &Registry) -> prometheus::Result<LeaderMetrics> {
+        let leader = IntGauge::with_opts(opts(
+            "leader",
+            "1 while this replica publishes: it holds the Lease, or leader election is off.",
+        ))?;
+        let transitions = IntCounter::with_opts(opts(
+            "leader_transitions_total",
+            "Times this replica acquired the Lease and started publishing.",
+        ))?;
+        let renew_failures = IntCounter::with_opts(opts(
+            "lease_renew_failures_total",
+            "Attempts of the holder to renew its Lease that failed (API error, timeout, conflict, taken).",
+        ))?;
+        registry.register(Box::new(leader.clone()))?;
+        registry.register(Box::new(transitions.clone()))?;
+        registry.register(Box::new(renew_failures.clone()))?;
+        Ok(LeaderMetrics {
+            leader,
+            transitions,
+            renew_failures,
+        })
+    }
+}
+
+/// Why leader election cannot start: the environment does not say who or where this replica is.
+#[derive(Debug, thiserror::Error)]
+#[error("leader_election.namespace: not set, and neither {POD_NAMESPACE_ENV} nor {file} names the pod's namespace; set one of them")]
+pub struct NoNamespace {
+    file: String,
+}
+
+/// Who this replica is and which Lease it competes for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// `holderIdentity`: the pod name (`POD_NAME`), else the hostname (a pod's hostname is its name).
+    pub identity: String,
+    pub namespace: String,
+    pub lease_name: String,
+}
+
+impl Candidate {
+    /// Resolves identity and namespace from the configuration and the environment (`env` reads a
+    /// variable; `read` a file, so tests need neither).
+    pub fn resolve(
+        config: &Config,
+        env: impl Fn(&str) -> Option<String>,
+        read: impl Fn(&str) -> Option<String>,
+    ) -> Result<Candidate, NoNamespace> {
+        let non_empty =
+            |v: Option<String>| v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
+        let election = &config.leader_election;
+        // Only in-cluster credentials come with the pod's namespace file; elsewhere (a kubeconfig,
+        // an explicit URL) the namespace must be configured or given by POD_NAMESPACE.
+        let in_pod = non_empty(env("KUBERNETES_SERVICE_HOST")).is_some();
+        let namespace_file = match &config.kubernetes.source {
+            // The credentials resolve to the service account only in a pod, with no context named.
+            ApiSource::Auto {
+                in_cluster,
+                context: None,
+            } if in_pod => Some(in_cluster.namespace_file.display().to_string()),
+            _ => None,
+        };
+        let namespace = election
+            .namespace
+            .clone()
+            .or_else(|| non_empty(env(POD_NAMESPACE_ENV)))
+            .or_else(|| non_empty(read(namespace_file.as_deref()?)))
+            .ok_or(NoNamespace {
+                file: namespace_file.unwrap_or_else(|| "an in-cluster service account".to_owned()),
+            })?;
+        let identity = non_empty(env(POD_NAME_ENV))
+            .or_else(|| non_empty(env("HOSTNAME")))
+            .or_else(|| non_empty(read(HOSTNAME_FILE)))
+            .unwrap_or_else(|| format!("kube2nats-{}", std::process::id()));
+        Ok(Candidate {
+            identity,
+            namespace,
+            lease_name: election.lease_name.clone(),
+        })
+    }
+}
+
+/// The record as this replica last saw it, and when (by the local monotonic clock) it saw it
+/// change: the only time that counts, so clock skew between machines does not matter.
+struct Observed {
+    lease: Lease,
+    changed_at: Instant,
+}
+
+/// How one attempt to acquire or renew ended.
+enum Attempt {
+    /// This replica holds the Lease; it wrote the record at the instant given.
+    Held,
+    /// Another replica holds a Lease that has not expired.
+    HeldBy(String),
+}
+
+/// One replica's side of the election.
+pub struct Elector {
+    api: LeaseApi,
+    identity: String,
+    config: LeaderElectionConfig,
+    observed: Option<Observed>,
+    metrics: LeaderMetrics,
+}
+
+impl Elector {
+    pub fn new(
+        client: Arc<ApiClient>,
+        candidate: Candidate,
+        config: LeaderElectionConfig,
+        metrics: LeaderMetrics,
+    ) -> Elector {
+        metrics.leader.set(0);
+        Elector {
+            api: LeaseApi::new(client, &candidate.namespace, &candidate.lease_name),
+            identity: candidate.identity,
+            config,
+            observed: None,
+            metrics,
+        }
+    }
+
+    /// Alternates standby and terms until `shutdown`: waits to acquire the Lease, runs
+    /// `lead(lost)` while renewing it, cancels `lost` the moment renewal misses its deadline (and
+    /// goes back to standby once `lead` has returned), and releases the Lease after `lead`
+    /// returns on shutdown. `lead` must return promptly once `lost` is cancelled, and on
+    /// shutdown only after its publishers have settled.
+    pub async fn run<F, Fut>(
+        mut self,
+        shutdown: &CancellationToken,
+        mut lead: F,
+    ) -> anyhow::Result<()>
+    where
+        F: FnMut(CancellationToken) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>>,
+    {
+        tracing::info!(lease = %self.api.describe(), identity = %self.identity, "standby: waiting to acquire the Lease");
+        loop {
+            let Some(acquired_at) = self.acquire(shutdown).await else {
+                return Ok(());
+            };
+            self.metrics.leader.set(1);
+            self.metrics.transitions.inc();
+            tracing::info!(lease = %self.api.describe(), identity = %self.identity, "acquired the Lease: starting the watches");
+            let lost = CancellationToken::new();
+            let term = lead(lost.clone());
+            tokio::pin!(term);
+            tokio::select! {
+                ended = &mut term => {
+                    self.metrics.leader.set(0);
+                    self.release().await;
+                    return ended;
+                }
+                () = self.hold(acquired_at) => {
+                    lost.cancel();
+                    let ended = term.await;
+                    self.metrics.leader.set(0);
+                    tracing::warn!(lease = %self.api.describe(), renew_deadline = ?self.config.renew_deadline, "could not renew the Lease within the renew deadline: stopped publishing; back to standby");
+                    ended?;
+                    if shutdown.is_cancelled() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Standby: tries every `retry_period` (jittered as client-go does) until this replica holds
+    /// the Lease; returns the instant before the acquiring write was sent, or `None` on shutdown.
+    async fn acquire(&mut self, shutdown: &CancellationToken) -> Option<Instant> {
+        let mut last_holder = String::new();
+        loop {
+            let started = Instant::now();
+            let attempt = tokio::select! {
+                _ = shutdown.cancelled() => return None,
+                attempt = self.try_acquire_or_renew() => attempt,
+            };
+            match attempt {
+                Ok(Attempt::Held) => return Some(started),
+                Ok(Attempt::HeldBy(holder)) => {
+                    if holder != last_holder {
+                        tracing::info!(lease = %self.api.describe(), holder = %holder, "the Lease is held by another replica; standing by");
+                        last_holder = holder;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(lease = %self.api.describe(), error = %e, "cannot read or acquire the Lease; retrying")
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return None,
+                () = tokio::time::sleep(self.jittered_retry()) => {}
+            }
+        }
+    }
+
+    /// A term: renews every `retry_period`; returns when `renew_deadline` has passed since the
+    /// last successful renewal (an attempt in flight is abandoned at the deadline), or at once
+    /// when another replica is found holding the Lease.
+    async fn hold(&mut self, acquired_at: Instant) {
+        let mut renewed_at = acquired_at;
+        loop {
+            let deadline = renewed_at + self.config.renew_deadline;
+            tokio::time::sleep_until((Instant::now() + self.config.retry_period).min(deadline))
+                .await;
+            let started = Instant::now();
+            if started >= deadline {
+                return;
+            }
+            match tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await {
+                Ok(Ok(Attempt::Held)) => renewed_at = started,
+                Ok(Ok(Attempt::HeldBy(holder))) => {
+                    self.metrics.renew_failures.inc();
+                    tracing::warn!(lease = %self.api.describe(), holder = %holder, "another replica holds the Lease");
+                    return;
+                }
+                Ok(Err(e)) => {
+                    self.metrics.renew_failures.inc();
+                    tracing::warn!(lease = %self.api.describe(), error = %e, left = ?deadline.saturating_duration_since(Instant::now()), "renewing the Lease failed; retrying until the renew deadline");
+                }
+                Err(_elapsed) => {
+                    self.metrics.renew_failures.inc();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// client-go's `tryAcquireOrRenew`: one read-and-write round.
+    async fn try_acquire_or_renew(&mut self) -> Result<Attempt, LeaseError> {
+        let now = Instant::now();
+        let wall = micro_time(SystemTime::now());
+        // Fast path of the holder: write over the record it last saw, without reading first.
+        if self.is_leader() && self.lease_valid(now) {
+            if let Some(observed) = &self.observed {
+                let record = self.renewal(&observed.lease.record, &wall);
+                match self.api.update(&observed.lease, &record).await {
+                    Ok(lease) => return Ok(self.wrote(lease, now)),
+                    Err(e) => {
+                        tracing::debug!(lease = %self.api.describe(), error = %e, "optimistic renewal failed; reading the Lease")
+                    }
+                }
+            }
+        }
+        let Some(current) = self.api.get().await? else {
+            let record = self.first_record(&wall);
+            let lease = self.api.create(&record).await?;
+            return Ok(self.wrote(lease, now));
+        };
+        let changed = self
+            .observed
+            .as_ref()
+            .is_none_or(|o| o.lease.record != current.record);
+        match &mut self.observed {
+            Some(o) if !changed => o.lease = current.clone(),
+            _ => {
+                self.observed = Some(Observed {
+                    lease: current.clone(),
+                    changed_at: now,
+                })
+            }
+        }
+        let holder = &current.record.holder_identity;
+        if !holder.is_empty() && self.lease_valid(now) && !self.is_leader() {
+            return Ok(Attempt::HeldBy(holder.clone()));
+        }
+        let record = if self.is_leader() {
+            self.renewal(&current.record, &wall)
+        } else {
+            Record {
+                lease_transitions: current.record.lease_transitions + 1,
+                ..self.first_record(&wall)
+            }
+        };
+        let lease = self.api.update(&current, &record).await?;
+        Ok(self.wrote(lease, now))
+    }
+
+    /// Gives the Lease up after a graceful stop, so a standby takes over at its next attempt
+    /// instead of after `lease_duration`; only if this replica still holds it (compare-and-swap).
+    async fn release(&mut self) {
+        let Some(observed) = self.observed.as_ref().filter(|_| self.is_leader()) else {
+            return;
+        };
+        let wall = micro_time(SystemTime::now());
+        let record = Record {
+            holder_identity: String::new(),
+            lease_duration_seconds: RELEASED_LEASE_SECONDS,
+            acquire_time: Some(wall.clone()),
+            renew_time: Some(wall),
+            lease_transitions: observed.lease.record.lease_transitions,
+        };
+        let deadline = self.config.renew_deadline;
+        match tokio::time::timeout(deadline, self.api.update(&observed.lease, &record)).await {
+            Ok(Ok(_)) => tracing::info!(lease = %self.api.describe(), "released the Lease"),
+            Ok(Err(e)) => {
+                tracing::warn!(lease = %self.api.describe(), error = %e, "could not release the Lease; another replica takes over when it expires")
+            }
+            Err(_) => {
+                tracing::warn!(lease = %self.api.describe(), "releasing the Lease timed out; another replica takes over when it expires")
+            }
+        }
+    }
+
+    /// The record of a replica taking the Lease over.
+    fn first_record(&self, wall: &str) -> Record {
+        Record {
+            holder_identity: self.identity.clone(),
+            lease_duration_seconds: self.config.lease_duration.as_secs() as i64,
+            acquire_time: Some(wall.to_owned()),
+            renew_time: Some(wall.to_owned()),
+            lease_transitions: 0,
+        }
+    }
+
+    /// The record of the holder renewing: acquire time and transitions kept.
+    fn renewal(&self, current: &Record, wall: &str) -> Record {
+        Record {
+            acquire_time: current.acquire_time.clone(),
+            lease_transitions: current.lease_transitions,
+            ..self.first_record(wall)
+        }
+    }
+
+    fn wrote(&mut self, lease: Lease, at: Instant) -> Attempt {
+        self.observed = Some(Observed {
+            lease,
+            changed_at: at,
+        });
+        Attempt::Held
+    }
+
+    fn is_leader(&self) -> bool {
+        self.observed
+            .as_ref()
+            .is_some_and(|o| o.lease.record.holder_identity == self.identity)
+    }
+
+    /// Whether the record last seen is still in force by the local clock.
+    fn lease_valid(&self, now: Instant) -> bool {
+        self.observed.as_ref().is_some_and(|o| {
+            let seconds = o.lease.record.lease_duration_seconds.max(0) as u64;
+            o.changed_at + Duration::from_secs(seconds) > now
+        })
+    }
+
+    /// client-go's `wait.JitterUntil(…, RetryPeriod, JitterFactor, …)`: spreads standbys apart.
+    fn jittered_retry(&self) -> Duration {
+        let retry = self.config.retry_period;
+        retry + retry.mul_f64(rand::rng().random_range(0.0..RETRY_JITTER_FACTOR))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(extra: &str) -> Config {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            format!("{extra}\n[[watches]]\nname = \"pods\"\nresource = \"pods\"\n"),
+        )
+        .unwrap();
+        crate::config::load(Some(&path), Some(HashMap::new())).unwrap()
+    }
+
+    fn resolve(
+        c: &Config,
+        env: &[(&str, &str)],
+        files: &[(&str, &str)],
+    ) -> Result<Candidate, NoNamespace> {
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let files: HashMap<String, String> = files
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Candidate::resolve(c, |k| env.get(k).cloned(), |p| files.get(p).cloned())
+    }
+
+    #[test]
+    fn identity_is_the_pod_name_then_the_hostname() {
+        let c = config("[leader_election]\nnamespace = \"ops\"");
+        let got = resolve(&c, &[("POD_NAME", "k2n-7d9f-abc"), ("HOSTNAME", "h")], &[]).unwrap();
+        assert_eq!(got.identity, "k2n-7d9f-abc");
+        assert_eq!(got.namespace, "ops");
+        let got = resolve(&c, &[], &[(HOSTNAME_FILE, "node-host\n")]).unwrap();
+        assert_eq!(got.identity, "node-host");
+    }
+
+    #[test]
+    fn namespace_is_configured_then_pod_namespace_then_service_account_file() {
+        let c = config("");
+        let sa = crate::config::DEFAULT_NAMESPACE_FILE;
+        let got = resolve(&c, &[("POD_NAMESPACE", "env-ns")], &[(sa, "file-ns")]).unwrap();
+        assert_eq!(got.namespace, "env-ns");
+        let in_pod = [("KUBERNETES_SERVICE_HOST", "10.0.0.1")];
+        let got = resolve(&c, &in_pod, &[(sa, "file-ns\n")]).unwrap();
+        assert_eq!(got.namespace, "file-ns");
+        // Outside a pod the credentials come from a kubeconfig: no service-account file.
+        assert!(resolve(&c, &[], &[(sa, "file-ns\n")]).is_err());
+        let err = resolve(&c, &in_pod, &[]).unwrap_err().to_string();
+        assert!(
+            err.starts_with("leader_election.namespace: not set"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,182 @@
+//! The elector against the simulated API server, in process: it never trusts another machine's
+//! clock, two candidates for a free Lease never both win, and a holder whose Lease was taken over
+//! ends its term at its next renewal.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use kube2nats::config::LeaderElectionConfig;
+use kube2nats::leader::{Candidate, Elector, LeaderMetrics};
+use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const LEASE: Duration = Duration::from_secs(3);
+
+fn election(lease_duration: Duration, renew_deadline: Duration) -> LeaderElectionConfig {
+    LeaderElectionConfig {
+        enabled: true,
+        lease_name: "kube2nats".into(),
+        namespace: Some("default".into()),
+        lease_duration,
+        renew_deadline,
+        retry_period: Duration::from_millis(200),
+    }
+}
+
+/// Short timings: lease 3 s, renew deadline 2 s, retry 0.2 s.
+fn short() -> LeaderElectionConfig {
+    election(LEASE, Duration::from_secs(2))
+}
+
+/// What a running elector reports: when each term started, and when it ended.
+enum Term {
+    Started(Instant),
+    Lost(Instant),
+}
+
+/// Runs an elector named `identity` with `config` until `shutdown`; each term lasts until it is
+/// lost.
+fn run(
+    sim: &ApiServer,
+    identity: &str,
+    config: LeaderElectionConfig,
+    shutdown: CancellationToken,
+) -> mpsc::UnboundedReceiver<Term> {
+    let client = client(sim, Some(sim.token_file()), Duration::from_secs(60));
+    let metrics = LeaderMetrics::register(&prometheus::Registry::new()).unwrap();
+    let candidate = Candidate {
+        identity: identity.into(),
+        namespace: "default".into(),
+        lease_name: "kube2nats".into(),
+    };
+    let elector = Elector::new(client, candidate, config, metrics);
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let lead = |lost: CancellationToken| {
+            let tx = tx.clone();
+            let shutdown = shutdown.clone();
+            async move {
+                let _ = tx.send(Term::Started(Instant::now()));
+                tokio::select! {
+                    _ = lost.cancelled() => { let _ = tx.send(Term::Lost(Instant::now())); }
+                    _ = shutdown.cancelled() => {}
+                }
+                Ok(())
+            }
+        };
+        let _ = elector.run(&shutdown.clone(), lead).await;
+    });
+    rx
+}
+
+async fn next(rx: &mut mpsc::UnboundedReceiver<Term>, within: Duration) -> Option<Term> {
+    tokio::time::timeout(within, rx.recv()).await.ok().flatten()
+}
+
+fn lease_held_by(holder: &str, renew_time: &str) -> serde_json::Value {
+    json!({
+        "metadata": { "name": "kube2nats" },
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": 3,
+            "acquireTime": renew_time,
+            "renewTime": renew_time,
+            "leaseTransitions": 4
+        }
+    })
+}
+
+/// A Lease renewed "in 1999" or "in 2100" by another machine's clock is treated alike: held until
+/// it has gone unchanged for its duration *as this replica observed it*, then taken over (with
+/// one more transition). An elector trusting the remote timestamp would take the first at once
+/// and never take the second.
+#[tokio::test]
+async fn remote_timestamps_are_never_compared_with_the_local_clock() {
+    for renew_time in ["1999-01-01T00:00:00.000000Z", "2100-01-01T00:00:00.000000Z"] {
+        let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+        sim.create(
+            "leases",
+            Some("default"),
+            lease_held_by("other", renew_time),
+        );
+        let shutdown = CancellationToken::new();
+        let started = Instant::now();
+        let mut terms = run(&sim, "me", short(), shutdown.clone());
+        let Some(Term::Started(at)) = next(&mut terms, WAIT).await else {
+            panic!("never acquired the abandoned Lease (renewTime {renew_time})");
+        };
+        assert!(
+            at.duration_since(started) >= LEASE,
+            "took the Lease after {:?}, before it went unrenewed for {LEASE:?} (renewTime {renew_time})",
+            at.duration_since(started)
+        );
+        let lease = sim.get("leases", Some("default"), "kube2nats").unwrap();
+        assert_eq!(lease["spec"]["holderIdentity"], "me");
+        assert_eq!(lease["spec"]["leaseTransitions"], 5);
+        shutdown.cancel();
+    }
+}
+
+/// Two candidates, one free Lease (released: no holder): exactly one wins, by the API server's
+/// compare-and-swap, and the other keeps standing by while the winner renews.
+#[tokio::test]
+async fn two_candidates_never_both_acquire() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    sim.create(
+        "leases",
+        Some("default"),
+        lease_held_by("", "2026-01-01T00:00:00.000000Z"),
+    );
+    let shutdown = CancellationToken::new();
+    let mut one = run(&sim, "one", short(), shutdown.clone());
+    let mut two = run(&sim, "two", short(), shutdown.clone());
+    let (first, second) = tokio::join!(next(&mut one, LEASE * 2), next(&mut two, LEASE * 2));
+    let winners = [&first, &second]
+        .iter()
+        .filter(|t| matches!(t, Some(Term::Started(_))))
+        .count();
+    assert_eq!(winners, 1, "exactly one candidate holds the Lease");
+    let holder = sim.get("leases", Some("default"), "kube2nats").unwrap()["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let expected = if first.is_some() { "one" } else { "two" };
+    assert_eq!(holder, expected);
+    shutdown.cancel();
+}
+
+/// A holder that finds, at a renewal, that someone else wrote the Lease (409 on its optimistic
+/// update, then another holder on reading) ends its term then (every 0.2 s), not at its renew
+/// deadline (8 s here).
+#[tokio::test]
+async fn a_holder_whose_lease_was_taken_ends_its_term_at_the_next_renewal() {
+    let sim = Arc::new(ApiServer::start(ApiServerOptions::default()).await.unwrap());
+    let shutdown = CancellationToken::new();
+    let long_deadline = election(Duration::from_secs(10), Duration::from_secs(8));
+    let mut terms = run(&sim, "me", long_deadline, shutdown.clone());
+    assert!(matches!(
+        next(&mut terms, WAIT).await,
+        Some(Term::Started(_))
+    ));
+    sim.update("leases", Some("default"), "kube2nats", |lease| {
+        lease["spec"]["holderIdentity"] = json!("intruder");
+    });
+    let taken = Instant::now();
+    let Some(Term::Lost(at)) = next(&mut terms, WAIT).await else {
+        panic!("the term did not end");
+    };
+    assert!(
+        at.duration_since(taken) < Duration::from_secs(4),
+        "ended {:?} after the takeover: at the renew deadline, not at the next renewal",
+        at.duration_since(taken)
+    );
+    // Back to standby: it does not take the intruder's Lease while the intruder's record is fresh.
+    assert!(next(&mut terms, Duration::from_secs(2)).await.is_none());
+    shutdown.cancel();
+}
