@@ -22,8 +22,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backoff::Backoff;
-use crate::config::{BackoffConfig, Config, NatsMode, RbacCheck, WatchConfig};
-use crate::event::ResourceInfo;
+use crate::config::{BackoffConfig, Config, InitialState, NatsMode, RbacCheck, WatchConfig};
+use crate::event::{EventType, ResourceInfo};
 use crate::kube::client::register_api_requests;
 use crate::kube::credentials;
 use crate::kube::discovery::Discovery;
@@ -34,9 +34,15 @@ use crate::publish::{connect, MessageBuilder, Nats, Outbox};
 use crate::rbac;
 use crate::telemetry::http::{self, Readiness};
 use crate::telemetry::metrics::{Metrics, WatchSync};
+use crate::telemetry::target::TargetGauges;
 use crate::watcher::machine::{Machine, Target};
 use crate::watcher::metrics::{WatchFamilies, WatchMetrics};
+use crate::watcher::supervise::supervise;
 use crate::watcher::WatchTask;
+
+/// How long the NATS connection may take to drain at shutdown, after the watches' grace period:
+/// enough for a reachable server, and keeps the whole shutdown within grace period + 2 s.
+const NATS_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A running kube2nats.
 pub struct Daemon {
@@ -140,8 +146,13 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         tokio::spawn(async move {
             let result =
                 run_watches(config, client, nats.clone(), stages, readiness, shutdown).await;
-            if let Err(e) = nats.client().drain().await {
-                tracing::debug!(error = %e, "draining the NATS connection failed");
+            // Draining waits for the server; with NATS down it would wait forever.
+            match tokio::time::timeout(NATS_DRAIN_TIMEOUT, nats.client().drain()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::debug!(error = %e, "draining the NATS connection failed"),
+                Err(_) => {
+                    tracing::warn!(timeout = ?NATS_DRAIN_TIMEOUT, "NATS connection not drained in time (NATS unreachable?); messages still in the client's buffer are lost")
+                }
             }
             http_stop.cancel();
             let _ = http_task.await;
@@ -236,6 +247,8 @@ struct Term {
     syncs: Vec<WatchSync>,
     watch_metrics: Vec<WatchMetrics>,
     publish_metrics: Vec<PublishMetrics>,
+    /// Each target's share of its watch's gauges, for the abandoned count at shutdown.
+    targets: Vec<TargetGauges>,
 }
 
 impl Watches<'_> {
@@ -258,7 +271,7 @@ impl Watches<'_> {
                 // which aborts every task.
                 tokio::select! {
                     _ = lost.cancelled() => {}
-                    drained = drain(tasks, grace_period, &term.publish_metrics) => return drained,
+                    drained = drain(tasks, grace_period, &term.targets) => return drained,
                 }
             }
         }
@@ -295,9 +308,27 @@ impl Watches<'_> {
                     nats: self.nats,
                     plan,
                 };
-                let task = parts.watch_task(namespace.clone(), watch.clone(), publish.clone());
-                term.tasks
-                    .spawn(task.run(shutdown.child_token()).instrument(span));
+                let gauges = TargetGauges::new(
+                    watch.sync.clone(),
+                    watch.tracked_objects.clone(),
+                    publish.queue_depth.clone(),
+                );
+                term.targets.push(gauges.clone());
+                let factory = parts.watch_task(
+                    namespace.clone(),
+                    watch.clone(),
+                    publish.clone(),
+                    gauges.clone(),
+                );
+                let start = move |stop| factory.build().run(stop).instrument(span.clone());
+                let namespace = namespace.as_deref().unwrap_or("*").to_owned();
+                term.tasks.spawn(supervise(
+                    start,
+                    watch.clone(),
+                    gauges,
+                    namespace,
+                    shutdown.clone(),
+                ));
             }
         }
         term
@@ -313,14 +344,15 @@ struct TaskParts<'a> {
 }
 
 impl TaskParts<'_> {
-    /// The task of one target (`namespace: None`: all namespaces): its list+watch state machine,
-    /// its outbox and the messages it builds.
+    /// What starts the task of one target (`namespace: None`: all namespaces): its list+watch
+    /// state machine, its outbox and the messages it builds.
     fn watch_task(
         &self,
         namespace: Option<String>,
         watch_metrics: WatchMetrics,
         publish_metrics: PublishMetrics,
-    ) -> WatchTask {
+        gauges: TargetGauges,
+    ) -> TaskFactory {
         let (config, watch) = (self.config, self.plan.watch);
         let target = Arc::new(Target {
             resource: self.plan.resource.clone(),
@@ -332,11 +364,6 @@ impl TaskParts<'_> {
             streaming_list: config.kubernetes.streaming_list,
             max_line_bytes: config.kubernetes.max_line_bytes,
         });
-        let machine = Machine::new(
-            self.client.clone(),
-            target,
-            Backoff::new(config.kubernetes.backoff),
-        );
         let messages = MessageBuilder::new(
             watch.subject.clone(),
             watch.subject_prefix.clone(),
@@ -348,14 +375,59 @@ impl TaskParts<'_> {
             NatsMode::Core => 1,
             NatsMode::JetStream(js) => js.max_ack_inflight,
         };
-        let outbox = Outbox::new(self.nats.clone(), max_in_flight, publish_metrics);
+        TaskFactory {
+            client: self.client.clone(),
+            target,
+            backoff: config.kubernetes.backoff,
+            nats: self.nats.clone(),
+            max_in_flight,
+            messages,
+            events: watch.events.clone(),
+            initial_state: watch.initial_state,
+            watch_metrics,
+            publish_metrics,
+            gauges,
+        }
+    }
+}
+
+/// Everything one target's task is made of, owned, so that its supervisor can build a fresh task
+/// after a crash.
+struct TaskFactory {
+    client: Arc<ApiClient>,
+    target: Arc<Target>,
+    backoff: BackoffConfig,
+    nats: Nats,
+    max_in_flight: usize,
+    messages: MessageBuilder,
+    events: Vec<EventType>,
+    initial_state: InitialState,
+    watch_metrics: WatchMetrics,
+    publish_metrics: PublishMetrics,
+    gauges: TargetGauges,
+}
+
+impl TaskFactory {
+    fn build(&self) -> WatchTask {
+        let machine = Machine::new(
+            self.client.clone(),
+            self.target.clone(),
+            Backoff::new(self.backoff),
+        );
+        let outbox = Outbox::new(
+            self.nats.clone(),
+            self.max_in_flight,
+            self.publish_metrics.clone(),
+            self.gauges.clone(),
+        );
         WatchTask::new(
             machine,
             outbox,
-            messages,
-            watch.events.clone(),
-            watch.initial_state,
-            watch_metrics,
+            self.messages.clone(),
+            self.events.clone(),
+            self.initial_state,
+            self.watch_metrics.clone(),
+            self.gauges.clone(),
         )
     }
 }
@@ -365,7 +437,7 @@ impl TaskParts<'_> {
 async fn drain(
     mut tasks: JoinSet<()>,
     grace_period: Duration,
-    publish_metrics: &[PublishMetrics],
+    targets: &[TargetGauges],
 ) -> anyhow::Result<()> {
     tracing::info!(grace_period = ?grace_period, "shutting down: stopping watches and publishing what is in flight");
     let drained = tokio::time::timeout(grace_period, async {
@@ -373,7 +445,7 @@ async fn drain(
     })
     .await;
     if drained.is_err() {
-        let abandoned: i64 = publish_metrics.iter().map(|p| p.queue_depth.get()).sum();
+        let abandoned: i64 = targets.iter().map(TargetGauges::queued).sum();
         tasks.abort_all();
         anyhow::bail!(
             "shutdown grace period of {:?} exceeded: abandoned {abandoned} unacknowledged message(s) and the events being published by {} watch task(s); they will be re-announced by the next start's list",

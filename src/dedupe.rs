@@ -11,9 +11,9 @@
 //! The state is per watch target and lives only in memory: a restart of kube2nats starts from an
 //! empty state, and its first list re-announces every object (see `initial_state`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::event::{EventType, ObjectMeta, ResourceVersion};
 
@@ -255,6 +255,43 @@ pub struct Dedupe {
     names: Names,
     namespaces: Namespaces,
     list_epoch: u32,
+    /// During a list: the tracked objects by a hash of (namespace, name), built at the first
+    /// [`Dedupe::superseded`] call of that list and dropped when it ends.
+    by_name: Option<FxHashMap<u64, UidKey>>,
+    tombstones: Tombstones,
+}
+
+/// How many deleted uids each watch target remembers. A replay reaches back a few events (a
+/// lagging API server, a proxy re-sending its buffer), so recent deletions are what matters; the
+/// bound keeps a deletion-heavy target from growing the state (~40 bytes each).
+const TOMBSTONES: usize = 1024;
+
+/// The uids of the most recently deleted objects. Kubernetes never reuses a uid, so once an
+/// object's deletion is published nothing more about it is news: a replayed DELETED is a
+/// duplicate, a replayed ADDED or MODIFIED is stale.
+#[derive(Debug, Default)]
+struct Tombstones {
+    uids: FxHashSet<UidKey>,
+    /// Oldest first, for eviction.
+    order: VecDeque<UidKey>,
+}
+
+impl Tombstones {
+    fn insert(&mut self, key: UidKey) {
+        if !self.uids.insert(key.clone()) {
+            return;
+        }
+        self.order.push_back(key);
+        if self.order.len() > TOMBSTONES {
+            if let Some(oldest) = self.order.pop_front() {
+                self.uids.remove(&oldest);
+            }
+        }
+    }
+
+    fn contains(&self, key: &UidKey) -> bool {
+        self.uids.contains(key)
+    }
 }
 
 impl Dedupe {
@@ -274,6 +311,12 @@ impl Dedupe {
     /// Judges a received event and, when it is to be published, records it.
     pub fn observe(&mut self, meta: &ObjectMeta, event_type: EventType) -> Verdict {
         let key = UidKey::new(&meta.uid);
+        if self.tombstones.contains(&key) {
+            return match event_type {
+                EventType::Deleted => Verdict::Duplicate,
+                EventType::Added | EventType::Modified => Verdict::Stale,
+            };
+        }
         let version = Version::new(&meta.resource_version);
         if let Some(tracked) = self.get(&key) {
             let stored = self.stored_version(&key, tracked);
@@ -285,7 +328,10 @@ impl Dedupe {
             }
         }
         match event_type {
-            EventType::Deleted => self.forget(&key),
+            EventType::Deleted => {
+                self.forget(&key);
+                self.tombstones.insert(key);
+            }
             EventType::Added | EventType::Modified => self.track(key, version, meta),
         }
         Verdict::Publish
@@ -295,6 +341,66 @@ impl Dedupe {
     /// [`end_list`](Self::end_list) count as vanished.
     pub fn begin_list(&mut self) {
         self.list_epoch = self.list_epoch.wrapping_add(1);
+        self.by_name = None;
+    }
+
+    /// A listed object's name held by another tracked uid: that object was deleted while the
+    /// watch could not see it (names are unique at any instant), so it is forgotten and returned,
+    /// to be announced DELETED before the new uid's ADDED. Call it before [`Dedupe::listed`].
+    pub fn superseded(&mut self, meta: &ObjectMeta) -> Option<Vanished> {
+        if self.is_empty() {
+            return None;
+        }
+        if self.by_name.is_none() {
+            let index = self.name_index();
+            self.by_name = Some(index);
+        }
+        let hash = name_hash(meta.namespace.as_deref(), &meta.name);
+        let key = self.by_name.as_ref()?.get(&hash)?.clone();
+        if key == UidKey::new(&meta.uid) {
+            return None;
+        }
+        let tracked = self.get(&key)?;
+        // A hash collision between two names is not a recreation.
+        if self.names.get(tracked.name) != meta.name
+            || self.namespaces.get(tracked.namespace) != meta.namespace.as_deref()
+        {
+            return None;
+        }
+        if let Some(index) = self.by_name.as_mut() {
+            index.remove(&hash);
+        }
+        self.vanish(&key)
+    }
+
+    fn name_index(&self) -> FxHashMap<u64, UidKey> {
+        let entry = |key: UidKey, t: &Tracked| {
+            let hash = name_hash(self.namespaces.get(t.namespace), self.names.get(t.name));
+            (hash, key)
+        };
+        self.uuids
+            .iter()
+            .map(|(k, t)| entry(UidKey::Uuid(*k), t))
+            .chain(
+                self.others
+                    .iter()
+                    .map(|(k, t)| entry(UidKey::Other(k.clone()), t)),
+            )
+            .collect()
+    }
+
+    /// Forgets a tracked object and returns what is announced of it.
+    fn vanish(&mut self, key: &UidKey) -> Option<Vanished> {
+        let tracked = self.get(key)?;
+        let meta = ObjectMeta {
+            uid: key.to_uid_string(),
+            resource_version: self.stored_version(key, tracked).to_resource_version(),
+            name: self.names.get(tracked.name).to_owned(),
+            namespace: self.namespaces.get(tracked.namespace).map(str::to_owned),
+        };
+        self.forget(key);
+        self.tombstones.insert(key.clone());
+        Some(Vanished { meta })
     }
 
     /// Compares one listed object with the state, and records it.
@@ -343,19 +449,10 @@ impl Dedupe {
                     .map(|(k, _)| UidKey::Other(k.clone())),
             )
             .collect();
+        self.by_name = None;
         let mut vanished = gone
             .into_iter()
-            .filter_map(|key| {
-                let tracked = self.get(&key)?;
-                let meta = ObjectMeta {
-                    uid: key.to_uid_string(),
-                    resource_version: self.stored_version(&key, tracked).to_resource_version(),
-                    name: self.names.get(tracked.name).to_owned(),
-                    namespace: self.namespaces.get(tracked.namespace).map(str::to_owned),
-                };
-                self.forget(&key);
-                Some(Vanished { meta })
-            })
+            .filter_map(|key| self.vanish(&key))
             .collect::<Vec<_>>();
         vanished.sort_by(|a, b| {
             (&a.meta.namespace, &a.meta.name).cmp(&(&b.meta.namespace, &b.meta.name))
@@ -504,6 +601,18 @@ fn format_uuid(b: &[u8; 16]) -> String {
     )
 }
 
+/// The key of [`Dedupe::superseded`]'s index.
+fn name_hash(namespace: Option<&str>, name: &str) -> u64 {
+    use std::hash::Hasher;
+    let mut h = rustc_hash::FxHasher::default();
+    if let Some(ns) = namespace {
+        h.write(ns.as_bytes());
+    }
+    h.write_u8(0xff);
+    h.write(name.as_bytes());
+    h.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -519,6 +628,27 @@ mod tests {
 
     const A: &str = "0b8e6c3a-1f2d-4e5f-9a0b-1c2d3e4f5a6b";
     const B: &str = "not-a-uuid";
+
+    /// A relist that finds a tracked name under a new uid: the old uid is returned (to be
+    /// announced first) and forgotten, so the end of the list does not announce it again; a
+    /// name under its own uid, and a name never seen, supersede nothing.
+    #[test]
+    fn a_recreated_name_supersedes_the_old_uid_during_a_list() {
+        let mut d = Dedupe::new();
+        d.observe(&meta(A, "5", "web"), EventType::Added);
+        d.observe(&meta(B, "6", "db"), EventType::Added);
+        d.begin_list();
+        let new_web = meta("1b8e6c3a-1f2d-4e5f-9a0b-1c2d3e4f5a6b", "9", "web");
+        let gone = d.superseded(&new_web).expect("web's old uid");
+        assert_eq!(gone.meta.uid, A);
+        assert_eq!(gone.meta.resource_version.as_str(), "5");
+        assert_eq!(d.listed(&new_web), Listed::New);
+        assert_eq!(d.superseded(&meta(B, "6", "db")), None);
+        assert_eq!(d.listed(&meta(B, "6", "db")), Listed::Unchanged);
+        assert_eq!(d.superseded(&meta("other", "7", "new")), None);
+        assert!(d.end_list().is_empty(), "nothing vanished twice");
+        assert_eq!(d.len(), 2);
+    }
 
     #[test]
     fn uuid_round_trip() {
@@ -550,6 +680,46 @@ mod tests {
             Verdict::Publish
         );
         assert!(d.is_empty());
+    }
+
+    #[test]
+    fn events_of_a_deleted_object_replayed_are_dropped() {
+        let mut d = Dedupe::new();
+        d.observe(&meta(A, "10", "a"), EventType::Added);
+        d.observe(&meta(A, "11", "a"), EventType::Deleted);
+        assert_eq!(
+            d.observe(&meta(A, "10", "a"), EventType::Added),
+            Verdict::Stale
+        );
+        assert_eq!(
+            d.observe(&meta(A, "11", "a"), EventType::Deleted),
+            Verdict::Duplicate
+        );
+        assert!(d.is_empty(), "a replay does not bring the object back");
+        // Vanished in a relist: its real DELETED, replayed later, is not news either.
+        d.observe(&meta(B, "20", "b"), EventType::Added);
+        d.begin_list();
+        assert_eq!(d.end_list().len(), 1);
+        assert_eq!(
+            d.observe(&meta(B, "25", "b"), EventType::Deleted),
+            Verdict::Duplicate
+        );
+    }
+
+    #[test]
+    fn tombstones_are_bounded() {
+        let mut d = Dedupe::new();
+        let uid = |i: usize| format!("{i:08x}-0000-4000-8000-000000000000");
+        for i in 0..TOMBSTONES + 10 {
+            d.observe(&meta(&uid(i), "1", "x"), EventType::Deleted);
+        }
+        assert_eq!(d.tombstones.order.len(), TOMBSTONES);
+        assert_eq!(d.tombstones.uids.len(), TOMBSTONES);
+        assert_eq!(
+            d.observe(&meta(&uid(0), "1", "x"), EventType::Deleted),
+            Verdict::Publish,
+            "the oldest is forgotten"
+        );
     }
 
     #[test]

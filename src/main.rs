@@ -94,6 +94,8 @@ fn config_error(path: Option<&std::path::Path>, errors: &ConfigErrors) -> ExitCo
 
 fn run(config: Config) -> anyhow::Result<()> {
     logging::init(&config.log.filter, config.log.format)?;
+    // A panicking watch task is reported by its supervisor in one log line.
+    kube2nats::watcher::supervise::install_panic_hook();
     // One thread does all the work. Every stage is I/O-bound or a few microseconds of CPU per
     // event, so one core carries ~100k events/s, far beyond what an API server sends; and a single
     // thread saves the cross-thread wake-ups, the allocator contention and the idle worker stacks
@@ -115,7 +117,8 @@ fn run(config: Config) -> anyhow::Result<()> {
 
 /// A future that resolves on SIGTERM (what Kubernetes sends to stop a pod) or SIGINT (Ctrl-C),
 /// logging which. The handlers are installed before this returns, so a signal arriving before the
-/// future is first polled is not lost (nor does it kill the process).
+/// future is first polled is not lost (nor does it kill the process). A second signal during the
+/// graceful shutdown exits at once with code 1: an operator who asks twice does not want to wait.
 fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
@@ -126,5 +129,16 @@ fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
             _ = int.recv() => "SIGINT",
         };
         tracing::info!(signal = name, "shutdown requested");
+        tokio::spawn(async move {
+            let name = tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            };
+            tracing::error!(
+                signal = name,
+                "second signal during shutdown: exiting at once; what was in flight is abandoned"
+            );
+            std::process::exit(i32::from(EXIT_RUNTIME));
+        });
     })
 }

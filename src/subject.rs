@@ -231,6 +231,25 @@ impl SubjectTemplate {
             .contains(&Part::Placeholder(Placeholder::Cluster))
     }
 
+    /// The tokens of every subject this template can render for `prefix` and `cluster`: a token
+    /// made only of literal text, the prefix or the cluster is `Some(text)`; a token holding any
+    /// other placeholder (whose value varies per object) is `None`, a single-token wildcard.
+    pub fn token_pattern(&self, prefix: &str, cluster: &str) -> Vec<Option<String>> {
+        // Placeholders that vary render as NUL, which no literal, prefix or escaped value holds.
+        let mut text = String::new();
+        for part in &self.parts {
+            match part {
+                Part::Literal(s) => text.push_str(s),
+                Part::Placeholder(Placeholder::Prefix) => text.push_str(prefix),
+                Part::Placeholder(Placeholder::Cluster) => escape_token(cluster, &mut text),
+                Part::Placeholder(_) => text.push('\0'),
+            }
+        }
+        text.split('.')
+            .map(|t| (!t.contains('\0')).then(|| t.to_owned()))
+            .collect()
+    }
+
     /// Appends the subject for `fields` to `out`. Allocates nothing beyond growing `out`.
     pub fn render(&self, fields: &SubjectFields<'_>, out: &mut String) {
         for part in &self.parts {

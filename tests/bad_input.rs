@@ -249,14 +249,16 @@ where
     assert!(failures.is_empty(), "\n{}", failures.join("\n\n"));
 }
 
-/// Waits for `ADDED <name>` on the inbox, skipping anything else (earlier objects).
+/// Takes the next message from the inbox and asserts it is `ADDED <name>`.
 async fn expect_added(inbox: &mut Inbox, name: &str) {
-    loop {
-        let got = inbox.next().await;
-        if got.short() == format!("ADDED {name}") {
-            return;
-        }
-    }
+    // The very next message: a repeat or a spurious relist before it is a failure too.
+    let got = inbox.next().await;
+    assert_eq!(
+        got.short(),
+        format!("ADDED {name}"),
+        "the next message on {}",
+        got.subject
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -842,10 +844,19 @@ async fn three_hundred_namespaces() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let synced_in = started.elapsed();
+    let mut announced: Vec<String> = inbox
+        .take(N)
+        .await
+        .iter()
+        .map(|m| {
+            assert_eq!(m.short(), "ADDED before", "{}", m.subject);
+            m.header("Kube-Namespace").unwrap_or_default().to_owned()
+        })
+        .collect();
+    announced.sort();
     assert_eq!(
-        inbox.take(N).await.len(),
-        N,
-        "every namespace's pod announced"
+        announced, namespaces,
+        "every namespace's pod announced once"
     );
     eventually("every watch open", || sim.open_watches() == N).await;
     sim.create("pods", Some("ns-299"), pod("after"));

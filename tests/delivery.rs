@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::*;
 use kube2nats::app::Daemon;
 use kube2nats_harness::apiserver::{
-    ApiServer, ApiServerOptions, Failure, RequestFilter, Rule, INITIAL_TOKEN,
+    ApiServer, ApiServerOptions, Failure, InitialEvents, RequestFilter, Rule, INITIAL_TOKEN,
 };
 use kube2nats_harness::nats::{NatsAuth, NatsOptions, NatsServer};
 use serde_json::json;
@@ -40,13 +40,25 @@ impl Env {
         nats_section: &str,
         watches: &str,
     ) -> Env {
+        Env::start_edited(sim, nats, nats_section, watches, |toml| toml).await
+    }
+
+    /// As [`Env::start_with`], with the generated configuration passed through `edit` (e.g. to
+    /// change the watch timeout).
+    async fn start_edited(
+        sim: ApiServer,
+        nats: NatsServer,
+        nats_section: &str,
+        watches: &str,
+        edit: impl FnOnce(String) -> String,
+    ) -> Env {
         let dir = tempfile::tempdir().unwrap();
         let token = token_file(dir.path(), INITIAL_TOKEN);
-        let toml = format!(
+        let toml = edit(format!(
             "{}\n[nats]\nurl = \"{}\"\n{nats_section}\n{watches}",
             kube_section(&sim, &token),
             nats.url()
-        );
+        ));
         let config = config_from(&toml);
         let nc = async_nats::connect(nats.url())
             .await
@@ -170,7 +182,7 @@ async fn create_update_delete_arrive_in_order_with_headers() {
             "payload is the event as the API server sent it"
         );
     }
-    inbox.quiet_for(Duration::from_millis(300)).await;
+    inbox.quiet_for(QUIET).await;
     let metrics = env.metrics();
     assert_eq!(
         metric(
@@ -197,23 +209,25 @@ async fn object_payload_mode() {
     let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
     let listed = sim.create("pods", Some("default"), pod("listed"));
     let nats = NatsServer::start().await.unwrap();
+    // Subscribed before kube2nats starts, so the initial list's message is seen.
+    let nc = async_nats::connect(nats.url()).await.unwrap();
+    let mut inbox = Inbox::subscribe(&nc, "kube.>").await;
     let watches = format!("{PODS_WATCH}payload = \"object\"\n");
     let env = Env::start_with(sim, nats, "", &watches).await;
-    let mut inbox = Inbox::subscribe(&env.nc, "kube.>").await;
+    let m = inbox.next().await;
+    assert_eq!(m.subject, "kube.core.v1.pods.default.listed.added");
+    assert_eq!(m.payload["kind"], "Pod");
+    assert_eq!(m.payload["apiVersion"], "v1");
+    assert_eq!(m.payload["metadata"], listed["metadata"]);
+    assert_eq!(m.payload["spec"], listed["spec"]);
+    assert_eq!(m.header("Kube-Synthesized"), Some("relist"));
     env.wait_ready().await;
-    // The initial list may have been published before the subscription: force a fresh one.
     let created = env.sim.create("pods", Some("default"), pod("web"));
-    let mut m = inbox.next().await;
-    if m.header("Kube-Name") == Some("listed") {
-        assert_eq!(m.payload["kind"], "Pod");
-        assert_eq!(m.payload["apiVersion"], "v1");
-        assert_eq!(m.payload["metadata"], listed["metadata"]);
-        assert_eq!(m.header("Kube-Synthesized"), Some("relist"));
-        m = inbox.next().await;
-    }
+    let m = inbox.next().await;
     assert_eq!(m.subject, "kube.core.v1.pods.default.web.added");
     assert_eq!(m.payload, created, "payload is the object alone");
     assert_headers(&m, "ADDED", &created);
+    inbox.quiet_for(QUIET).await;
 }
 
 /// Dropped connections (also mid-line) and server-side timeouts resume the watch without
@@ -246,7 +260,7 @@ async fn dropped_and_timed_out_watches_publish_no_duplicate() {
     }
     env.sim.delete("pods", Some("default"), "p0");
     assert_eq!(inbox.next().await.short(), "DELETED p0");
-    inbox.quiet_for(Duration::from_millis(500)).await;
+    inbox.quiet_for(QUIET).await;
     let restarts = env.metrics();
     assert!(
         metric(
@@ -307,7 +321,7 @@ async fn server_side_timeouts_publish_no_duplicate() {
         .map(Got::short)
         .collect();
     assert_eq!(got, expected);
-    inbox.quiet_for(Duration::from_millis(300)).await;
+    inbox.quiet_for(QUIET).await;
     let ended = metric(
         &daemon.metrics.render(),
         "kube2nats_watch_restarts_total",
@@ -357,25 +371,25 @@ async fn relist_after_410_publishes_the_difference() {
     let short: Vec<String> = got.iter().map(Got::short).collect();
     assert_eq!(
         short,
-        ["MODIFIED b", "ADDED d", "ADDED e", "DELETED c", "DELETED e"],
-        "list order, then the vanished"
+        ["MODIFIED b", "ADDED d", "DELETED e", "ADDED e", "DELETED c"],
+        "list order (a recreated name's old uid DELETED before its ADDED), then the vanished"
     );
     assert!(got
         .iter()
         .all(|m| m.header("Kube-Synthesized") == Some("relist")));
     assert_headers(&got[0], "MODIFIED", &b2);
     assert_headers(&got[1], "ADDED", &d);
-    assert_headers(&got[2], "ADDED", &new_e);
-    assert_eq!(got[3].header("Kube-Uid"), c["metadata"]["uid"].as_str());
-    assert_eq!(got[4].header("Kube-Uid"), old_e["metadata"]["uid"].as_str());
-    assert_eq!(got[3].subject, "kube.core.v1.pods.default.c.deleted");
-    let gone = &got[3].payload["object"];
+    assert_eq!(got[2].header("Kube-Uid"), old_e["metadata"]["uid"].as_str());
+    assert_headers(&got[3], "ADDED", &new_e);
+    assert_eq!(got[4].header("Kube-Uid"), c["metadata"]["uid"].as_str());
+    assert_eq!(got[4].subject, "kube.core.v1.pods.default.c.deleted");
+    let gone = &got[4].payload["object"];
     assert_eq!(gone["kind"], "Pod");
     assert_eq!(gone["apiVersion"], "v1");
     assert_eq!(gone["metadata"]["name"], "c");
     assert_eq!(gone["metadata"]["namespace"], "default");
     assert_eq!(gone["metadata"]["uid"], c["metadata"]["uid"]);
-    inbox.quiet_for(Duration::from_millis(500)).await;
+    inbox.quiet_for(QUIET).await;
     let _ = a;
     let metrics = env.metrics();
     assert_eq!(
@@ -437,7 +451,7 @@ async fn event_filter() {
     env.sim.delete("pods", Some("default"), "x");
     let got: Vec<String> = inbox.take(1).await.iter().map(Got::short).collect();
     assert_eq!(got, ["DELETED x"]);
-    inbox.quiet_for(Duration::from_millis(300)).await;
+    inbox.quiet_for(QUIET).await;
     assert_eq!(
         metric(
             &env.metrics(),
@@ -602,10 +616,16 @@ async fn nats_auth_by_token_and_user_password() {
         daemon.shutdown();
         daemon.wait().await.unwrap();
 
-        // Wrong credentials: never connected, never ready.
+        // Wrong credentials: refused by the server, never connected, nothing published.
         let wrong = toml.replace("s3cret", "wrong").replace("pa55", "wrong");
+        let refusals = nats.log().matches("authentication error").count();
         let daemon = kube2nats::app::start(config_from(&wrong)).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        eventually("nats-server refuses kube2nats' credentials", || {
+            nats.log().matches("authentication error").count() > refusals
+        })
+        .await;
+        sim.create("pods", Some("default"), pod("refused"));
+        inbox.quiet_for(QUIET).await;
         assert_eq!(
             metric(&daemon.metrics.render(), "kube2nats_nats_connected", &[]),
             Some(0.0),
@@ -662,14 +682,289 @@ async fn nats_tls_with_a_custom_ca_and_nkey_auth() {
         &format!("tls_ca_file = {:?}\n", ca.display().to_string()),
         "",
     );
+    let refusals = nats.log().matches("TLS handshake error").count();
     let daemon = kube2nats::app::start(config_from(&untrusting))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    eventually("kube2nats abandons the TLS handshake", || {
+        nats.log().matches("TLS handshake error").count() > refusals
+    })
+    .await;
+    sim.create("pods", Some("default"), pod("untrusted"));
+    inbox.quiet_for(QUIET).await;
     assert_eq!(
         metric(&daemon.metrics.render(), "kube2nats_nats_connected", &[]),
         Some(0.0)
     );
     daemon.shutdown();
     let _ = daemon.wait().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// An API server as unkind as kube-apiserver can be: replays, silence, refused or ignored
+// streaming lists, terminated slow watchers, a lagging watch cache.
+
+/// Sets the watch timeout (`T`: the server ends each watch after T to 2T, the client gives up on a
+/// silent one at 3T at most).
+fn watch_timeout(toml: String, timeout: &str) -> String {
+    toml.replace(
+        "watch_timeout = \"30s\"",
+        &format!("watch_timeout = \"{timeout}\""),
+    )
+}
+
+fn streaming_lists(toml: String) -> String {
+    toml.replace("[kubernetes]\n", "[kubernetes]\nstreaming_list = true\n")
+}
+
+fn pods_metric(env: &Env, name: &str, label: (&str, &str)) -> f64 {
+    metric(&env.metrics(), name, &[("watch", "pods"), label]).unwrap_or(0.0)
+}
+
+/// A resumed watch that first replays events the subscriber already has (as a lagging API
+/// server or a proxy can) publishes none of them again: each is dropped as a duplicate (the
+/// version published) or as stale (older than it), the deletion of a deleted object included.
+#[tokio::test]
+async fn replayed_events_on_resume_are_dropped_not_republished() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let nats = NatsServer::start().await.unwrap();
+    let nc = async_nats::connect(nats.url()).await.unwrap();
+    let mut inbox = Inbox::subscribe(&nc, "kube.>").await;
+    let env = Env::start_with(sim, nats, "", PODS_WATCH).await;
+    env.wait_ready().await;
+    assert!(env.sim.wait_for_watches(1, WAIT).await);
+    env.sim.create("pods", Some("default"), pod("a"));
+    env.sim.update("pods", Some("default"), "a", |o| {
+        o["metadata"]["labels"]["v"] = "2".into()
+    });
+    env.sim.create("pods", Some("default"), pod("b"));
+    env.sim.create("pods", Some("default"), pod("c"));
+    env.sim.delete("pods", Some("default"), "c");
+    let got: Vec<String> = inbox.take(5).await.iter().map(Got::short).collect();
+    assert_eq!(
+        got,
+        ["ADDED a", "MODIFIED a", "ADDED b", "ADDED c", "DELETED c"]
+    );
+
+    // The next watch replays all five before going live.
+    env.sim.replay_on_resume(5);
+    env.sim.drop_watches();
+    env.sim.create("pods", Some("default"), pod("d"));
+    assert_eq!(inbox.next().await.short(), "ADDED d", "nothing replayed");
+    inbox.quiet_for(QUIET).await;
+    // MODIFIED a, ADDED b and DELETED c are the versions published; ADDED a and ADDED c are older.
+    let w = |reason| ("reason", reason);
+    assert_eq!(
+        pods_metric(&env, "kube2nats_events_dropped_total", w("duplicate")),
+        3.0
+    );
+    assert_eq!(
+        pods_metric(&env, "kube2nats_events_dropped_total", w("stale")),
+        2.0
+    );
+    assert_eq!(
+        pods_metric(&env, "kube2nats_events_received_total", ("type", "ADDED")),
+        7.0,
+        "a, b, c, their replays, and d: the replayed events did arrive"
+    );
+}
+
+/// A watch that goes silent without closing (a half-open connection: no events, no bookmarks,
+/// no end at its timeout) is abandoned at the client's idle deadline and resumed; the change
+/// made meanwhile arrives once.
+#[tokio::test]
+async fn silent_watch_is_abandoned_at_the_idle_deadline() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let nats = NatsServer::start().await.unwrap();
+    let env = Env::start_edited(sim, nats, "", PODS_WATCH, |t| watch_timeout(t, "2s")).await;
+    let mut inbox = Inbox::subscribe(&env.nc, "kube.>").await;
+    env.wait_ready().await;
+    assert!(env.sim.wait_for_watches(1, WAIT).await);
+    env.sim.hang_watches();
+    env.sim
+        .create("pods", Some("default"), pod("behind-silence"));
+    // The deadline is at most 2T + T = 6 s after the watch opened.
+    let m = tokio::time::timeout(Duration::from_secs(30), inbox.next())
+        .await
+        .expect("the change arrives once the silent watch is abandoned");
+    assert_eq!(m.short(), "ADDED behind-silence");
+    inbox.quiet_for(QUIET).await;
+    assert!(
+        pods_metric(
+            &env,
+            "kube2nats_watch_restarts_total",
+            ("reason", "idle_timeout")
+        ) >= 1.0
+    );
+    assert_eq!(
+        pods_metric(&env, "kube2nats_relists_total", ("reason", "initial")),
+        1.0,
+        "resumed, not relisted"
+    );
+}
+
+/// Requests that asked for a streaming list.
+fn streaming_requests(sim: &ApiServer) -> usize {
+    sim.requests()
+        .iter()
+        .filter(|r| r.param("sendInitialEvents").is_some())
+        .count()
+}
+
+/// One streaming list asked for, one fallback to paged lists counted.
+fn assert_fell_back_once(env: &Env) {
+    assert_eq!(streaming_requests(&env.sim), 1, "asked once");
+    assert_eq!(
+        pods_metric(
+            env,
+            "kube2nats_relists_total",
+            ("reason", "streaming_unsupported")
+        ),
+        1.0
+    );
+}
+
+/// A server that refuses `sendInitialEvents` (422: the WatchList feature is off) gets paged lists
+/// from then on, for the first list and for every relist; every object is announced once.
+#[tokio::test]
+async fn streaming_list_refused_falls_back_to_paged_lists_for_good() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    sim.set_initial_events(InitialEvents::Rejected);
+    sim.create("pods", Some("default"), pod("a"));
+    sim.create("pods", Some("default"), pod("b"));
+    let nats = NatsServer::start().await.unwrap();
+    let nc = async_nats::connect(nats.url()).await.unwrap();
+    let mut inbox = Inbox::subscribe(&nc, "kube.>").await;
+    let env = Env::start_edited(sim, nats, "", PODS_WATCH, streaming_lists).await;
+    let got: Vec<String> = inbox.take(2).await.iter().map(Got::short).collect();
+    assert_eq!(got, ["ADDED a", "ADDED b"]);
+    env.wait_ready().await;
+    // A relist (410) later must not try the streaming list again.
+    assert!(env.sim.wait_for_watches(1, WAIT).await);
+    env.sim
+        .fail_next_matching(1, RequestFilter::Watch, Failure::Internal);
+    env.sim.drop_watches();
+    env.sim.create("pods", Some("default"), pod("c"));
+    env.sim.compact();
+    assert_eq!(inbox.next().await.short(), "ADDED c");
+    eventually("the relist after 410", || {
+        pods_metric(&env, "kube2nats_relists_total", ("reason", "expired")) == 1.0
+    })
+    .await;
+    env.wait_ready().await;
+    env.sim.create("pods", Some("default"), pod("d"));
+    assert_eq!(inbox.next().await.short(), "ADDED d");
+    inbox.quiet_for(QUIET).await;
+    assert_fell_back_once(&env);
+    let lists = env
+        .sim
+        .requests()
+        .iter()
+        .filter(|r| !r.is_watch() && r.path == "/api/v1/namespaces/default/pods")
+        .count();
+    assert!(lists >= 2, "paged lists for the first list and the relist");
+}
+
+/// A server that ignores `sendInitialEvents` serves a plain watch: the current state as ADDED,
+/// then live events, and never the initial-events-end bookmark. kube2nats notices at the first
+/// live event, falls back to a paged list and publishes each object once, at its latest version.
+#[tokio::test]
+async fn streaming_list_ignored_falls_back_at_the_first_live_event() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    sim.set_initial_events(InitialEvents::Ignored);
+    sim.create("pods", Some("default"), pod("a"));
+    sim.create("pods", Some("default"), pod("b"));
+    let nats = NatsServer::start().await.unwrap();
+    let nc = async_nats::connect(nats.url()).await.unwrap();
+    let mut inbox = Inbox::subscribe(&nc, "kube.>").await;
+    let env = Env::start_edited(sim, nats, "", PODS_WATCH, streaming_lists).await;
+    let got: Vec<String> = inbox.take(2).await.iter().map(Got::short).collect();
+    assert_eq!(got, ["ADDED a", "ADDED b"]);
+    // Still waiting for the end of the initial events, which never comes; a live event shows it.
+    assert!(env.sim.wait_for_watches(1, WAIT).await);
+    let a2 = env.sim.update("pods", Some("default"), "a", |o| {
+        o["metadata"]["labels"]["v"] = "2".into()
+    });
+    let m = inbox.next().await;
+    assert_eq!(m.short(), "MODIFIED a");
+    assert_headers(&m, "MODIFIED", &a2);
+    env.wait_ready().await;
+    env.sim.create("pods", Some("default"), pod("c"));
+    assert_eq!(inbox.next().await.short(), "ADDED c");
+    inbox.quiet_for(QUIET).await;
+    assert_fell_back_once(&env);
+}
+
+/// The same server with no change to show it: the plain watch ends at its timeout without the
+/// initial-events-end bookmark; kube2nats falls back to a paged list then and becomes ready.
+#[tokio::test]
+async fn streaming_list_ignored_falls_back_when_the_stream_ends() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    sim.set_initial_events(InitialEvents::Ignored);
+    sim.create("pods", Some("default"), pod("a"));
+    let nats = NatsServer::start().await.unwrap();
+    let nc = async_nats::connect(nats.url()).await.unwrap();
+    let mut inbox = Inbox::subscribe(&nc, "kube.>").await;
+    let env = Env::start_edited(sim, nats, "", PODS_WATCH, |t| {
+        streaming_lists(watch_timeout(t, "1s"))
+    })
+    .await;
+    assert_eq!(inbox.next().await.short(), "ADDED a");
+    env.wait_ready().await;
+    env.sim.create("pods", Some("default"), pod("c"));
+    assert_eq!(inbox.next().await.short(), "ADDED c");
+    inbox.quiet_for(QUIET).await;
+    assert_fell_back_once(&env);
+}
+
+/// After a fail-over to an API server whose watch cache is behind what kube2nats has seen, the
+/// watch is answered 504 "Too large resource version" (with the `ResourceVersionTooLarge`
+/// cause): kube2nats relists (a consistent read) until the cache catches up, publishes the change
+/// made meanwhile once, and republishes nothing it had.
+#[tokio::test]
+async fn watch_cache_behind_the_client_relists_until_it_catches_up() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    sim.create("pods", Some("default"), pod("a"));
+    sim.create("pods", Some("default"), pod("b"));
+    let nats = NatsServer::start().await.unwrap();
+    let nc = async_nats::connect(nats.url()).await.unwrap();
+    let mut inbox = Inbox::subscribe(&nc, "kube.>").await;
+    let env = Env::start_with(sim, nats, "", PODS_WATCH).await;
+    let got: Vec<String> = inbox.take(2).await.iter().map(Got::short).collect();
+    assert_eq!(got, ["ADDED a", "ADDED b"]);
+    env.wait_ready().await;
+    assert!(env.sim.wait_for_watches(1, WAIT).await);
+    let behind = env.sim.resource_version();
+    env.sim.update("pods", Some("default"), "a", |o| {
+        o["metadata"]["labels"]["v"] = "2".into()
+    });
+    assert_eq!(inbox.next().await.short(), "MODIFIED a");
+
+    env.sim.set_watch_cache_revision(Some(behind));
+    env.sim.drop_watches();
+    let b2 = env.sim.update("pods", Some("default"), "b", |o| {
+        o["metadata"]["labels"]["v"] = "2".into()
+    });
+    let m = inbox.next().await;
+    assert_eq!(m.short(), "MODIFIED b", "from the relist");
+    assert_headers(&m, "MODIFIED", &b2);
+    assert_eq!(m.header("Kube-Synthesized"), Some("relist"));
+    eventually("a 504 answered", || {
+        env.sim.requests().iter().any(|r| r.status == 504)
+    })
+    .await;
+    env.sim.set_watch_cache_revision(None);
+    assert!(env.sim.wait_for_watches(1, Duration::from_secs(30)).await);
+    env.sim.create("pods", Some("default"), pod("c"));
+    let m = inbox.next().await;
+    assert_eq!(m.short(), "ADDED c");
+    assert_eq!(m.header("Kube-Synthesized"), None, "from the watch");
+    inbox.quiet_for(QUIET).await;
+    let too_large = ("reason", "too_large_resource_version");
+    assert!(pods_metric(&env, "kube2nats_relists_total", too_large) >= 1.0);
+    assert!(pods_metric(&env, "kube2nats_watch_restarts_total", too_large) >= 1.0);
+    assert_eq!(
+        pods_metric(&env, "kube2nats_relists_total", ("reason", "expired")),
+        0.0
+    );
 }

@@ -3,7 +3,9 @@
 //!
 //! - a watch body cut at arbitrary chunk boundaries and read through the real framing and
 //!   decoding gives exactly what a line-by-line reference gives, and never panics;
-//! - subject token escaping is injective, emits only allowed characters and decodes back.
+//! - subject token escaping is injective, emits only allowed characters and decodes back;
+//! - the message builder turns any metadata into a valid subject (or refuses one too long) and
+//!   header values NATS accepts that decode back.
 //!
 //! The properties themselves live in `fuzz/src/lib.rs`, shared with the fuzz targets.
 
@@ -165,4 +167,30 @@ fn fuzz_findings_stay_fixed() {
     // the reference validated it (by reading `metadata` as a RawValue) and so disagreed with
     // kube2nats, which (like the original decoder) reports the missing uid.
     props::check_decode_line(b"{\"type\":\"BOOKMARK\",\"objectd\":\"Pod\",\"apiVersion\":\"v0\",\"metadata\":{\"ata\":{\"resourceVers\xe9d\":\"Pod\",\"apon\":\"404\",\"creADDEDTimestamp\":null,\"annotations\":{\"tml>oops</ht%u8s.io/666initial-eventspiVe-eventspiVersnd\":\"true\"}}}}");
+}
+
+/// Strings shaped like what breaks a message: control characters, `%`, dots, wildcards,
+/// multi-byte characters, and runs long enough to push a subject past its limit.
+fn hostile_string() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => any::<String>(),
+        4 => "[a-z.%_*> \r\n\t\x00\x7fé:-]{0,20}",
+        1 => "[é%a]{600,1400}",
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn message_builder_accepts_any_metadata(
+        name in hostile_string(),
+        namespace in proptest::option::of(hostile_string()),
+        uid in hostile_string(),
+        resource_version in hostile_string(),
+        kind in hostile_string(),
+        group in hostile_string(),
+    ) {
+        props::check_message(&props::HostileMeta { name, namespace, uid, resource_version, kind, group });
+    }
 }

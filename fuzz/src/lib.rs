@@ -6,6 +6,8 @@
 //!   gives for the whole body, and nothing panics.
 //! - [`check_escape_pair`]: subject token escaping is injective, uses only the allowed
 //!   characters and decodes back to its input.
+//! - [`check_message`]: the message builder turns any metadata into a valid subject (or refuses
+//!   one that is too long) and header values NATS accepts, each decoding back to its input.
 //!
 //! Dependencies are limited to what the root crate's tests can also reach (`kube2nats`, `bytes`,
 //! `futures-util`, `tokio`, `reqwest`, and `axum::http` for building a response), so the file
@@ -425,4 +427,125 @@ pub fn check_decode_line(line: &[u8]) {
         "decode_object_meta differs from the serde reference on {:?}",
         String::from_utf8_lossy(line)
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The message builder: subject and headers from hostile metadata.
+
+/// Object metadata as an API server (or something pretending to be one) may send it: any string
+/// in every field.
+#[derive(Debug, Clone)]
+pub struct HostileMeta {
+    pub name: String,
+    pub namespace: Option<String>,
+    pub uid: String,
+    pub resource_version: String,
+    pub kind: String,
+    pub group: String,
+}
+
+/// Builds the message for `meta` with the default template and checks what a subscriber and the
+/// NATS protocol rely on, without panicking anywhere:
+/// - a message is refused only for a subject over `MAX_SUBJECT_BYTES`, and never built with one;
+/// - the subject is a valid publish subject with exactly the template's 7 tokens, none empty,
+///   no wildcard or whitespace, and its name token decodes back to the name;
+/// - every header value is accepted by NATS (no CR/LF) and decodes back to its input by the
+///   documented header rule (decode exactly when it holds `%`).
+pub fn check_message(meta: &HostileMeta) {
+    use kube2nats::config::PayloadMode;
+    use kube2nats::event::{EventType, ObjectEvent, ObjectMeta, ResourceInfo, ResourceVersion};
+    use kube2nats::publish::message::{header, BuildError, MessageBuilder, MAX_SUBJECT_BYTES};
+    use kube2nats::subject::SubjectTemplate;
+
+    let builder = MessageBuilder::new(
+        SubjectTemplate::default(),
+        "kube".into(),
+        String::new(),
+        ResourceInfo {
+            group: meta.group.clone(),
+            version: "v1".into(),
+            plural: "widgets".into(),
+            kind: meta.kind.clone(),
+            namespaced: meta.namespace.is_some(),
+        },
+        PayloadMode::Object,
+    );
+    let event = ObjectEvent {
+        event_type: EventType::Modified,
+        meta: ObjectMeta {
+            uid: meta.uid.as_str().into(),
+            resource_version: ResourceVersion::new(meta.resource_version.as_str()),
+            name: meta.name.as_str().into(),
+            namespace: meta.namespace.as_deref().map(Into::into),
+        },
+        object: Bytes::from_static(b"{}"),
+        watch_line: None,
+    };
+    let message = match builder.build(&event, true) {
+        Ok(message) => message,
+        Err(BuildError::SubjectTooLong { bytes }) => {
+            assert!(
+                bytes > MAX_SUBJECT_BYTES,
+                "refused a subject of {bytes} bytes"
+            );
+            return;
+        }
+    };
+    let subject = &message.subject;
+    assert!(
+        subject.len() <= MAX_SUBJECT_BYTES,
+        "{subject:?} is too long"
+    );
+    assert!(
+        !subject.contains(|c: char| c.is_whitespace() || c.is_control() || c == '*' || c == '>'),
+        "{subject:?} holds whitespace or a wildcard"
+    );
+    let tokens: Vec<&str> = subject.split('.').collect();
+    assert_eq!(
+        tokens.len(),
+        7,
+        "{subject:?} does not have the template's tokens"
+    );
+    assert!(
+        tokens.iter().all(|t| !t.is_empty()),
+        "{subject:?} has an empty token"
+    );
+    assert_eq!(
+        unescape(tokens[5]).as_deref(),
+        Some(meta.name.as_str()),
+        "{subject:?}"
+    );
+
+    // Each header, and the input it must decode back to (`None`: composed, any value).
+    let expected = [
+        (header::NAME, Some(&meta.name)),
+        (header::UID, Some(&meta.uid)),
+        (header::RESOURCE_VERSION, Some(&meta.resource_version)),
+        (header::KIND, Some(&meta.kind)),
+        (header::NAMESPACE, meta.namespace.as_ref()),
+        (header::MSG_ID, None),
+        (header::API_VERSION, None),
+    ];
+    for (name, want) in expected {
+        let Some(value) = message
+            .headers
+            .get(name.clone())
+            .map(|v| v.as_str().to_owned())
+        else {
+            assert!(want.is_none(), "no header {name:?}");
+            continue;
+        };
+        assert!(
+            !value.bytes().any(|b| b.is_ascii_control()),
+            "{name:?} = {value:?} holds a control character NATS refuses"
+        );
+        let decoded = if value.contains('%') {
+            unescape(&value).unwrap_or_else(|| panic!("{name:?} = {value:?} does not decode"))
+        } else {
+            value.clone()
+        };
+        if let Some(want) = want {
+            assert_eq!(&decoded, want, "{name:?} = {value:?}");
+        }
+    }
 }

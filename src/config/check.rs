@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::coverage::check_stream_covers_watches;
 use super::error::ConfigError;
 use super::source::redact_url;
 use super::watches::check_watches;
@@ -147,6 +148,13 @@ impl TryFrom<RawConfig> for Config {
         let kubernetes = check_kubernetes(&mut c, &kubernetes);
         let nats = check_nats(&mut c, &nats);
         let watches = check_watches(&mut c, &publish, &watches);
+        if let (Some(NatsMode::JetStream(js)), Some(watches)) =
+            (nats.as_ref().map(|n| &n.mode), &watches)
+        {
+            if let Some(stream) = &js.stream {
+                check_stream_covers_watches(&mut c, stream, watches);
+            }
+        }
         let http = c.listen_addr(&http.listen);
         let grace_period = c.duration("shutdown.grace_period", &shutdown.grace_period);
         let leader_election = super::leader::check_leader_election(&mut c, &leader_election);

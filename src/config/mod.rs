@@ -25,6 +25,7 @@
 //! This file holds the typed values, the contract with the rest of the crate, and [`load`].
 
 mod check;
+mod coverage;
 mod error;
 mod leader;
 mod raw;
@@ -267,7 +268,8 @@ impl Named for RbacCheck {
         &[("warn", RbacCheck::Warn), ("fail", RbacCheck::Fail)];
 }
 
-#[derive(Debug, Clone)]
+/// `Debug` shows the server URLs without their user part (see the impl).
+#[derive(Clone)]
 pub struct NatsConfig {
     /// One or more server URLs (`nats://`, `tls://`).
     pub servers: Vec<String>,
@@ -299,6 +301,22 @@ pub enum NatsAuth {
     NKeySeedFile(PathBuf),
     /// `nats.credentials_file`: path of a `.creds` file (JWT and seed).
     CredentialsFile(PathBuf),
+}
+
+impl std::fmt::Debug for NatsConfig {
+    /// Never prints a secret: a server URL may hold a password or a token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let servers: Vec<String> = self.servers.iter().map(|s| source::redact_url(s)).collect();
+        f.debug_struct("NatsConfig")
+            .field("servers", &servers)
+            .field("name", &self.name)
+            .field("auth", &self.auth)
+            .field("tls", &self.tls)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("mode", &self.mode)
+            .field("queue_capacity", &self.queue_capacity)
+            .finish()
+    }
 }
 
 impl std::fmt::Debug for NatsAuth {
@@ -623,5 +641,19 @@ mod tests {
     fn collects_every_problem() {
         let lines = errors("[kubernetes]\nwatch_timeout = \"x\"\nrequest_timeout = \"y\"\n[nats]\nurl = \"nats//x\"");
         assert_eq!(lines.len(), 3, "{lines:#?}");
+    }
+
+    /// `Debug` of the NATS configuration hides credentials in server URLs and in `auth`.
+    #[test]
+    fn nats_config_debug_shows_no_secret() {
+        let c = load_str(&format!(
+            "[nats]\nurl = \"nats://kube:s3cr3t@a:4222,tls://t0ken@b:4222\"\npassword = \"pw-x\"\nuser = \"u\"\n{MINIMAL}"
+        ))
+        .unwrap();
+        let shown = format!("{:?}", c.nats);
+        assert!(
+            !shown.contains("s3cr3t") && !shown.contains("t0ken") && !shown.contains("pw-x"),
+            "{shown}"
+        );
     }
 }

@@ -12,7 +12,7 @@ pub(super) fn is_dns_label(s: &str) -> bool {
         && b[b.len() - 1] != b'-'
 }
 /// Checks a label selector as the API server parses it: comma-separated requirements `k=v`,
-/// `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`.
+/// `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`, `k>n`, `k<n` (`n` an integer).
 pub fn check_label_selector(selector: &str) -> Result<(), String> {
     for requirement in split_top_level(selector)? {
         check_label_requirement(requirement.trim())?;
@@ -52,7 +52,7 @@ fn check_label_requirement(r: &str) -> Result<(), String> {
         return check_label_key(key.trim());
     }
     let key_end = r
-        .find(|ch: char| ch.is_whitespace() || "=!(".contains(ch))
+        .find(|ch: char| ch.is_whitespace() || "=!(<>".contains(ch))
         .unwrap_or(r.len());
     let (key, rest) = (&r[..key_end], r[key_end..].trim_start());
     check_label_key(key)?;
@@ -62,6 +62,17 @@ fn check_label_requirement(r: &str) -> Result<(), String> {
     for op in ["==", "!=", "="] {
         if let Some(value) = rest.strip_prefix(op) {
             return check_label_value(value.trim());
+        }
+    }
+    // `k>n`, `k<n` (apimachinery's Gt and Lt): one value, a label value that is an integer.
+    for op in [">", "<"] {
+        if let Some(value) = rest.strip_prefix(op) {
+            let value = value.trim();
+            check_label_value(value)?;
+            return match value.parse::<i64>() {
+                Ok(_) => Ok(()),
+                Err(_) => Err(format!("the value after {op} in {r:?} must be an integer")),
+            };
         }
     }
     for op in ["notin", "in"] {
@@ -79,7 +90,7 @@ fn check_label_requirement(r: &str) -> Result<(), String> {
         }
     }
     Err(format!(
-        "unknown operator in {r:?} (allowed: =, ==, !=, in, notin, exists, !)"
+        "unknown operator in {r:?} (allowed: =, ==, !=, in, notin, exists, !, >, <)"
     ))
 }
 
@@ -167,6 +178,10 @@ mod tests {
             "app.kubernetes.io/name=x,env",
             "a=",
             "a in (x),b!=y",
+            "x>1",
+            "x<3",
+            "x > 10,app=web",
+            "app.kubernetes.io/rev<007",
         ] {
             assert_eq!(check_label_selector(good), Ok(()), "{good:?}");
         }
@@ -183,6 +198,10 @@ mod tests {
             "example.com/=x",
             "Example.com/a=b",
             "a<b",
+            "x>",
+            "x>1.5",
+            "x>-1",
+            "x>>1",
         ] {
             assert!(check_label_selector(bad).is_err(), "{bad:?}");
         }

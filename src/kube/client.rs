@@ -56,6 +56,14 @@ struct TlsSettings {
     proxy_url: Option<Url>,
 }
 
+/// The `Authorization` header for `token`, marked sensitive so that no debug output of the
+/// request (ours or the HTTP stack's) shows it; `None` for a token no header can carry.
+fn bearer(token: &str) -> Option<reqwest::header::HeaderValue> {
+    let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).ok()?;
+    value.set_sensitive(true);
+    Some(value)
+}
+
 /// The API verbs kube2nats uses, as they appear in the `verb` label and in RBAC rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verb {
@@ -92,6 +100,9 @@ impl ApiClient {
         };
         if tls.insecure_skip_tls_verify {
             tracing::warn!("TLS verification of the API server is OFF (kubernetes.insecure_skip_tls_verify = true): anyone on the path can impersonate it");
+        }
+        if endpoint.auth.is_some() && endpoint.base_url.scheme() == "http" {
+            tracing::warn!(api_server = %endpoint.base_url, "the bearer token is sent over plain http://: anyone on the path can read it (use https://, or http:// only to a local kubectl proxy without a token)");
         }
         if let Some(proxy) = &tls.proxy_url {
             tracing::info!(proxy = %redacted(proxy), "reaching the API server through a proxy");
@@ -185,7 +196,8 @@ impl ApiClient {
             .unwrap_or("")
             .to_owned();
         if !content_type.is_empty() && !content_type.contains("json") {
-            let body = read_limited(response).await;
+            let deadline = tokio::time::Instant::now() + self.request_timeout;
+            let body = read_limited(response, deadline).await;
             return Err(ApiError::UnexpectedBody(format!(
                 "watch answered with content-type {content_type:?}, not JSON: {}",
                 super::error::body_excerpt(&body)
@@ -219,7 +231,12 @@ impl ApiClient {
         let http = self.http_for(&credential).map_err(ApiError::Credentials)?;
         let mut request = build(&http).header(ACCEPT, "application/json");
         if let Some(token) = &credential.token {
-            request = request.header(AUTHORIZATION, format!("Bearer {token}"));
+            match bearer(token) {
+                Some(value) => request = request.header(AUTHORIZATION, value),
+                None => {
+                    tracing::warn!("the bearer token holds characters an HTTP header cannot; sending the request without it")
+                }
+            }
         }
         if whole_request_timeout {
             request = request.timeout(self.request_timeout);
@@ -251,7 +268,10 @@ impl ApiClient {
             }
         }
         let retry_after = retry_after(response.headers());
-        let body = read_limited(response).await;
+        // A watch's response has no whole-request timeout, and a proxy may send an error's
+        // headers and then stall: its body gets the request timeout too.
+        let deadline = tokio::time::Instant::now() + self.request_timeout;
+        let body = read_limited(response, deadline).await;
         Err(ApiError::from_response(code, retry_after, &body))
     }
 
@@ -324,10 +344,11 @@ fn redacted(url: &Url) -> Url {
     url
 }
 
-/// Reads at most [`MAX_ERROR_BODY_BYTES`] of a body; a failure mid-body keeps what arrived.
-async fn read_limited(mut response: reqwest::Response) -> Vec<u8> {
+/// Reads at most [`MAX_ERROR_BODY_BYTES`] of a body until `deadline`; a failure or the deadline
+/// mid-body keeps what arrived.
+async fn read_limited(mut response: reqwest::Response, deadline: tokio::time::Instant) -> Vec<u8> {
     let mut body = Vec::new();
-    while let Ok(Some(chunk)) = response.chunk().await {
+    while let Ok(Ok(Some(chunk))) = tokio::time::timeout_at(deadline, response.chunk()).await {
         let room = MAX_ERROR_BODY_BYTES - body.len();
         body.extend_from_slice(&chunk[..chunk.len().min(room)]);
         if body.len() >= MAX_ERROR_BODY_BYTES {
@@ -377,6 +398,34 @@ mod tests {
             kind: String::new(),
             namespaced: true,
         }
+    }
+
+    /// An error response whose body stalls after its first bytes is read until the deadline,
+    /// keeping what arrived, instead of forever.
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_error_body_is_read_until_the_deadline() {
+        use futures_util::StreamExt;
+        let first = futures_util::stream::iter([Ok::<_, std::io::Error>(
+            bytes::Bytes::from_static(b"{\"kind\":\"Status\""),
+        )]);
+        let stalled = first.chain(futures_util::stream::pending());
+        let response = reqwest::Response::from(axum::http::Response::new(
+            reqwest::Body::wrap_stream(stalled),
+        ));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let body = tokio::time::timeout(Duration::from_secs(60), read_limited(response, deadline))
+            .await
+            .expect("the body read ends at its deadline");
+        assert_eq!(body, b"{\"kind\":\"Status\"");
+    }
+
+    /// The `Authorization` header is marked sensitive, so debug output of a request hides it.
+    #[test]
+    fn the_bearer_header_is_sensitive() {
+        let value = bearer("s3cr3t").unwrap();
+        assert!(value.is_sensitive());
+        assert!(!format!("{value:?}").contains("s3cr3t"));
+        assert!(bearer("line\nbreak").is_none());
     }
 
     #[test]

@@ -46,8 +46,7 @@ pub enum CredentialsError {
     },
 }
 
-/// Everything needed to build the HTTP client.
-#[derive(Debug)]
+/// Everything needed to build the HTTP client. Its `Debug` shows no key material.
 pub struct Endpoint {
     pub base_url: Url,
     /// PEM bundle of the CAs to trust; `None` trusts the public web PKI roots.
@@ -58,6 +57,20 @@ pub struct Endpoint {
     pub insecure_skip_tls_verify: bool,
     /// A proxy for every request (kubeconfig `proxy-url`); `None` follows `HTTPS_PROXY`/`NO_PROXY`.
     pub proxy_url: Option<Url>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = |pem: &Option<Vec<u8>>| pem.as_ref().map(|_| "<redacted>");
+        f.debug_struct("Endpoint")
+            .field("base_url", &self.base_url.as_str())
+            .field("ca_pem", &self.ca_pem.as_ref().map(|p| p.len()))
+            .field("identity_pem", &shown(&self.identity_pem))
+            .field("auth", &self.auth)
+            .field("insecure_skip_tls_verify", &self.insecure_skip_tls_verify)
+            .field("proxy_host", &self.proxy_url.as_ref().map(|u| u.host_str()))
+            .finish()
+    }
 }
 
 /// Resolves the configured [`ApiSource`]. `env` reads the process environment (a closure so
@@ -365,5 +378,27 @@ mod tests {
         source.invalidate().await;
         assert_eq!(&*token().await, "three");
         assert!(!format!("{source:?}").contains("three"));
+    }
+
+    /// `Debug` of an endpoint shows neither the token nor the client key.
+    #[test]
+    fn endpoint_debug_shows_no_secret() {
+        let endpoint = Endpoint {
+            base_url: Url::parse("https://k8s:6443").unwrap(),
+            ca_pem: Some(b"CA".to_vec()),
+            identity_pem: Some(b"-----BEGIN PRIVATE KEY----- k3y".to_vec()),
+            auth: Some(AuthSource::fixed("t0ken")),
+            insecure_skip_tls_verify: false,
+            proxy_url: Some(Url::parse("http://user:pa55@proxy:3128").unwrap()),
+        };
+        let shown = format!("{endpoint:?}");
+        assert!(
+            !shown.contains("k3y")
+                && !shown.contains("PRIVATE")
+                && !shown.contains("t0ken")
+                && !shown.contains("pa55"),
+            "{shown}"
+        );
+        assert!(shown.contains("https://k8s:6443"));
     }
 }

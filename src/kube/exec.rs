@@ -59,8 +59,8 @@ impl ExecApiVersion {
     }
 }
 
-/// A user's `exec` section, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A user's `exec` section, validated. Its `Debug` shows the env's names, not their values.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ExecConfig {
     pub api_version: ExecApiVersion,
     /// The program: a name looked up in `PATH`, or a path (made absolute against the kubeconfig's
@@ -71,6 +71,18 @@ pub struct ExecConfig {
     pub install_hint: Option<String>,
     /// Pass the cluster's server and CA to the plugin in `KUBERNETES_EXEC_INFO`.
     pub provide_cluster_info: bool,
+}
+
+impl std::fmt::Debug for ExecConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let env_names: Vec<&str> = self.env.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("ExecConfig")
+            .field("api_version", &self.api_version)
+            .field("command", &self.command)
+            .field("args", &self.args.len())
+            .field("env", &env_names)
+            .finish()
+    }
 }
 
 /// The `exec` section as a kubeconfig spells it.

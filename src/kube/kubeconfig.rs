@@ -47,8 +47,8 @@ pub enum KubeconfigError {
     Base64 { field: &'static str },
 }
 
-/// The parts of one kubeconfig context that kube2nats uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The parts of one kubeconfig context that kube2nats uses. Its `Debug` shows no secret.
+#[derive(Clone, PartialEq, Eq)]
 pub struct KubeconfigContext {
     pub server: String,
     pub ca_pem: Option<Vec<u8>>,
@@ -62,6 +62,26 @@ pub struct KubeconfigContext {
     /// The user's exec credential plugin, with relative command paths already resolved.
     pub exec: Option<ExecConfig>,
     pub namespace: Option<String>,
+}
+
+impl std::fmt::Debug for KubeconfigContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redacted = |present: bool| present.then_some("<redacted>");
+        f.debug_struct("KubeconfigContext")
+            .field("server", &self.server)
+            .field("ca_pem", &self.ca_pem.as_ref().map(Vec::len))
+            .field("insecure_skip_tls_verify", &self.insecure_skip_tls_verify)
+            .field("token", &redacted(self.token.is_some()))
+            .field("token_file", &self.token_file)
+            .field(
+                "client_identity_pem",
+                &redacted(self.client_identity_pem.is_some()),
+            )
+            .field("proxy_url", &redacted(self.proxy_url.is_some()))
+            .field("exec", &self.exec)
+            .field("namespace", &self.namespace)
+            .finish()
+    }
 }
 
 #[derive(Deserialize)]
@@ -452,5 +472,26 @@ contexts:
             load(&missing, None),
             Err(KubeconfigError::NoFile(_))
         ));
+    }
+
+    /// `Debug` of a context shows neither its token nor its client key.
+    #[test]
+    fn context_debug_shows_no_secret() {
+        let context = KubeconfigContext {
+            server: "https://k8s".into(),
+            ca_pem: None,
+            insecure_skip_tls_verify: false,
+            token: Some("t0ken".into()),
+            token_file: None,
+            client_identity_pem: Some(b"k3y".to_vec()),
+            proxy_url: Some("http://user:pa55@proxy".into()),
+            exec: None,
+            namespace: None,
+        };
+        let shown = format!("{context:?}");
+        assert!(
+            !shown.contains("t0ken") && !shown.contains("k3y") && !shown.contains("pa55"),
+            "{shown}"
+        );
     }
 }

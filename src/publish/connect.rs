@@ -38,17 +38,7 @@ pub enum ConnectError {
 /// Connects (in the background, retrying forever) and returns the publishing handle for the
 /// configured mode.
 pub async fn connect(cfg: &NatsConfig, connected: IntGauge) -> Result<Nats, ConnectError> {
-    let servers = cfg
-        .servers
-        .iter()
-        .map(|s| {
-            s.parse::<ServerAddr>()
-                .map_err(|source| ConnectError::Address {
-                    addr: s.clone(),
-                    source,
-                })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let (servers, url_credentials) = split_credentials(&cfg.servers)?;
     let mut options = ConnectOptions::new()
         .name(&cfg.name)
         .connection_timeout(cfg.connect_timeout)
@@ -64,7 +54,13 @@ pub async fn connect(cfg: &NatsConfig, connected: IntGauge) -> Result<Nats, Conn
             async move { on_event(&event, &connected) }
         });
     options = match &cfg.auth {
-        NatsAuth::None => options,
+        NatsAuth::None => match url_credentials {
+            Some(UrlCredentials::Token(token)) => options.token(token),
+            Some(UrlCredentials::UserPassword { user, password }) => {
+                options.user_and_password(user, password)
+            }
+            None => options,
+        },
         NatsAuth::Token(token) => options.token(token.clone()),
         NatsAuth::UserPassword { user, password } => {
             options.user_and_password(user.clone(), password.clone())
@@ -111,6 +107,58 @@ pub async fn connect(cfg: &NatsConfig, connected: IntGauge) -> Result<Nats, Conn
             }
         }
     })
+}
+
+/// Credentials written into a server URL (`nats://user:password@host`, `nats://token@host`).
+enum UrlCredentials {
+    Token(String),
+    UserPassword { user: String, password: String },
+}
+
+/// Parses the server URLs, taking out the credentials written into them, which are then passed
+/// to the client as options instead: the client logs its server addresses (with their
+/// passwords) at debug level. The first URL holding credentials gives them, as one set of
+/// options applies to every server.
+fn split_credentials(
+    servers: &[String],
+) -> Result<(Vec<ServerAddr>, Option<UrlCredentials>), ConnectError> {
+    let mut credentials = None;
+    let mut addrs = Vec::with_capacity(servers.len());
+    for server in servers {
+        let address_error = |source| ConnectError::Address {
+            addr: redact_userinfo(server),
+            source,
+        };
+        let mut url = server
+            .parse::<ServerAddr>()
+            .map_err(address_error)?
+            .into_inner();
+        let (user, password) = (url.username().to_owned(), url.password().map(str::to_owned));
+        if !user.is_empty() || password.is_some() {
+            credentials.get_or_insert(match password {
+                Some(password) => UrlCredentials::UserPassword { user, password },
+                None => UrlCredentials::Token(user),
+            });
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+        }
+        addrs.push(ServerAddr::from_url(url).map_err(address_error)?);
+    }
+    Ok((addrs, credentials))
+}
+
+/// A server URL fit for a log line or an error: its user part, if any, replaced.
+pub fn redact_userinfo(server: &str) -> String {
+    match server.split_once("://") {
+        Some((scheme, rest)) => match rest.rsplit_once('@') {
+            Some((_, host)) => format!("{scheme}://<redacted>@{host}"),
+            None => server.to_owned(),
+        },
+        None => match server.rsplit_once('@') {
+            Some((_, host)) => format!("<redacted>@{host}"),
+            None => server.to_owned(),
+        },
+    }
 }
 
 fn on_event(event: &Event, connected: &IntGauge) {
@@ -180,4 +228,42 @@ pub async fn ensure_stream(
         tracing::warn!(stream = %stream.name, ?missing, "existing JetStream stream does not capture all configured subjects; kube2nats does not change existing streams");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Credentials leave the URLs (which the client logs) and become options; the first URL
+    /// holding them wins; a URL without them is unchanged.
+    #[test]
+    fn credentials_are_taken_out_of_server_urls() {
+        let servers = [
+            "nats://kube:s3cr3t@a:4222".to_owned(),
+            "tls://tok3n@b:4223".to_owned(),
+            "nats://c:4224".to_owned(),
+        ];
+        let (addrs, credentials) = split_credentials(&servers).unwrap();
+        let shown = format!("{addrs:?}");
+        assert!(
+            !shown.contains("s3cr3t") && !shown.contains("tok3n") && !shown.contains("kube"),
+            "{shown}"
+        );
+        assert_eq!(addrs.len(), 3);
+        assert!(matches!(
+            credentials,
+            Some(UrlCredentials::UserPassword { user, password }) if user == "kube" && password == "s3cr3t"
+        ));
+        let (_, token) = split_credentials(&servers[1..]).unwrap();
+        assert!(matches!(token, Some(UrlCredentials::Token(t)) if t == "tok3n"));
+        let (_, none) = split_credentials(&servers[2..]).unwrap();
+        assert!(none.is_none());
+    }
+
+    #[test]
+    fn redacted_urls_keep_the_host_only() {
+        assert_eq!(redact_userinfo("nats://u:p@h:1"), "nats://<redacted>@h:1");
+        assert_eq!(redact_userinfo("tok@h:1"), "<redacted>@h:1");
+        assert_eq!(redact_userinfo("nats://h:1"), "nats://h:1");
+    }
 }

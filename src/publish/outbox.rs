@@ -23,6 +23,7 @@ use super::message::OutMessage;
 use super::metrics::PublishMetrics;
 use crate::backoff::Backoff;
 use crate::config::BackoffConfig;
+use crate::telemetry::target::TargetGauges;
 
 /// Pauses between publish retries: short, since NATS usually comes back quickly, and capped so
 /// a recovered NATS is used within seconds.
@@ -72,21 +73,35 @@ struct Window {
     in_flight: VecDeque<InFlight>,
     max_in_flight: usize,
     metrics: PublishMetrics,
+    /// Where `publish_queue_depth` gets this target's share.
+    gauges: TargetGauges,
     retry: Backoff,
 }
 
 impl Outbox {
     /// `max_in_flight` bounds unacknowledged JetStream publishes (unused in core mode).
-    pub fn new(nats: Nats, max_in_flight: usize, metrics: PublishMetrics) -> Outbox {
+    pub fn new(
+        nats: Nats,
+        max_in_flight: usize,
+        metrics: PublishMetrics,
+        gauges: TargetGauges,
+    ) -> Outbox {
         Outbox {
             nats,
             window: Window {
                 in_flight: VecDeque::new(),
                 max_in_flight: max_in_flight.max(1),
                 metrics,
+                gauges,
                 retry: Backoff::new(RETRY_BACKOFF),
             },
         }
+    }
+
+    /// The largest message (payload and headers) the connected server accepts; `None` before
+    /// the first connection has told.
+    pub fn max_payload(&self) -> Option<usize> {
+        Some(self.nats.client().max_payload()).filter(|&n| n > 0)
     }
 
     /// Hands one message to NATS; returns once it is accepted (core) or in the ack window (JetStream).
@@ -162,7 +177,7 @@ impl Window {
         if let Some(ack) = self.send(client, context, &msg).await {
             self.in_flight.push_back(InFlight { msg, ack, sent_at });
         }
-        self.metrics.queue_depth.set(self.in_flight.len() as i64);
+        self.gauges.set_queued(self.in_flight.len());
     }
 
     /// Sends one JetStream publish, retrying until the client accepts it; `None` for a message
@@ -222,7 +237,7 @@ impl Window {
                 }
             }
         }
-        self.metrics.queue_depth.set(self.in_flight.len() as i64);
+        self.gauges.set_queued(self.in_flight.len());
     }
 
     /// After a failed acknowledgement the rest of the window has most likely failed too (NATS

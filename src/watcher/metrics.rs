@@ -20,6 +20,7 @@ pub struct WatchFamilies {
     watch_synced: IntGaugeVec,
     tracked_objects: IntGaugeVec,
     last_event_timestamp: GaugeVec,
+    events_truncated: IntCounterVec,
 }
 
 impl WatchFamilies {
@@ -30,7 +31,7 @@ impl WatchFamilies {
             "Watch events received from the API server, by event type.",
             &["watch", "type"],
         )?;
-        let events_dropped = counter(registry, "events_dropped_total", "Events not published: duplicate (already published), stale (older than published), filtered (event type not configured), too_large (over the NATS max_payload).", &["watch", "reason"])?;
+        let events_dropped = counter(registry, "events_dropped_total", "Events not published: duplicate (already published), stale (older than published), filtered (event type not configured), too_large (over the NATS max_payload), subject_too_long (a subject NATS would refuse).", &["watch", "reason"])?;
         let events_synthesized = counter(
             registry,
             "events_synthesized_total",
@@ -72,6 +73,7 @@ impl WatchFamilies {
             &["watch"],
         )?;
         registry.register(Box::new(last_event_timestamp.clone()))?;
+        let events_truncated = counter(registry, "events_truncated_total", "Events published with their metadata only (Kube-Payload: truncated), by reason: max_payload (larger than the NATS server accepts), max_line_bytes (a watch line over kubernetes.max_line_bytes).", &["watch", "reason"])?;
         Ok(WatchFamilies {
             events_received,
             events_dropped,
@@ -82,6 +84,7 @@ impl WatchFamilies {
             watch_synced,
             tracked_objects,
             last_event_timestamp,
+            events_truncated,
         })
     }
 
@@ -96,6 +99,10 @@ impl WatchFamilies {
             dropped_duplicate: dropped("duplicate"),
             dropped_stale: dropped("stale"),
             dropped_filtered: dropped("filtered"),
+            dropped_subject_too_long: dropped("subject_too_long"),
+            truncated_max_payload: self
+                .events_truncated
+                .with_label_values(&[watch, "max_payload"]),
             decode_errors: self.decode_errors.with_label_values(&[watch]),
             sync: WatchSync::new(
                 name.clone(),
@@ -126,6 +133,10 @@ pub struct WatchMetrics {
     pub dropped_duplicate: IntCounter,
     pub dropped_stale: IntCounter,
     pub dropped_filtered: IntCounter,
+    /// Its subject is longer than a NATS protocol line may be: never published.
+    pub dropped_subject_too_long: IntCounter,
+    /// Published with metadata only: larger than the NATS server's `max_payload`.
+    pub truncated_max_payload: IntCounter,
     pub decode_errors: IntCounter,
     pub sync: WatchSync,
     pub tracked_objects: IntGauge,

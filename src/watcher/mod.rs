@@ -8,15 +8,18 @@
 
 pub mod machine;
 pub mod metrics;
+pub mod supervise;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::config::InitialState;
-use crate::dedupe::{Dedupe, Listed, Verdict};
+use crate::dedupe::{Dedupe, Listed, Vanished, Verdict};
 use crate::event::{EventType, ObjectEvent};
 use crate::kube::client::Verb;
-use crate::publish::{MessageBuilder, Outbox};
+use crate::publish::message::BuildError;
+use crate::publish::{MessageBuilder, OutMessage, Outbox};
 use crate::rbac;
+use crate::telemetry::target::TargetGauges;
 use machine::{Machine, Outcome, Restart, RestartReason, State};
 use metrics::WatchMetrics;
 
@@ -34,9 +37,9 @@ pub struct WatchTask {
     metrics: WatchMetrics,
     /// Whether a list has completed; until then `initial_state` applies.
     listed_once: bool,
-    synced: bool,
-    /// This target's share of the watch's `tracked_objects` gauge, as last reported.
-    tracked_reported: usize,
+    /// This target's share of the watch's gauges; outlives the task, so a supervisor can
+    /// withdraw it when the task dies.
+    gauges: TargetGauges,
 }
 
 impl WatchTask {
@@ -47,6 +50,7 @@ impl WatchTask {
         events: Vec<EventType>,
         initial_state: InitialState,
         metrics: WatchMetrics,
+        gauges: TargetGauges,
     ) -> WatchTask {
         WatchTask {
             machine,
@@ -57,8 +61,7 @@ impl WatchTask {
             initial_state,
             metrics,
             listed_once: false,
-            synced: false,
-            tracked_reported: 0,
+            gauges,
         }
     }
 
@@ -107,8 +110,8 @@ impl WatchTask {
             }
             Outcome::WatchOpened(rv) => {
                 tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %rv, "watching from resourceVersion");
-                if self.listed_once && !self.synced {
-                    self.set_synced(true);
+                if self.listed_once {
+                    self.gauges.set_synced(true);
                 }
             }
             Outcome::Restart(restart) => self.restarted(restart),
@@ -119,11 +122,15 @@ impl WatchTask {
     fn list_started(&mut self, reason: ListReason) {
         self.dedupe.begin_list();
         self.metrics.relist(reason.as_str());
-        self.set_synced(false);
+        self.gauges.set_synced(false);
         tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), reason = reason.as_str(), "listing");
     }
 
     async fn listed(&mut self, mut item: ObjectEvent) {
+        // Per-name order: a name deleted and recreated during a gap is DELETED (old uid) first.
+        if let Some(gone) = self.dedupe.superseded(&item.meta) {
+            self.publish_vanished(gone).await;
+        }
         match self.dedupe.listed(&item.meta) {
             Listed::New if !self.listed_once && self.initial_state == InitialState::Skip => {}
             Listed::New => self.publish(item, true).await,
@@ -140,20 +147,45 @@ impl WatchTask {
     async fn list_complete(&mut self, rv: crate::event::ResourceVersion) {
         let vanished = self.dedupe.end_list();
         for gone in vanished {
-            let object = self.messages.vanished_object(&gone.meta);
-            let event = ObjectEvent {
-                event_type: EventType::Deleted,
-                meta: gone.meta,
-                object,
-                watch_line: None,
-            };
-            self.publish(event, true).await;
+            self.publish_vanished(gone).await;
         }
         self.report_tracked();
         self.metrics.touch();
         self.listed_once = true;
-        self.set_synced(true);
+        self.gauges.set_synced(true);
         tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %rv, objects = self.dedupe.len(), "synced");
+    }
+
+    /// The message for `event`, cut to its metadata (`Kube-Payload: truncated`) when it is larger
+    /// than the NATS server accepts: subscribers still learn that the object changed.
+    fn fitted_message(
+        &self,
+        event: &ObjectEvent,
+        synthesized: bool,
+    ) -> Result<OutMessage, BuildError> {
+        let message = self.messages.build(event, synthesized)?;
+        let Some(limit) = self.outbox.max_payload() else {
+            return Ok(message);
+        };
+        let bytes = message.wire_len();
+        if bytes <= limit {
+            return Ok(message);
+        }
+        self.metrics.truncated_max_payload.inc();
+        tracing::warn!(watch = %self.metrics.watch, namespace = self.namespace(), name = ?event.meta.name, bytes, max_payload = limit, "object larger than the NATS server's max_payload; publishing its metadata only (Kube-Payload: truncated)");
+        self.messages.truncated(event, synthesized)
+    }
+
+    /// Announces an object that a list showed to be gone: a synthesized DELETED.
+    async fn publish_vanished(&mut self, gone: Vanished) {
+        let object = self.messages.vanished_object(&gone.meta);
+        let event = ObjectEvent {
+            event_type: EventType::Deleted,
+            meta: gone.meta,
+            object,
+            watch_line: None,
+        };
+        self.publish(event, true).await;
     }
 
     async fn received(&mut self, event: ObjectEvent) {
@@ -176,8 +208,13 @@ impl WatchTask {
         if synthesized {
             self.metrics.synthesized(event.event_type);
         }
-        let message = self.messages.build(&event, synthesized);
-        self.outbox.publish(message).await;
+        match self.fitted_message(&event, synthesized) {
+            Ok(message) => self.outbox.publish(message).await,
+            Err(e) => {
+                self.metrics.dropped_subject_too_long.inc();
+                tracing::error!(watch = %self.metrics.watch, namespace = self.namespace(), name = ?event.meta.name, uid = ?event.meta.uid, error = %e, "event not published: its subject is longer than NATS accepts (shorten the subject template or the prefix)");
+            }
+        }
     }
 
     fn restarted(&mut self, restart: Restart) {
@@ -189,7 +226,7 @@ impl WatchTask {
         } = restart;
         self.metrics.restart(reason.as_str());
         if reason == RestartReason::Forbidden {
-            self.set_synced(false);
+            self.gauges.set_synced(false);
         }
         let watch = &*self.metrics.watch;
         let namespace = self.namespace();
@@ -235,18 +272,7 @@ impl WatchTask {
     }
 
     fn report_tracked(&mut self) {
-        let now = self.dedupe.len();
-        self.metrics
-            .tracked_objects
-            .add(now as i64 - self.tracked_reported as i64);
-        self.tracked_reported = now;
-    }
-
-    fn set_synced(&mut self, synced: bool) {
-        if self.synced != synced {
-            self.synced = synced;
-            self.metrics.sync.set_target_synced(synced);
-        }
+        self.gauges.set_tracked(self.dedupe.len());
     }
 
     fn namespace(&self) -> &str {

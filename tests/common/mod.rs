@@ -25,6 +25,10 @@ use tokio::sync::mpsc;
 /// How long a test waits for something that should happen promptly.
 pub const WAIT: Duration = Duration::from_secs(10);
 
+/// How long a test listens for a message that must not come: a repeat caused by a publish retry
+/// or a watch resume arrives after a backoff of a second or two, so shorter windows prove little.
+pub const QUIET: Duration = Duration::from_millis(2500);
+
 /// Backoff short enough for tests, with no jitter so delays are predictable.
 pub const FAST_BACKOFF: BackoffConfig = BackoffConfig::checked(
     Duration::from_millis(50),
@@ -348,21 +352,32 @@ pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 /// The value of a sample in a Prometheus text exposition, e.g.
 /// `metric(&text, "kube2nats_events_published_total", &[("watch", "pods"), ("type", "ADDED")])`.
 pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples(text, name, labels).next()
+}
+
+/// The sum of every sample of `name` that has `labels` (e.g. over all watches).
+pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples(text, name, labels).sum()
+}
+
+/// The values of the samples of `name` that carry every one of `labels`.
+fn samples<'a>(
+    text: &'a str,
+    name: &'a str,
+    labels: &'a [(&'a str, &'a str)],
+) -> impl Iterator<Item = f64> + 'a {
     text.lines()
         .filter(|l| !l.starts_with('#'))
-        .find_map(|line| {
+        .filter_map(move |line| {
             let (series, value) = line.rsplit_once(' ')?;
             let (metric_name, label_text) = match series.split_once('{') {
                 Some((n, rest)) => (n, rest.trim_end_matches('}')),
                 None => (series, ""),
             };
-            if metric_name != name {
-                return None;
-            }
             let all = labels
                 .iter()
                 .all(|(k, v)| label_text.split(',').any(|kv| kv == format!("{k}=\"{v}\"")));
-            if all {
+            if metric_name == name && all {
                 value.parse().ok()
             } else {
                 None
@@ -498,4 +513,182 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
+}
+
+/// `(Kube-Uid, Kube-Resource-Version, Kube-Event-Type)`: what identifies one publish.
+pub type EventKey = (String, String, String);
+
+/// Every message kube2nats publishes, counted on a plain core subscription beside a JetStream
+/// stream, whose own de-duplication (by `Nats-Msg-Id`) would otherwise hide kube2nats' repeats.
+///
+/// One connection per NATS epoch (the time between two restarts of nats-server): a repeat within
+/// one epoch is kube2nats' own; a repeat across a restart is a publish retried because its
+/// acknowledgement was lost, which the stream absorbs.
+pub struct CoreTap {
+    url: String,
+    seen: Arc<std::sync::Mutex<Vec<(EventKey, usize, tokio::time::Instant)>>>,
+    epoch: usize,
+    /// When each epoch's connection was opened.
+    epoch_started: Vec<tokio::time::Instant>,
+    running: Option<(
+        tokio::task::JoinHandle<()>,
+        tokio::sync::oneshot::Sender<()>,
+    )>,
+}
+
+impl CoreTap {
+    /// Subscribes to `subject` on the server at `url`.
+    pub async fn start(url: &str, subject: &str) -> CoreTap {
+        let mut tap = CoreTap {
+            url: url.to_owned(),
+            seen: Arc::default(),
+            epoch: 0,
+            epoch_started: Vec::new(),
+            running: None,
+        };
+        tap.open_epoch(subject).await;
+        tap
+    }
+
+    async fn open_epoch(&mut self, subject: &str) {
+        let nc = async_nats::ConnectOptions::new()
+            .subscription_capacity(1 << 20)
+            .connect(&self.url)
+            .await
+            .expect("the core tap connects");
+        let mut sub = nc
+            .subscribe(subject.to_owned())
+            .await
+            .expect("the core tap subscribes");
+        nc.flush()
+            .await
+            .expect("flushing the core tap's subscription");
+        self.epoch_started.push(tokio::time::Instant::now());
+        let (stop_tx, mut stop) = tokio::sync::oneshot::channel::<()>();
+        let (seen, epoch) = (self.seen.clone(), self.epoch);
+        let record = move |m: async_nats::Message| {
+            let h = |k: &str| {
+                m.headers
+                    .as_ref()
+                    .and_then(|h| h.get(k))
+                    .map(|v| v.as_str().to_owned())
+                    .unwrap_or_default()
+            };
+            let key = (
+                h("Kube-Uid"),
+                h("Kube-Resource-Version"),
+                h("Kube-Event-Type"),
+            );
+            seen.lock()
+                .unwrap()
+                .push((key, epoch, tokio::time::Instant::now()));
+        };
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    m = sub.next() => match m {
+                        Some(m) => record(m),
+                        None => return,
+                    },
+                    _ = &mut stop => break,
+                }
+            }
+            // The server is gone: what it delivered is buffered here; take it, then let go.
+            while let Ok(Some(m)) =
+                tokio::time::timeout(Duration::from_millis(300), sub.next()).await
+            {
+                record(m);
+            }
+            drop(nc);
+        });
+        self.running = Some((task, stop_tx));
+    }
+
+    /// Call after nats-server stopped: closes this epoch's connection once it has handed over
+    /// what it received.
+    pub async fn server_stopped(&mut self) {
+        if let Some((task, stop)) = self.running.take() {
+            let _ = stop.send(());
+            let _ = task.await;
+        }
+        self.epoch += 1;
+    }
+
+    /// Call after nats-server is back: a new connection for the new epoch.
+    pub async fn server_restarted(&mut self, subject: &str) {
+        self.open_epoch(subject).await;
+    }
+
+    /// Messages counted so far.
+    pub fn count(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+
+    /// Every message counted, in arrival order.
+    pub fn keys(&self) -> Vec<EventKey> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, _, _)| k.clone())
+            .collect()
+    }
+
+    /// Per uid, the resourceVersion and type of the last message that arrived.
+    pub fn last_by_uid(&self) -> HashMap<String, (String, String)> {
+        self.keys()
+            .into_iter()
+            .map(|(uid, rv, t)| (uid, (rv, t)))
+            .collect()
+    }
+
+    /// Repeats kube2nats cannot blame on NATS (each a problem), and the number of repeats a
+    /// restart explains. A JetStream publish made while NATS is down sits in the client's queue;
+    /// when its acknowledgement times out kube2nats publishes it again, and after the restart both
+    /// go out. So a repeat is explained when its copies arrived in different epochs, or both
+    /// within [`RESTART_SETTLING`] of the restart that began their epoch.
+    pub fn repeats(&self) -> (Vec<String>, usize) {
+        let mut first: HashMap<&EventKey, (usize, tokio::time::Instant)> = HashMap::new();
+        let (mut own, mut explained) = (Vec::new(), 0);
+        let seen = self.seen.lock().unwrap();
+        for (key, epoch, at) in seen.iter() {
+            let Some(&(first_epoch, first_at)) = first.get(key) else {
+                first.insert(key, (*epoch, *at));
+                continue;
+            };
+            let settling = *epoch > 0 && first_at - self.epoch_started[*epoch] < RESTART_SETTLING;
+            if first_epoch != *epoch || settling {
+                explained += 1;
+            } else {
+                own.push(format!(
+                    "published twice: {} {} {} ({:?} apart, {:?} after NATS epoch {epoch} began)",
+                    key.0,
+                    key.1,
+                    key.2,
+                    *at - first_at,
+                    first_at - self.epoch_started[*epoch]
+                ));
+            }
+        }
+        (own, explained)
+    }
+}
+
+/// How long after a NATS restart publishes queued during the outage and their retries may both
+/// arrive (observed: about 2 s; generous for a loaded machine).
+pub const RESTART_SETTLING: Duration = Duration::from_secs(10);
+
+impl Drop for CoreTap {
+    fn drop(&mut self) {
+        if let Some((task, _)) = self.running.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Process {
+    /// Whether the process has not exited.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
 }

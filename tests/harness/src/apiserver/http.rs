@@ -27,6 +27,7 @@ use super::resources::{self, ResourceType};
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::ApiError;
 use super::store::{strip_type_meta, Key};
+use super::unkind::{InitialEvents, Served};
 use super::watch::{self, event_line, WatchSpec};
 use super::{leases, lock, read_valid_tokens, Attributes, Auth, RequestRecord, Shared, USER};
 
@@ -51,6 +52,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         .into_owned()
         .collect();
     let token = bearer_token(req.headers());
+    let http_version = format!("{:?}", req.version());
     shared.cut_off.wait_while_cut_off(token.as_deref()).await;
     let mut response = serve(
         &shared,
@@ -71,12 +73,20 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     if let Ok(audit_id) = HeaderValue::from_str(&uuid::Uuid::new_v4().to_string()) {
         headers.insert("audit-id", audit_id);
     }
+    let served = response
+        .extensions()
+        .get::<Served>()
+        .copied()
+        .unwrap_or_default();
     lock(&shared.requests).push(RequestRecord {
         method: method.to_string(),
         path,
         query,
         status: response.status().as_u16(),
         token_sent: token.is_some(),
+        http_version,
+        served_revision: served.revision,
+        expired: served.expired || response.status() == StatusCode::GONE,
     });
     response
 }
@@ -189,6 +199,9 @@ async fn serve(
     let is_collection_get =
         matches!(&route, Ok(Route::Resource { name: None, .. })) && method == Method::GET;
     if let Some(failure) = shared.take_failure(is_collection_get && !watch, watch) {
+        if failure == super::Failure::StallAfterHeaders {
+            return Ok(stalled_response());
+        }
         return Err(failure.to_error());
     }
     match route? {
@@ -489,7 +502,7 @@ fn list(
             metadata["remainingItemCount"] = json!(remaining);
         }
     }
-    Ok(json_response(
+    let mut response = json_response(
         StatusCode::OK,
         &json!({
             "kind": format!("{}List", rt.kind),
@@ -497,7 +510,12 @@ fn list(
             "metadata": metadata,
             "items": items,
         }),
-    ))
+    );
+    response.extensions_mut().insert(Served {
+        revision: Some(revision),
+        expired: false,
+    });
+    Ok(response)
 }
 
 fn start_watch(
@@ -530,12 +548,22 @@ fn start_watch(
         allow_bookmarks: is_true(query, "allowWatchBookmarks"),
         timeout,
     };
+    let unkind = *lock(&shared.unkind);
     let send_initial = is_true(query, "sendInitialEvents");
     let rv_match = query
         .get("resourceVersionMatch")
         .map(String::as_str)
         .filter(|m| !m.is_empty());
-    if send_initial {
+    // A server that ignores the watch-list parameters serves a plain watch from "now".
+    let ignore_initial = send_initial && unkind.initial_events == InitialEvents::Ignored;
+    if send_initial && !ignore_initial {
+        if unkind.initial_events == InitialEvents::Rejected {
+            return Err(ApiError::invalid(
+                "ListOptions",
+                "sendInitialEvents",
+                "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+            ));
+        }
         if rv_match != Some("NotOlderThan") {
             return Err(ApiError::invalid(
                 "ListOptions",
@@ -550,17 +578,23 @@ fn start_watch(
                 "allowWatchBookmarks must be set to true when sendInitialEvents is set",
             ));
         }
-    } else if rv_match.is_some() {
+    } else if !send_initial && rv_match.is_some() {
         return Err(ApiError::invalid(
             "ListOptions",
             "resourceVersionMatch",
             "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
         ));
     }
-    let rv = parse_rv(query)?;
+    let rv = if ignore_initial {
+        None
+    } else {
+        parse_rv(query)?
+    };
 
     let mut store = shared.store();
     let current = store.revision();
+    // What the watch cache has seen: all of it, unless it is set to lag behind.
+    let cache_revision = unkind.watch_cache_revision.unwrap_or(current).min(current);
     let snapshot = |store: &super::Store| -> Vec<Bytes> {
         store
             .state_at(rt, current)
@@ -570,8 +604,8 @@ fn start_watch(
             .collect()
     };
     let initial = match rv {
-        Some(n) if n > current => return Err(ApiError::too_large(n, current)),
-        _ if send_initial => {
+        Some(n) if n > cache_revision => return Err(ApiError::too_large(n, cache_revision)),
+        _ if send_initial && !ignore_initial => {
             let mut lines = snapshot(&store);
             lines.push(spec.bookmark(current, true));
             lines
@@ -580,17 +614,28 @@ fn start_watch(
         Some(n) if n < store.history_start() => {
             let status = ApiError::too_old(n, store.history_start()).body;
             let line = event_line("ERROR", &status);
-            return Ok(stream_response(Body::from_stream(
-                futures_util::stream::once(async move { Ok::<_, std::io::Error>(line) }),
-            )));
+            let mut response =
+                stream_response(Body::from_stream(futures_util::stream::once(async move {
+                    Ok::<_, std::io::Error>(line)
+                })));
+            response.extensions_mut().insert(Served {
+                revision: None,
+                expired: true,
+            });
+            return Ok(response);
         }
-        Some(n) => store
-            .changes_since(rt, n)
-            .iter()
-            .filter_map(|change| spec.event_for(change))
-            .collect(),
+        Some(n) => {
+            let replayed = store.changes_before(rt, n, unkind.replay_on_resume, |c| {
+                spec.event_for(c).is_some()
+            });
+            replayed
+                .iter()
+                .chain(store.changes_since(rt, n).iter())
+                .filter_map(|change| spec.event_for(change))
+                .collect()
+        }
     };
-    let rx = store.register(rt);
+    let (rx, backlog) = store.register_bounded(rt, unkind.watch_backlog_limit);
     drop(store);
 
     let (tx, body_rx) = mpsc::channel(WATCH_BODY_BUFFER);
@@ -600,10 +645,14 @@ fn start_watch(
         rx,
         tx,
         shared.stream_settings.clone(),
+        backlog,
     ));
-    Ok(stream_response(Body::from_stream(ReceiverStream::new(
-        body_rx,
-    ))))
+    let mut response = stream_response(Body::from_stream(ReceiverStream::new(body_rx)));
+    response.extensions_mut().insert(Served {
+        revision: Some(rv.filter(|&n| n != 0).unwrap_or(current)),
+        expired: false,
+    });
+    Ok(response)
 }
 
 async fn read_json(body: Body) -> Result<Value, ApiError> {
@@ -615,6 +664,20 @@ async fn read_json(body: Body) -> Result<Value, ApiError> {
             "the body of the request was in an unknown format: {e}"
         ))
     })
+}
+
+/// A 500 whose announced JSON body never arrives.
+fn stalled_response() -> Response {
+    let never = futures_util::stream::pending::<Result<Bytes, std::io::Error>>();
+    let mut response = Response::new(Body::from_stream(never));
+    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("200"));
+    response
 }
 
 fn json_response(status: StatusCode, value: &Value) -> Response {

@@ -32,6 +32,7 @@ mod selector;
 mod status;
 mod store;
 mod tls;
+mod unkind;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap};
@@ -49,6 +50,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 pub use status::ApiError;
 use store::{Store, WatchFault, WatchMsg};
+pub use unkind::InitialEvents;
 pub use watch::Framing;
 
 /// The user RBAC messages name: a kube2nats service account (the manifests in deploy/ use the
@@ -183,6 +185,8 @@ pub enum Failure {
         /// `Retry-After` seconds.
         retry_after_secs: u64,
     },
+    /// The headers of a 500 that announce a body, which then never comes: a proxy that stalls.
+    StallAfterHeaders,
 }
 
 impl Failure {
@@ -195,7 +199,7 @@ impl Failure {
                 None,
             )
             .with_retry_after(retry_after_secs),
-            Failure::Internal => ApiError::new(
+            Failure::Internal | Failure::StallAfterHeaders => ApiError::new(
                 500,
                 "InternalError",
                 "Internal error occurred: injected failure",
@@ -237,6 +241,13 @@ pub struct RequestRecord {
     pub status: u16,
     /// Whether an `Authorization: Bearer` header was sent.
     pub token_sent: bool,
+    /// `HTTP/1.1` or `HTTP/2.0`.
+    pub http_version: String,
+    /// For a list: the revision it was served at; for a watch: the revision after which its
+    /// events start.
+    pub served_revision: Option<u64>,
+    /// Answered 410 Expired, as a status or (for a watch) as an ERROR event in the stream.
+    pub expired: bool,
 }
 
 impl RequestRecord {
@@ -273,6 +284,8 @@ struct Shared {
     stream_settings: Arc<Mutex<watch::StreamSettings>>,
     requests: Mutex<Vec<RequestRecord>>,
     server_address: String,
+    unkind: Mutex<unkind::Settings>,
+    connections: std::sync::atomic::AtomicUsize,
     cut_off: partition::CutOff,
 }
 
@@ -393,6 +406,8 @@ impl ApiServer {
             stream_settings: Arc::new(Mutex::new(watch::StreamSettings::default())),
             requests: Mutex::new(Vec::new()),
             server_address: addr.to_string(),
+            unkind: Mutex::new(unkind::Settings::default()),
+            connections: std::sync::atomic::AtomicUsize::new(0),
             cut_off: partition::CutOff::default(),
         });
 
@@ -400,6 +415,7 @@ impl ApiServer {
             listener,
             tls_acceptor.clone(),
             http::router(shared.clone()),
+            shared.clone(),
         ));
         let mut tasks = Vec::new();
         if let Some(interval) = opts.bookmark_interval {
@@ -471,6 +487,7 @@ impl ApiServer {
             listener,
             self.tls.clone(),
             http::router(self.shared.clone()),
+            self.shared.clone(),
         ));
         *lock(&self.serving) = Some(task);
         Ok(())
@@ -720,12 +737,18 @@ async fn accept_loop(
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
     router: axum::Router,
+    shared: Arc<Shared>,
 ) {
     let mut connections = JoinSet::new();
     loop {
         while connections.try_join_next().is_some() {}
         let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
+            Ok((stream, _)) => {
+                shared
+                    .connections
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                stream
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "accept failed");
                 tokio::time::sleep(Duration::from_millis(10)).await;

@@ -77,11 +77,44 @@ pub enum WatchFault {
     Truncate,
     /// Write a line that is not JSON and keep going.
     Garbage,
+    /// Write nothing more and never end: a half-open connection, as the client sees it.
+    Hang,
+}
+
+/// A bound on one watch's queued changes, shared by the store (which counts what it queues) and
+/// the watch task (which counts what it takes).
+#[derive(Debug)]
+pub struct Backlog {
+    pending: std::sync::atomic::AtomicUsize,
+    limit: usize,
+    terminated: std::sync::atomic::AtomicBool,
+}
+
+impl Backlog {
+    /// One change taken from the queue; whether the watch has been terminated meanwhile.
+    pub fn take_one(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        let _ = self
+            .pending
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        self.terminated.load(Ordering::SeqCst)
+    }
+
+    /// One more change queued; false once that is over the limit (the watch is then terminated).
+    fn queue_one(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        if self.pending.fetch_add(1, Ordering::SeqCst) >= self.limit {
+            self.terminated.store(true, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
 }
 
 struct Watcher {
     resource: &'static str,
     tx: mpsc::UnboundedSender<WatchMsg>,
+    backlog: Option<Arc<Backlog>>,
 }
 
 /// Current objects, the global revision and the history.
@@ -93,6 +126,8 @@ pub struct Store {
     /// Every change with a revision above this one is still in `history`.
     history_start: u64,
     watchers: Vec<Watcher>,
+    /// Watches terminated for exceeding their backlog limit.
+    terminated_watches: usize,
 }
 
 /// Current UTC time as RFC 3339 with second precision, like `metav1.Time`.
@@ -144,6 +179,7 @@ impl Store {
             history_limit: history_limit.max(1),
             history_start: 1,
             watchers: Vec::new(),
+            terminated_watches: 0,
         }
     }
 
@@ -192,9 +228,18 @@ impl Store {
             }
         }
         let resource = change.resource.plural;
+        let mut terminated = 0;
         self.watchers.retain(|w| {
-            w.resource != resource || w.tx.send(WatchMsg::Change(change.clone())).is_ok()
+            if w.resource != resource {
+                return true;
+            }
+            if w.backlog.as_ref().is_some_and(|b| !b.queue_one()) {
+                terminated += 1;
+                return false;
+            }
+            w.tx.send(WatchMsg::Change(change.clone())).is_ok()
         });
+        self.terminated_watches += terminated;
     }
 
     /// Creates an object. Fills in uid, resourceVersion, creationTimestamp, namespace and the
@@ -393,14 +438,54 @@ impl Store {
             .collect()
     }
 
-    /// Registers a watch on `rt`; it receives every later change of that resource.
-    pub fn register(&mut self, rt: &'static ResourceType) -> mpsc::UnboundedReceiver<WatchMsg> {
+    /// Registers a watch on `rt`; it receives every later change of that resource. With a
+    /// `limit`, its queue of changes not yet taken is bounded:
+    /// past it the watch is dropped from the fan-out and its [`Backlog`] marked terminated.
+    pub fn register_bounded(
+        &mut self,
+        rt: &'static ResourceType,
+        limit: Option<usize>,
+    ) -> (mpsc::UnboundedReceiver<WatchMsg>, Option<Arc<Backlog>>) {
         let (tx, rx) = mpsc::unbounded_channel();
+        let backlog = limit.map(|limit| {
+            Arc::new(Backlog {
+                pending: std::sync::atomic::AtomicUsize::new(0),
+                limit,
+                terminated: std::sync::atomic::AtomicBool::new(false),
+            })
+        });
         self.watchers.push(Watcher {
             resource: rt.plural,
             tx,
+            backlog: backlog.clone(),
         });
-        rx
+        (rx, backlog)
+    }
+
+    /// Watches terminated so far for exceeding their backlog limit.
+    pub fn terminated_watches(&self) -> usize {
+        self.terminated_watches
+    }
+
+    /// The last `k` changes of `rt` at or before `revision` that are still in the history and
+    /// pass `keep`, oldest first.
+    pub fn changes_before(
+        &self,
+        rt: &'static ResourceType,
+        revision: u64,
+        k: usize,
+        mut keep: impl FnMut(&Change) -> bool,
+    ) -> Vec<Arc<Change>> {
+        let mut last: Vec<Arc<Change>> = self
+            .history
+            .iter()
+            .rev()
+            .filter(|c| c.revision <= revision && c.resource.plural == rt.plural && keep(c))
+            .take(k)
+            .cloned()
+            .collect();
+        last.reverse();
+        last
     }
 
     /// Sends `msg` to every open watch, dropping the registrations of closed ones.

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use super::resources::ResourceType;
 use super::selector::{FieldSelector, LabelSelector};
-use super::store::{Change, ChangeType, WatchFault, WatchMsg};
+use super::store::{Backlog, Change, ChangeType, WatchFault, WatchMsg};
 
 /// What a watch follows and how it talks.
 #[derive(Debug, Clone)]
@@ -129,13 +129,15 @@ pub struct StreamSettings {
 }
 
 /// Runs one watch until the client goes away, the timeout passes, or a fault ends it.
-/// `initial` lines are written first; then messages from the store.
+/// `initial` lines are written first; then messages from the store. With a `backlog`, a watch
+/// the store has terminated for falling behind ends cleanly at once, its queue discarded.
 pub async fn run(
     spec: WatchSpec,
     initial: Vec<Bytes>,
     mut rx: mpsc::UnboundedReceiver<WatchMsg>,
     body: BodyTx,
     settings: Arc<Mutex<StreamSettings>>,
+    backlog: Option<Arc<Backlog>>,
 ) {
     let deadline = spec.timeout.map(|t| tokio::time::Instant::now() + t);
     let mut writer = Writer {
@@ -165,6 +167,9 @@ pub async fn run(
             // Timeout, or the server is gone: end cleanly with whatever was pending.
             None => {
                 let _ = writer.flush().await;
+                Flow::End
+            }
+            Some(WatchMsg::Change(_)) if backlog.as_ref().is_some_and(|b| b.take_one()) => {
                 Flow::End
             }
             Some(WatchMsg::Change(change)) => match spec.event_for(&change) {
@@ -295,6 +300,11 @@ impl Writer {
             WatchFault::Garbage => {
                 self.write_line(Bytes::from_static(b"<html>oops</html>\n"))
                     .await
+            }
+            WatchFault::Hang => {
+                let _ = self.flush().await;
+                self.body.closed().await;
+                Flow::End
             }
         }
     }
