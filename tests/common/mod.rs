@@ -448,8 +448,19 @@ impl Process {
         panic!("no log line with {needles:?}; saw:\n{}", seen.join("\n"));
     }
 
+    /// The lines not taken yet. The reader thread may still be behind the process (it has
+    /// exited, but its last lines sit in the pipe), so this takes lines until the reader reaches
+    /// the end of stderr or falls quiet for a second, at most five seconds in all.
     pub fn rest(&self) -> String {
-        self.lines.try_iter().collect::<Vec<_>>().join("\n")
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let mut lines = Vec::new();
+        while tokio::time::Instant::now() < deadline {
+            match self.lines.recv_timeout(Duration::from_secs(1)) {
+                Ok(line) => lines.push(line),
+                Err(_) => break,
+            }
+        }
+        lines.join("\n")
     }
 
     pub fn terminate(&self) {
