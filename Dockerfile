@@ -3,24 +3,51 @@
 # kube2nats container image: a static (musl) release build on distroless/static, no shell, no
 # package manager, running as UID 65532, fine with a read-only root filesystem.
 #   docker build -t ghcr.io/kube2nats/kube2nats:0.1.0 .
-# scripts/check-deploy builds the binary with the same cargo command (it checks that this file
-# still contains it) and reports its size: the image is that plus about 2 MB of distroless/static.
+#   docker buildx build --platform linux/amd64,linux/arm64 -t ghcr.io/kube2nats/kube2nats:0.1.0 .
+# scripts/check-deploy builds the amd64 binary with the same cargo command (it checks that this
+# file still contains it) and reports its size: the image is that plus about 2 MB of
+# distroless/static; it also builds the arm64 binary with the same cross compiler.
 
 ARG RUST_VERSION=1.95
 
-FROM rust:${RUST_VERSION}-slim-bookworm AS build
-# ring compiles C and assembly for the target: it needs a musl C compiler.
-RUN apt-get update \
- && apt-get install -y --no-install-recommends musl-tools=1.2.3-1 \
+# Multi-arch: `docker buildx build --platform linux/amd64,linux/arm64 .` compiles on the build
+# machine's own architecture ($BUILDPLATFORM, no emulation) for each target architecture
+# ($TARGETARCH), to the matching static musl target.
+FROM --platform=$BUILDPLATFORM rust:${RUST_VERSION}-slim-bookworm AS build
+ARG TARGETARCH
+ARG BUILDARCH
+# ring compiles C and assembly for the target: a C compiler for it. Natively, musl-tools (found by
+# the cc crate); from amd64 to arm64, Debian's aarch64 cross compiler, named as C compiler and
+# linker (Rust's musl target brings its own libc and crt: the cross gcc only compiles ring's C
+# and drives the link).
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN case "$TARGETARCH" in \
+      amd64) target=x86_64-unknown-linux-musl ;; \
+      arm64) target=aarch64-unknown-linux-musl ;; \
+      *) echo "unsupported TARGETARCH $TARGETARCH (amd64, arm64)" >&2; exit 1 ;; \
+    esac \
+ && apt-get update \
+ && if [ "$TARGETARCH" = "$BUILDARCH" ]; then cc=""; \
+      apt-get install -y --no-install-recommends musl-tools=1.2.3-1; \
+    elif [ "$TARGETARCH" = arm64 ] && [ "$BUILDARCH" = amd64 ]; then cc=aarch64-linux-gnu-gcc; \
+      apt-get install -y --no-install-recommends gcc-aarch64-linux-gnu=4:12.2.0-3; \
+    else echo "cross-compiling from $BUILDARCH to $TARGETARCH is not set up" >&2; exit 1; fi \
  && rm -rf /var/lib/apt/lists/* \
- && rustup target add x86_64-unknown-linux-musl
+ && rustup target add "$target" \
+ && echo "export TARGET=$target" > /target.env \
+ && if [ -n "$cc" ]; then \
+      env_target=$(echo "$target" | tr 'a-z-' 'A-Z_'); \
+      echo "export CC_${target//-/_}=$cc CARGO_TARGET_${env_target}_LINKER=$cc" >> /target.env; \
+    fi
 WORKDIR /src
 COPY . .
-# The cargo caches are build-time mounts; the binary is copied out of them.
+# The cargo caches are build-time mounts (one target dir per architecture); the binary is copied
+# out of them.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
-    --mount=type=cache,target=/src/target \
-    cargo build --release --locked --target x86_64-unknown-linux-musl --bin kube2nats \
- && cp target/x86_64-unknown-linux-musl/release/kube2nats /kube2nats
+    --mount=type=cache,target=/src/target,id=kube2nats-target-$TARGETARCH \
+    source /target.env \
+ && cargo build --release --locked --target "$TARGET" --bin kube2nats \
+ && cp "target/$TARGET/release/kube2nats" /kube2nats
 
 FROM gcr.io/distroless/static-debian12:nonroot
 ARG VERSION=0.1.0

@@ -326,3 +326,46 @@ async fn nats_outage_in_core_mode_applies_backpressure_and_bounds_memory() {
         "p00's deletion arrived last for it"
     );
 }
+
+/// The stream kube2nats creates when the config names none of its limits is bounded as
+/// config.example.toml documents: a week, 1 GiB, 1000 messages per subject, one replica, the
+/// oldest discarded when full, a two-minute duplicate window.
+#[tokio::test]
+async fn managed_stream_is_created_with_bounded_defaults() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    sim.create("pods", Some("default"), json!({"metadata": {"name": "a"}}));
+    let nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = jetstream_pods_config(&sim, &nats, dir.path());
+    let daemon = kube2nats::app::start(config_from(&config)).await.unwrap();
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut stream = loop {
+        if let Ok(stream) = js.get_stream("KUBE").await {
+            break stream;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "stream KUBE not created"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let info = stream.info().await.unwrap();
+    let config = &info.config;
+    assert_eq!(config.subjects, ["kube.>"]);
+    assert_eq!(config.max_age, Duration::from_secs(7 * 24 * 3600));
+    assert_eq!(config.max_bytes, 1 << 30);
+    assert_eq!(config.max_messages_per_subject, 1000);
+    assert_eq!(config.num_replicas, 1);
+    assert_eq!(
+        config.discard,
+        async_nats::jetstream::stream::DiscardPolicy::Old
+    );
+    assert_eq!(config.duplicate_window, Duration::from_secs(120));
+    assert_eq!(
+        config.storage,
+        async_nats::jetstream::stream::StorageType::File
+    );
+    daemon.shutdown();
+    daemon.wait().await.unwrap();
+}

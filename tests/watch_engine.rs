@@ -366,11 +366,12 @@ async fn tls_with_the_ca_file() {
         base_url: sim.url().parse().unwrap(),
         ca_pem: None,
         identity_pem: None,
-        token: Some(kube2nats::kube::credentials::TokenSource::file(
+        auth: Some(kube2nats::kube::credentials::AuthSource::file(
             token,
             Duration::from_secs(60),
         )),
         insecure_skip_tls_verify: false,
+        proxy_url: None,
     };
     let mut rec = Recorder::start(api_client(endpoint), target(pods(), Some("default")));
     assert_eq!(rec.next().await, "restart transport");

@@ -58,6 +58,15 @@ impl Checker {
         Some(d)
     }
 
+    /// A JetStream limit: `-1` is unlimited (`Some(None)`), a positive number that limit.
+    fn limit(&mut self, key: &str, value: i64) -> Option<Option<u64>> {
+        match value {
+            -1 => Some(None),
+            1.. => Some(Some(value.unsigned_abs())),
+            _ => self.fail(key, format!("{value} is not >= 1 or -1 (unlimited)")),
+        }
+    }
+
     pub(super) fn positive(&mut self, key: &str, value: &str) -> Option<Duration> {
         self.duration_min(key, value, Duration::from_nanos(1))
     }
@@ -259,11 +268,8 @@ fn check_api_source(c: &mut Checker, k: &RawKubernetes) -> Option<ApiSource> {
     let api_url = non_empty(&k.api_url);
     let kubeconfig = non_empty(&k.kubeconfig);
     let context = non_empty(&k.context);
-    if context.is_some() && kubeconfig.is_none() {
-        let why = format!(
-            "{:?} is set but kubernetes.kubeconfig is empty (context only applies to a kubeconfig)",
-            k.context
-        );
+    if context.is_some() && api_url.is_some() {
+        let why = "set together with kubernetes.api_url (context only applies to a kubeconfig)";
         c.fail::<()>("kubernetes.context", why);
     }
     match (api_url, kubeconfig) {
@@ -303,15 +309,20 @@ fn check_api_source(c: &mut Checker, k: &RawKubernetes) -> Option<ApiSource> {
                 }
             }
             Some(ApiSource::Kubeconfig {
-                path: PathBuf::from(p),
+                paths: std::env::split_paths(p)
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .collect(),
                 context: context.map(str::to_owned),
             })
         }
-        (None, None) => Some(ApiSource::InCluster {
-            token_file: path(&k.token_file).unwrap_or_else(|| DEFAULT_TOKEN_FILE.into()),
-            ca_file: path(&k.ca_file).unwrap_or_else(|| DEFAULT_CA_FILE.into()),
-            namespace_file: path(&k.namespace_file)
-                .unwrap_or_else(|| DEFAULT_NAMESPACE_FILE.into()),
+        (None, None) => Some(ApiSource::Auto {
+            in_cluster: InClusterFiles {
+                token_file: path(&k.token_file).unwrap_or_else(|| DEFAULT_TOKEN_FILE.into()),
+                ca_file: path(&k.ca_file).unwrap_or_else(|| DEFAULT_CA_FILE.into()),
+                namespace_file: path(&k.namespace_file)
+                    .unwrap_or_else(|| DEFAULT_NAMESPACE_FILE.into()),
+            },
+            context: context.map(str::to_owned),
         }),
     }
 }
@@ -535,6 +546,18 @@ fn check_stream(c: &mut Checker, s: &RawStream) -> Option<StreamConfig> {
     let storage = c.one_of(&format!("{K}.storage"), &s.storage, Storage::NAMES);
     let duplicate_window = c.positive(&format!("{K}.duplicate_window"), &s.duplicate_window);
     let max_age = c.duration(&format!("{K}.max_age"), &s.max_age);
+    let max_bytes = c.limit(&format!("{K}.max_bytes"), s.max_bytes);
+    let max_msgs_per_subject =
+        c.limit(&format!("{K}.max_msgs_per_subject"), s.max_msgs_per_subject);
+    let replicas = if (1..=5).contains(&s.replicas) {
+        Some(s.replicas)
+    } else {
+        c.fail(
+            format!("{K}.replicas"),
+            format!("{} is out of range (allowed: 1..=5)", s.replicas),
+        )
+    };
+    let discard = c.one_of(&format!("{K}.discard"), &s.discard, Discard::NAMES);
     Some(StreamConfig {
         name: name?,
         subjects: subjects_ok.then(|| s.subjects.clone())?,
@@ -542,6 +565,10 @@ fn check_stream(c: &mut Checker, s: &RawStream) -> Option<StreamConfig> {
         storage: storage?,
         duplicate_window: duplicate_window?,
         max_age: max_age?,
+        max_bytes: max_bytes?,
+        max_msgs_per_subject: max_msgs_per_subject?,
+        replicas: replicas?,
+        discard: discard?,
     })
 }
 
@@ -569,6 +596,45 @@ fn check_subscription_subject(subject: &str) -> Result<(), &'static str> {
 mod tests {
     use super::*;
     use crate::config::testing::*;
+
+    #[test]
+    fn stream_limits_default_bounded_and_overridable() {
+        let toml = |extra: &str| {
+            format!("[nats]\nmode = \"jetstream\"\n[nats.jetstream.stream]\n{extra}\n")
+        };
+        let c = load_str(&format!("{}{MINIMAL}", toml(""))).unwrap();
+        let NatsMode::JetStream(js) = &c.nats.mode else {
+            panic!("jetstream mode")
+        };
+        let stream = js.stream.as_ref().unwrap();
+        assert_eq!(stream.max_age, Duration::from_secs(7 * 24 * 3600));
+        assert_eq!(stream.max_bytes, Some(1 << 30));
+        assert_eq!(stream.max_msgs_per_subject, Some(1000));
+        assert_eq!((stream.replicas, stream.discard), (1, Discard::Old));
+        let overrides = "max_bytes = -1\nmax_msgs_per_subject = 5\nreplicas = 3\ndiscard = \"new\"";
+        let c = load_str(&format!("{}{MINIMAL}", toml(overrides))).unwrap();
+        let NatsMode::JetStream(js) = &c.nats.mode else {
+            panic!("jetstream mode")
+        };
+        let stream = js.stream.as_ref().unwrap();
+        assert_eq!(stream.max_bytes, None);
+        assert_eq!(stream.max_msgs_per_subject, Some(5));
+        assert_eq!((stream.replicas, stream.discard), (3, Discard::New));
+        let k = "nats.jetstream.stream";
+        assert_error(
+            &toml("max_bytes = 0"),
+            &format!("{k}.max_bytes: 0 is not >= 1 or -1"),
+        );
+        assert_error(
+            &toml("max_msgs_per_subject = -5"),
+            &format!("{k}.max_msgs_per_subject"),
+        );
+        assert_error(
+            &toml("replicas = 7"),
+            &format!("{k}.replicas: 7 is out of range"),
+        );
+        assert_error(&toml("discard = \"oldest\""), &format!("{k}.discard"));
+    }
 
     #[test]
     fn durations() {
@@ -691,7 +757,7 @@ mod tests {
         assert_eq!(
             c.kubernetes.source,
             ApiSource::Kubeconfig {
-                path: "/k".into(),
+                paths: vec!["/k".into()],
                 context: Some("kind".into())
             }
         );
@@ -708,8 +774,8 @@ mod tests {
             "kubernetes.api_url: invalid URL",
         );
         assert_error(
-            "[kubernetes]\ncontext = \"kind\"",
-            "kubernetes.context: \"kind\" is set but kubernetes.kubeconfig is empty",
+            "[kubernetes]\napi_url = \"http://x\"\ncontext = \"kind\"",
+            "kubernetes.context: set together with kubernetes.api_url",
         );
         assert_error(
             "[kubernetes]\nkubeconfig = \"/k\"\ntoken_file = \"/t\"",

@@ -129,11 +129,12 @@ pub struct KubernetesConfig {
 /// Where the API server is and how to authenticate to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApiSource {
-    /// The pod's service account: `KUBERNETES_SERVICE_HOST`/`PORT` and the mounted files.
-    InCluster {
-        token_file: PathBuf,
-        ca_file: PathBuf,
-        namespace_file: PathBuf,
+    /// As client-go and kubectl decide: the pod's service account when `KUBERNETES_SERVICE_HOST`
+    /// is set and no `context` is named, else the files of `$KUBECONFIG` (merged), else
+    /// `~/.kube/config`.
+    Auto {
+        in_cluster: InClusterFiles,
+        context: Option<String>,
     },
     /// An explicit URL (`https://…`, or `http://127.0.0.1:8001` behind `kubectl proxy`).
     Url {
@@ -141,11 +142,20 @@ pub enum ApiSource {
         token_file: Option<PathBuf>,
         ca_file: Option<PathBuf>,
     },
-    /// A kubeconfig file; `context: None` means its current-context.
+    /// Kubeconfig files, merged as kubectl merges `$KUBECONFIG`; `context: None` means the
+    /// current-context.
     Kubeconfig {
-        path: PathBuf,
+        paths: Vec<PathBuf>,
         context: Option<String>,
     },
+}
+
+/// The service-account files a pod has mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InClusterFiles {
+    pub token_file: PathBuf,
+    pub ca_file: PathBuf,
+    pub namespace_file: PathBuf,
 }
 
 /// Exponential backoff with jitter, as a validated value: only [`BackoffConfig::new`] (or
@@ -365,6 +375,25 @@ pub struct StreamConfig {
     pub duplicate_window: Duration,
     /// Zero means unlimited.
     pub max_age: Duration,
+    /// `None` means unlimited.
+    pub max_bytes: Option<u64>,
+    /// `None` means unlimited.
+    pub max_msgs_per_subject: Option<u64>,
+    pub replicas: usize,
+    pub discard: Discard,
+}
+
+/// What a full managed stream gives up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discard {
+    /// Its oldest messages: new events keep flowing.
+    Old,
+    /// New messages: publishes fail (and the watches wait) until space frees up.
+    New,
+}
+
+impl Named for Discard {
+    const NAMES: &'static [(&'static str, Self)] = &[("old", Discard::Old), ("new", Discard::New)];
 }
 
 /// JetStream retention policy of a managed stream.
@@ -514,10 +543,13 @@ mod tests {
         assert_eq!(c.log.format, LogFormat::Text);
         assert_eq!(
             c.kubernetes.source,
-            ApiSource::InCluster {
-                token_file: DEFAULT_TOKEN_FILE.into(),
-                ca_file: DEFAULT_CA_FILE.into(),
-                namespace_file: DEFAULT_NAMESPACE_FILE.into()
+            ApiSource::Auto {
+                in_cluster: InClusterFiles {
+                    token_file: DEFAULT_TOKEN_FILE.into(),
+                    ca_file: DEFAULT_CA_FILE.into(),
+                    namespace_file: DEFAULT_NAMESPACE_FILE.into()
+                },
+                context: None,
             }
         );
         assert_eq!(c.kubernetes.watch_timeout, Duration::from_secs(300));

@@ -7,7 +7,7 @@
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
-use super::{InitialState, LogFormat, Named, PayloadMode, RbacCheck, Retention, Storage};
+use super::{Discard, InitialState, LogFormat, Named, PayloadMode, RbacCheck, Retention, Storage};
 use crate::event::EventType;
 
 /// `log.filter`: `info` shows start-up, reconnects that need attention and errors, without the
@@ -82,8 +82,22 @@ pub const DEFAULT_STREAM_STORAGE: Storage = Storage::File;
 /// `nats.jetstream.stream.duplicate_window`: JetStream's own default; must cover the longest
 /// window in which kube2nats may republish (reconnect plus relist).
 pub const DEFAULT_DUPLICATE_WINDOW: Duration = Duration::from_secs(2 * 60);
-/// `nats.jetstream.stream.max_age`: zero, unlimited; age limits are the operator's choice.
-pub const DEFAULT_STREAM_MAX_AGE: Duration = Duration::ZERO;
+/// `nats.jetstream.stream.max_age`: a week, so a consumer that was down over a long weekend can
+/// still replay what it missed, and nothing is kept for ever.
+pub const DEFAULT_STREAM_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+/// `nats.jetstream.stream.max_bytes`: 1 GiB bounds the disk (or memory) the stream takes whatever
+/// the cluster's churn; at a few KiB per event that is hundreds of thousands of changes.
+pub const DEFAULT_STREAM_MAX_BYTES: i64 = 1 << 30;
+/// `nats.jetstream.stream.max_msgs_per_subject`: a subject is one object and event type, so this
+/// keeps each object's last 1000 changes of a type: one hot object (a Lease renewed every few
+/// seconds) cannot push every other object's history out of `max_bytes`.
+pub const DEFAULT_STREAM_MAX_MSGS_PER_SUBJECT: i64 = 1000;
+/// `nats.jetstream.stream.replicas`: 1 runs on a single NATS server (the NATS Helm chart's
+/// default); use 3 on a JetStream cluster so the loss of one NATS server loses nothing.
+pub const DEFAULT_STREAM_REPLICAS: usize = 1;
+/// `nats.jetstream.stream.discard`: `old`, so a full stream drops its oldest messages and keeps
+/// accepting new ones. `new` would refuse publishes when full, which stalls every watch.
+pub const DEFAULT_STREAM_DISCARD: Discard = Discard::Old;
 
 /// `publish.subject_prefix`.
 pub const DEFAULT_SUBJECT_PREFIX: &str = "kube";
@@ -148,12 +162,14 @@ impl Default for RawLog {
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawKubernetes {
-    /// `""`: in-cluster (or the kubeconfig when `kubeconfig` is set); otherwise an http(s) URL such
+    /// `""`: found as kubectl finds it (see [`ApiSource::Auto`]); otherwise an http(s) URL such
     /// as `http://127.0.0.1:8001` behind `kubectl proxy`. Default `""`.
     pub api_url: String,
-    /// Path of a kubeconfig; excludes `api_url`. Default `""` (none).
+    /// Kubeconfig path(s), `:`-separated like `$KUBECONFIG`; excludes `api_url`. Default `""`:
+    /// `$KUBECONFIG`, else `~/.kube/config`, when not in a pod.
     pub kubeconfig: String,
-    /// Context of the kubeconfig; `""` is its current-context. Only with `kubeconfig`.
+    /// Context of the kubeconfig; `""` is its current-context. Naming one uses the kubeconfig
+    /// even in a pod. Excludes `api_url`.
     pub context: String,
     /// Bearer token file. In-cluster: default [`DEFAULT_TOKEN_FILE`]; with `api_url`: used only
     /// when set.
@@ -327,6 +343,15 @@ pub struct RawStream {
     pub duplicate_window: String,
     /// Duration; `0s` = unlimited. Default [`DEFAULT_STREAM_MAX_AGE`].
     pub max_age: String,
+    /// Bytes, >= 1 or -1 = unlimited. Default [`DEFAULT_STREAM_MAX_BYTES`].
+    pub max_bytes: i64,
+    /// Messages kept per subject, >= 1 or -1 = unlimited. Default
+    /// [`DEFAULT_STREAM_MAX_MSGS_PER_SUBJECT`].
+    pub max_msgs_per_subject: i64,
+    /// 1..=5. Default [`DEFAULT_STREAM_REPLICAS`].
+    pub replicas: usize,
+    /// `old` or `new`: what a full stream drops. Default [`DEFAULT_STREAM_DISCARD`].
+    pub discard: String,
 }
 
 impl Default for RawStream {
@@ -338,6 +363,10 @@ impl Default for RawStream {
             storage: s(DEFAULT_STREAM_STORAGE.name()),
             duplicate_window: duration(DEFAULT_DUPLICATE_WINDOW),
             max_age: duration(DEFAULT_STREAM_MAX_AGE),
+            max_bytes: DEFAULT_STREAM_MAX_BYTES,
+            max_msgs_per_subject: DEFAULT_STREAM_MAX_MSGS_PER_SUBJECT,
+            replicas: DEFAULT_STREAM_REPLICAS,
+            discard: s(DEFAULT_STREAM_DISCARD.name()),
         }
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! It knows paths and verbs, not watch semantics: the watcher decides what a list or a watch means.
 
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -10,7 +11,7 @@ use prometheus::IntCounterVec;
 use reqwest::header::{HeaderMap, ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER};
 use url::Url;
 
-use super::credentials::{CredentialsError, Endpoint, TokenSource};
+use super::credentials::{AuthSource, Credential, CredentialsError, Endpoint};
 use super::error::ApiError;
 use crate::event::ResourceInfo;
 
@@ -37,11 +38,22 @@ pub fn register_api_requests(registry: &prometheus::Registry) -> prometheus::Res
 
 /// A client for one API server, shared by every watch.
 pub struct ApiClient {
-    http: reqwest::Client,
+    /// The HTTP client and the exec plugin's certificate it presents, replaced together when the
+    /// plugin hands out a new certificate (a TLS identity is fixed when a client is built).
+    http: RwLock<(reqwest::Client, Option<Arc<[u8]>>)>,
+    tls: TlsSettings,
     base: Url,
-    token: Option<TokenSource>,
+    auth: Option<AuthSource>,
     request_timeout: Duration,
     api_requests: IntCounterVec,
+}
+
+/// What the HTTP client is built from, kept to rebuild it with a new client certificate.
+struct TlsSettings {
+    ca_pem: Option<Vec<u8>>,
+    identity_pem: Option<Vec<u8>>,
+    insecure_skip_tls_verify: bool,
+    proxy_url: Option<Url>,
 }
 
 /// The `Authorization` header for `token`, marked sensitive so that no debug output of the
@@ -80,58 +92,53 @@ impl ApiClient {
         request_timeout: Duration,
         api_requests: IntCounterVec,
     ) -> Result<ApiClient, CredentialsError> {
-        let mut builder = reqwest::Client::builder()
-            .use_rustls_tls()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_keepalive(TCP_KEEPALIVE)
-            .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
-            .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
-            .http2_keep_alive_while_idle(true)
-            .user_agent(concat!("kube2nats/", env!("CARGO_PKG_VERSION")));
-        if let Some(pem) = &endpoint.ca_pem {
-            let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|source| {
-                CredentialsError::Tls {
-                    what: "CA bundle",
-                    source,
-                }
-            })?;
-            builder = builder.tls_built_in_root_certs(false);
-            for cert in certs {
-                builder = builder.add_root_certificate(cert);
-            }
-        }
-        if let Some(pem) = &endpoint.identity_pem {
-            let identity =
-                reqwest::Identity::from_pem(pem).map_err(|source| CredentialsError::Tls {
-                    what: "client certificate",
-                    source,
-                })?;
-            builder = builder.identity(identity);
-        }
-        if endpoint.insecure_skip_tls_verify {
+        let tls = TlsSettings {
+            ca_pem: endpoint.ca_pem,
+            identity_pem: endpoint.identity_pem,
+            insecure_skip_tls_verify: endpoint.insecure_skip_tls_verify,
+            proxy_url: endpoint.proxy_url,
+        };
+        if tls.insecure_skip_tls_verify {
             tracing::warn!("TLS verification of the API server is OFF (kubernetes.insecure_skip_tls_verify = true): anyone on the path can impersonate it");
-            builder = builder.danger_accept_invalid_certs(true);
         }
-        if endpoint.token.is_some() && endpoint.base_url.scheme() == "http" {
+        if endpoint.auth.is_some() && endpoint.base_url.scheme() == "http" {
             tracing::warn!(api_server = %endpoint.base_url, "the bearer token is sent over plain http://: anyone on the path can read it (use https://, or http:// only to a local kubectl proxy without a token)");
         }
-        let http = builder.build().map_err(|source| CredentialsError::Tls {
-            what: "HTTP client",
-            source,
-        })?;
+        if let Some(proxy) = &tls.proxy_url {
+            tracing::info!(proxy = %redacted(proxy), "reaching the API server through a proxy");
+        }
+        let http = build_http(&tls, tls.identity_pem.as_deref())?;
         Ok(ApiClient {
-            http,
+            http: RwLock::new((http, None)),
+            tls,
             base: endpoint.base_url,
-            token: endpoint.token,
+            auth: endpoint.auth,
             request_timeout,
             api_requests,
         })
     }
 
+    /// The HTTP client to use with `credential`: rebuilt when an exec plugin handed out a
+    /// certificate the current client does not present yet.
+    fn http_for(&self, credential: &Credential) -> Result<reqwest::Client, CredentialsError> {
+        let current = self.http.read().unwrap_or_else(|p| p.into_inner());
+        let Some(identity) = &credential.identity_pem else {
+            return Ok(current.0.clone());
+        };
+        if current.1.as_ref().is_some_and(|c| Arc::ptr_eq(c, identity)) {
+            return Ok(current.0.clone());
+        }
+        drop(current);
+        let http = build_http(&self.tls, Some(identity))?;
+        *self.http.write().unwrap_or_else(|p| p.into_inner()) =
+            (http.clone(), Some(identity.clone()));
+        Ok(http)
+    }
+
     /// GET a JSON document (discovery), within the request timeout.
     pub async fn get(&self, path: &str) -> Result<Bytes, ApiError> {
         let response = self
-            .send(Verb::Get, self.http.get(self.url(path, &[])), true)
+            .send(Verb::Get, |h| h.get(self.url(path, &[])), true)
             .await?;
         self.read_body(response).await
     }
@@ -139,33 +146,35 @@ impl ApiClient {
     /// One list request (one page), within the request timeout.
     pub async fn list(&self, path: &str, query: &[(&str, &str)]) -> Result<Bytes, ApiError> {
         let response = self
-            .send(Verb::List, self.http.get(self.url(path, query)), true)
+            .send(Verb::List, |h| h.get(self.url(path, query)), true)
             .await?;
         self.read_body(response).await
     }
 
     /// POST a JSON body (access reviews, a Lease's creation).
     pub async fn create(&self, path: &str, body: &serde_json::Value) -> Result<Bytes, ApiError> {
-        let request = self.http.post(self.url(path, &[]));
-        self.send_json(Verb::Create, request, body).await
+        let url = self.url(path, &[]);
+        self.send_json(Verb::Create, |h| h.post(url), body).await
     }
 
     /// PUT a whole object (a Lease renewal); the API server refuses it with 409 Conflict when the
     /// body's `metadata.resourceVersion` is not the object's current one.
     pub async fn update(&self, path: &str, body: &serde_json::Value) -> Result<Bytes, ApiError> {
-        let request = self.http.put(self.url(path, &[]));
-        self.send_json(Verb::Update, request, body).await
+        let url = self.url(path, &[]);
+        self.send_json(Verb::Update, |h| h.put(url), body).await
     }
 
     async fn send_json(
         &self,
         verb: Verb,
-        request: reqwest::RequestBuilder,
+        build: impl FnOnce(&reqwest::Client) -> reqwest::RequestBuilder,
         body: &serde_json::Value,
     ) -> Result<Bytes, ApiError> {
-        let request = request
-            .header(CONTENT_TYPE, "application/json")
-            .body(body.to_string());
+        let request = |h: &reqwest::Client| {
+            build(h)
+                .header(CONTENT_TYPE, "application/json")
+                .body(body.to_string())
+        };
         let response = self.send(verb, request, true).await?;
         self.read_body(response).await
     }
@@ -178,7 +187,7 @@ impl ApiClient {
         query: &[(&str, &str)],
     ) -> Result<reqwest::Response, ApiError> {
         let response = self
-            .send(Verb::Watch, self.http.get(self.url(path, query)), false)
+            .send(Verb::Watch, |h| h.get(self.url(path, query)), false)
             .await?;
         let content_type = response
             .headers()
@@ -207,23 +216,25 @@ impl ApiClient {
         url
     }
 
+    /// Sends the request `build` makes with the current credentials, counting it by verb and
+    /// code; a 401 drops the cached credentials so the next request fetches new ones.
     async fn send(
         &self,
         verb: Verb,
-        mut request: reqwest::RequestBuilder,
+        build: impl FnOnce(&reqwest::Client) -> reqwest::RequestBuilder,
         whole_request_timeout: bool,
     ) -> Result<reqwest::Response, ApiError> {
-        request = request.header(ACCEPT, "application/json");
-        if let Some(token) = &self.token {
-            match token.current() {
-                Ok(t) => match bearer(&t) {
-                    Some(value) => request = request.header(AUTHORIZATION, value),
-                    None => {
-                        tracing::warn!("the bearer token holds characters an HTTP header cannot; sending the request without it")
-                    }
-                },
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot read the bearer token; sending the request without it")
+        let credential = match &self.auth {
+            Some(auth) => auth.current().await.map_err(ApiError::Credentials)?,
+            None => Credential::default(),
+        };
+        let http = self.http_for(&credential).map_err(ApiError::Credentials)?;
+        let mut request = build(&http).header(ACCEPT, "application/json");
+        if let Some(token) = &credential.token {
+            match bearer(token) {
+                Some(value) => request = request.header(AUTHORIZATION, value),
+                None => {
+                    tracing::warn!("the bearer token holds characters an HTTP header cannot; sending the request without it")
                 }
             }
         }
@@ -252,8 +263,8 @@ impl ApiClient {
             return Ok(response);
         }
         if code == 401 {
-            if let Some(token) = &self.token {
-                token.invalidate();
+            if let Some(auth) = &self.auth {
+                auth.invalidate().await;
             }
         }
         let retry_after = retry_after(response.headers());
@@ -273,6 +284,64 @@ impl ApiClient {
             .with_label_values(&[verb.as_str(), &code.to_string()])
             .inc();
     }
+}
+
+/// Builds the HTTP client: the CA bundle (or the web PKI roots), a client certificate, the
+/// proxy, and the keepalives that notice a dead connection.
+fn build_http(
+    tls: &TlsSettings,
+    identity_pem: Option<&[u8]>,
+) -> Result<reqwest::Client, CredentialsError> {
+    let mut builder = reqwest::Client::builder()
+        .use_rustls_tls()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_keepalive(TCP_KEEPALIVE)
+        .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
+        .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
+        .http2_keep_alive_while_idle(true)
+        .user_agent(concat!("kube2nats/", env!("CARGO_PKG_VERSION")));
+    if let Some(pem) = &tls.ca_pem {
+        let certs =
+            reqwest::Certificate::from_pem_bundle(pem).map_err(|source| CredentialsError::Tls {
+                what: "CA bundle",
+                source,
+            })?;
+        builder = builder.tls_built_in_root_certs(false);
+        for cert in certs {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    if let Some(pem) = identity_pem {
+        let identity =
+            reqwest::Identity::from_pem(pem).map_err(|source| CredentialsError::Tls {
+                what: "client certificate",
+                source,
+            })?;
+        builder = builder.identity(identity);
+    }
+    if let Some(proxy) = &tls.proxy_url {
+        let proxy = reqwest::Proxy::all(proxy.clone()).map_err(|source| CredentialsError::Tls {
+            what: "proxy-url",
+            source,
+        })?;
+        builder = builder.proxy(proxy);
+    }
+    if tls.insecure_skip_tls_verify {
+        builder = builder.danger_accept_invalid_certs(true);
+    }
+    builder.build().map_err(|source| CredentialsError::Tls {
+        what: "HTTP client",
+        source,
+    })
+}
+
+/// A proxy URL without its password, for the log.
+fn redacted(url: &Url) -> Url {
+    let mut url = url.clone();
+    if url.password().is_some() {
+        let _ = url.set_password(Some("redacted"));
+    }
+    url
 }
 
 /// Reads at most [`MAX_ERROR_BODY_BYTES`] of a body until `deadline`; a failure or the deadline

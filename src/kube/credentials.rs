@@ -1,9 +1,12 @@
-//! Where the API server is and who kube2nats is to it: in-cluster service account, an explicit URL,
-//! or a kubeconfig, resolved once at start into an [`Endpoint`].
+//! Where the API server is and who kube2nats is to it, resolved once at start into an
+//! [`Endpoint`] the way client-go and kubectl resolve it: an explicit URL or kubeconfig when
+//! configured; otherwise the pod's service account when `KUBERNETES_SERVICE_HOST` is set, else
+//! the files of `$KUBECONFIG`, else `~/.kube/config`.
 //!
 //! Bound service-account tokens expire (an hour by default) and the kubelet rewrites the file
-//! before then, so a file token is never cached for long: [`TokenSource`] re-reads it every
-//! `token_reload_interval` and right after a 401.
+//! before then, so a file token is never cached for long: [`AuthSource`] re-reads it every
+//! `token_reload_interval` and right after a 401. Exec plugins' credentials are cached until
+//! they expire, and also dropped after a 401.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -12,15 +15,20 @@ use std::time::Duration;
 use tokio::time::Instant;
 use url::Url;
 
+use super::exec::{ClusterInfo, ExecError, ExecPlugin};
 use super::kubeconfig::{self, KubeconfigError};
-use crate::config::{ApiSource, KubernetesConfig};
+use crate::config::{ApiSource, InClusterFiles, KubernetesConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialsError {
+    #[error("no Kubernetes API server found: KUBERNETES_SERVICE_HOST is not set (not in a pod) and no kubeconfig exists (looked for {looked_for}; set KUBECONFIG, kubernetes.kubeconfig or kubernetes.api_url)")]
+    NothingFound { looked_for: String },
     #[error("not running in a cluster: KUBERNETES_SERVICE_HOST is not set (set kubernetes.api_url or kubernetes.kubeconfig to run outside a cluster)")]
     NotInCluster,
     #[error("invalid API server address {0:?}")]
     BadAddress(String),
+    #[error("invalid proxy-url {0:?} (allowed: http://, https://, socks5://)")]
+    BadProxy(String),
     #[error("reading {what} {path}: {source}")]
     Read {
         what: &'static str,
@@ -29,6 +37,8 @@ pub enum CredentialsError {
     },
     #[error(transparent)]
     Kubeconfig(#[from] KubeconfigError),
+    #[error(transparent)]
+    Exec(#[from] ExecError),
     #[error("invalid TLS material ({what}): {source}")]
     Tls {
         what: &'static str,
@@ -43,8 +53,10 @@ pub struct Endpoint {
     pub ca_pem: Option<Vec<u8>>,
     /// Client certificate and key PEM.
     pub identity_pem: Option<Vec<u8>>,
-    pub token: Option<TokenSource>,
+    pub auth: Option<AuthSource>,
     pub insecure_skip_tls_verify: bool,
+    /// A proxy for every request (kubeconfig `proxy-url`); `None` follows `HTTPS_PROXY`/`NO_PROXY`.
+    pub proxy_url: Option<Url>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -54,8 +66,9 @@ impl std::fmt::Debug for Endpoint {
             .field("base_url", &self.base_url.as_str())
             .field("ca_pem", &self.ca_pem.as_ref().map(|p| p.len()))
             .field("identity_pem", &shown(&self.identity_pem))
-            .field("token", &self.token)
+            .field("auth", &self.auth)
             .field("insecure_skip_tls_verify", &self.insecure_skip_tls_verify)
+            .field("proxy_host", &self.proxy_url.as_ref().map(|u| u.host_str()))
             .finish()
     }
 }
@@ -66,27 +79,27 @@ pub fn resolve(
     cfg: &KubernetesConfig,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Endpoint, CredentialsError> {
+    let insecure = cfg.insecure_skip_tls_verify;
     let reload = cfg.token_reload_interval;
     match &cfg.source {
-        ApiSource::InCluster {
-            token_file,
-            ca_file,
-            ..
+        ApiSource::Auto {
+            in_cluster,
+            context,
         } => {
-            let host = env("KUBERNETES_SERVICE_HOST")
-                .filter(|h| !h.is_empty())
-                .ok_or(CredentialsError::NotInCluster)?;
-            let port = env("KUBERNETES_SERVICE_PORT")
-                .filter(|p| !p.is_empty())
-                .unwrap_or_else(|| "443".into());
-            let base_url = in_cluster_url(&host, &port)?;
-            Ok(Endpoint {
-                base_url,
-                ca_pem: Some(read("CA file", ca_file)?),
-                identity_pem: None,
-                token: Some(TokenSource::file(token_file.clone(), reload)),
-                insecure_skip_tls_verify: cfg.insecure_skip_tls_verify,
-            })
+            let in_pod = env("KUBERNETES_SERVICE_HOST").is_some_and(|h| !h.is_empty());
+            // A named context asks for a kubeconfig even in a pod.
+            if in_pod && context.is_none() {
+                return from_service_account(in_cluster, insecure, reload, &env);
+            }
+            let paths = default_kubeconfig_paths(&env);
+            if !paths.iter().any(|p| p.exists()) && context.is_none() {
+                let looked_for: Vec<String> =
+                    paths.iter().map(|p| p.display().to_string()).collect();
+                return Err(CredentialsError::NothingFound {
+                    looked_for: looked_for.join(", "),
+                });
+            }
+            from_kubeconfig(&paths, context.as_deref(), insecure, reload)
         }
         ApiSource::Url {
             url,
@@ -96,30 +109,98 @@ pub fn resolve(
             base_url: url.clone(),
             ca_pem: ca_file.as_ref().map(|p| read("CA file", p)).transpose()?,
             identity_pem: None,
-            token: token_file
+            auth: token_file
                 .as_ref()
-                .map(|p| TokenSource::file(p.clone(), reload)),
-            insecure_skip_tls_verify: cfg.insecure_skip_tls_verify,
+                .map(|p| AuthSource::file(p.clone(), reload)),
+            insecure_skip_tls_verify: insecure,
+            proxy_url: None,
         }),
-        ApiSource::Kubeconfig { path, context } => {
-            let ctx = kubeconfig::load(path, context.as_deref())?;
-            let base_url = Url::parse(&ctx.server)
-                .map_err(|_| CredentialsError::BadAddress(ctx.server.clone()))?;
-            let token = match (ctx.token, ctx.token_file) {
-                (Some(t), _) => Some(TokenSource::fixed(t)),
-                (None, Some(p)) => Some(TokenSource::file(p, reload)),
-                (None, None) => None,
-            };
-            Ok(Endpoint {
-                base_url,
-                ca_pem: ctx.ca_pem,
-                identity_pem: ctx.client_identity_pem,
-                token,
-                insecure_skip_tls_verify: cfg.insecure_skip_tls_verify
-                    || ctx.insecure_skip_tls_verify,
-            })
+        ApiSource::Kubeconfig { paths, context } => {
+            from_kubeconfig(paths, context.as_deref(), insecure, reload)
         }
     }
+}
+
+/// `$KUBECONFIG` split as the OS splits `PATH` (empty entries skipped), else `$HOME/.kube/config`.
+fn default_kubeconfig_paths(env: &impl Fn(&str) -> Option<String>) -> Vec<PathBuf> {
+    if let Some(list) = env("KUBECONFIG").filter(|l| !l.is_empty()) {
+        let paths: Vec<PathBuf> = std::env::split_paths(&list)
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect();
+        if !paths.is_empty() {
+            return paths;
+        }
+    }
+    env("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|home| vec![PathBuf::from(home).join(".kube").join("config")])
+        .unwrap_or_default()
+}
+
+/// The pod's service account: `KUBERNETES_SERVICE_HOST`/`PORT` and the mounted files.
+fn from_service_account(
+    files: &InClusterFiles,
+    insecure: bool,
+    reload: Duration,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<Endpoint, CredentialsError> {
+    let host = env("KUBERNETES_SERVICE_HOST")
+        .filter(|h| !h.is_empty())
+        .ok_or(CredentialsError::NotInCluster)?;
+    let port = env("KUBERNETES_SERVICE_PORT")
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "443".into());
+    Ok(Endpoint {
+        base_url: in_cluster_url(&host, &port)?,
+        ca_pem: Some(read("CA file", &files.ca_file)?),
+        identity_pem: None,
+        auth: Some(AuthSource::file(files.token_file.clone(), reload)),
+        insecure_skip_tls_verify: insecure,
+        proxy_url: None,
+    })
+}
+
+fn from_kubeconfig(
+    paths: &[PathBuf],
+    context: Option<&str>,
+    insecure: bool,
+    reload: Duration,
+) -> Result<Endpoint, CredentialsError> {
+    let ctx = kubeconfig::load(paths, context)?;
+    let base_url =
+        Url::parse(&ctx.server).map_err(|_| CredentialsError::BadAddress(ctx.server.clone()))?;
+    let proxy_url = ctx
+        .proxy_url
+        .as_deref()
+        .map(|p| {
+            Url::parse(p)
+                .ok()
+                .filter(|u| matches!(u.scheme(), "http" | "https" | "socks5" | "socks5h"))
+                .ok_or_else(|| CredentialsError::BadProxy(p.to_owned()))
+        })
+        .transpose()?;
+    // A static token wins over a plugin, as in client-go.
+    let auth = match (ctx.token, ctx.token_file, ctx.exec) {
+        (Some(t), _, _) => Some(AuthSource::fixed(t)),
+        (None, Some(p), _) => Some(AuthSource::file(p, reload)),
+        (None, None, Some(exec)) => Some(AuthSource::exec(ExecPlugin::new(
+            exec,
+            ClusterInfo {
+                server: ctx.server.clone(),
+                ca_pem: ctx.ca_pem.clone(),
+                insecure_skip_tls_verify: ctx.insecure_skip_tls_verify,
+            },
+        ))),
+        (None, None, None) => None,
+    };
+    Ok(Endpoint {
+        base_url,
+        ca_pem: ctx.ca_pem,
+        identity_pem: ctx.client_identity_pem,
+        auth,
+        insecure_skip_tls_verify: insecure || ctx.insecure_skip_tls_verify,
+        proxy_url,
+    })
 }
 
 /// `https://host:port`, with an IPv6 host in brackets as `rest.InClusterConfig` does.
@@ -141,41 +222,53 @@ fn read(what: &'static str, path: &PathBuf) -> Result<Vec<u8>, CredentialsError>
     })
 }
 
-/// A bearer token, fixed or read from a file that may be rewritten at any time.
-///
-/// Its `Debug` never shows the token.
-pub struct TokenSource {
-    kind: TokenKind,
+/// What to present on one request: a bearer token and/or a client certificate that replaces the
+/// one the client was built with.
+#[derive(Default)]
+pub struct Credential {
+    pub token: Option<Arc<str>>,
+    /// Certificate and key PEM from an exec plugin; the same `Arc` until the plugin runs again.
+    pub identity_pem: Option<Arc<[u8]>>,
 }
 
-enum TokenKind {
+/// Where request credentials come from: a fixed token, a token file that may be rewritten at any
+/// time, or an exec plugin.
+///
+/// Its `Debug` never shows a credential.
+pub struct AuthSource {
+    kind: AuthKind,
+}
+
+enum AuthKind {
     Fixed(Arc<str>),
     File {
         path: PathBuf,
         reload_interval: Duration,
         cached: Mutex<Option<(Arc<str>, Instant)>>,
     },
+    Exec(ExecPlugin),
 }
 
-impl std::fmt::Debug for TokenSource {
+impl std::fmt::Debug for AuthSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.kind {
-            TokenKind::Fixed(_) => f.write_str("TokenSource::Fixed(<redacted>)"),
-            TokenKind::File { path, .. } => write!(f, "TokenSource::File({path:?})"),
+            AuthKind::Fixed(_) => f.write_str("AuthSource::Fixed(<redacted>)"),
+            AuthKind::File { path, .. } => write!(f, "AuthSource::File({path:?})"),
+            AuthKind::Exec(plugin) => write!(f, "AuthSource::Exec({plugin:?})"),
         }
     }
 }
 
-impl TokenSource {
-    pub fn fixed(token: impl Into<Arc<str>>) -> TokenSource {
-        TokenSource {
-            kind: TokenKind::Fixed(token.into()),
+impl AuthSource {
+    pub fn fixed(token: impl Into<Arc<str>>) -> AuthSource {
+        AuthSource {
+            kind: AuthKind::Fixed(token.into()),
         }
     }
 
-    pub fn file(path: PathBuf, reload_interval: Duration) -> TokenSource {
-        TokenSource {
-            kind: TokenKind::File {
+    pub fn file(path: PathBuf, reload_interval: Duration) -> AuthSource {
+        AuthSource {
+            kind: AuthKind::File {
                 path,
                 reload_interval,
                 cached: Mutex::new(None),
@@ -183,44 +276,74 @@ impl TokenSource {
         }
     }
 
-    /// The token to send now: the cached one while it is fresh, else the file's content.
-    pub fn current(&self) -> Result<Arc<str>, CredentialsError> {
+    pub fn exec(plugin: ExecPlugin) -> AuthSource {
+        AuthSource {
+            kind: AuthKind::Exec(plugin),
+        }
+    }
+
+    /// The credential to send now: the cached one while it is fresh, else the file's content or
+    /// the plugin's new answer.
+    pub async fn current(&self) -> Result<Credential, CredentialsError> {
         match &self.kind {
-            TokenKind::Fixed(t) => Ok(t.clone()),
-            TokenKind::File {
+            AuthKind::Fixed(t) => Ok(Credential {
+                token: Some(t.clone()),
+                identity_pem: None,
+            }),
+            AuthKind::File {
                 path,
                 reload_interval,
                 cached,
-            } => {
-                let mut cached = cached
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-                if let Some((token, read_at)) = cached.as_ref() {
-                    if read_at.elapsed() < *reload_interval {
-                        return Ok(token.clone());
-                    }
-                }
-                let text =
-                    std::fs::read_to_string(path).map_err(|source| CredentialsError::Read {
-                        what: "token file",
-                        path: path.clone(),
-                        source,
-                    })?;
-                let token: Arc<str> = text.trim().into();
-                *cached = Some((token.clone(), Instant::now()));
-                Ok(token)
+            } => Ok(Credential {
+                token: Some(file_token(path, *reload_interval, cached)?),
+                identity_pem: None,
+            }),
+            AuthKind::Exec(plugin) => {
+                let issued = plugin.current().await?;
+                Ok(Credential {
+                    token: issued.token,
+                    identity_pem: issued.identity_pem,
+                })
             }
         }
     }
 
-    /// Forgets the cached token, so the next request reads the file again (after a 401).
-    pub fn invalidate(&self) {
-        if let TokenKind::File { cached, .. } = &self.kind {
-            *cached
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+    /// Forgets the cached credential, so the next request reads the file or runs the plugin
+    /// again (after a 401).
+    pub async fn invalidate(&self) {
+        match &self.kind {
+            AuthKind::Fixed(_) => {}
+            AuthKind::File { cached, .. } => {
+                *cached
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+            }
+            AuthKind::Exec(plugin) => plugin.invalidate().await,
         }
     }
+}
+
+fn file_token(
+    path: &PathBuf,
+    reload_interval: Duration,
+    cached: &Mutex<Option<(Arc<str>, Instant)>>,
+) -> Result<Arc<str>, CredentialsError> {
+    let mut cached = cached
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some((token, read_at)) = cached.as_ref() {
+        if read_at.elapsed() < reload_interval {
+            return Ok(token.clone());
+        }
+    }
+    let text = std::fs::read_to_string(path).map_err(|source| CredentialsError::Read {
+        what: "token file",
+        path: path.clone(),
+        source,
+    })?;
+    let token: Arc<str> = text.trim().into();
+    *cached = Some((token.clone(), Instant::now()));
+    Ok(token)
 }
 
 #[cfg(test)]
@@ -244,19 +367,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("token");
         std::fs::write(&path, "one\n").unwrap();
-        let source = TokenSource::file(path.clone(), Duration::from_secs(60));
-        assert_eq!(&*source.current().unwrap(), "one");
+        let source = AuthSource::file(path.clone(), Duration::from_secs(60));
+        let token = || async { source.current().await.unwrap().token.unwrap() };
+        assert_eq!(&*token().await, "one");
         std::fs::write(&path, "two").unwrap();
-        assert_eq!(
-            &*source.current().unwrap(),
-            "one",
-            "cached within the interval"
-        );
+        assert_eq!(&*token().await, "one", "cached within the interval");
         tokio::time::advance(Duration::from_secs(61)).await;
-        assert_eq!(&*source.current().unwrap(), "two");
+        assert_eq!(&*token().await, "two");
         std::fs::write(&path, "three").unwrap();
-        source.invalidate();
-        assert_eq!(&*source.current().unwrap(), "three");
+        source.invalidate().await;
+        assert_eq!(&*token().await, "three");
         assert!(!format!("{source:?}").contains("three"));
     }
 
@@ -267,12 +387,16 @@ mod tests {
             base_url: Url::parse("https://k8s:6443").unwrap(),
             ca_pem: Some(b"CA".to_vec()),
             identity_pem: Some(b"-----BEGIN PRIVATE KEY----- k3y".to_vec()),
-            token: Some(TokenSource::fixed("t0ken")),
+            auth: Some(AuthSource::fixed("t0ken")),
             insecure_skip_tls_verify: false,
+            proxy_url: Some(Url::parse("http://user:pa55@proxy:3128").unwrap()),
         };
         let shown = format!("{endpoint:?}");
         assert!(
-            !shown.contains("k3y") && !shown.contains("PRIVATE") && !shown.contains("t0ken"),
+            !shown.contains("k3y")
+                && !shown.contains("PRIVATE")
+                && !shown.contains("t0ken")
+                && !shown.contains("pa55"),
             "{shown}"
         );
         assert!(shown.contains("https://k8s:6443"));

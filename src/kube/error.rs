@@ -39,6 +39,9 @@ pub enum ApiError {
     /// A 2xx response whose body is not what the API returns (an HTML page from a proxy, say).
     #[error("unexpected response body: {0}")]
     UnexpectedBody(String),
+    /// No credentials to send: the token file is unreadable, or the exec plugin failed. Not sent.
+    #[error("no credentials for the API server: {0}")]
+    Credentials(#[source] super::credentials::CredentialsError),
     /// Connection refused or reset, TLS failure, request timeout.
     #[error("request failed: {}", with_causes(.0))]
     Transport(#[source] reqwest::Error),

@@ -1,13 +1,21 @@
-//! Reading a kubeconfig file (the format `kubectl` uses) for running outside the cluster.
+//! Reading kubeconfig files (the format `kubectl` uses) for running outside the cluster.
+//!
+//! Several files (`$KUBECONFIG=a:b`) merge as kubectl merges them: the first file to define a
+//! cluster, user or context name wins, and `current-context` comes from the first file that sets
+//! it. Paths inside a file are relative to that file's directory.
 //!
 //! Supports what a daemon can use unattended: server URL, CA (file or inline data),
-//! `insecure-skip-tls-verify`, bearer token (inline or file) and client certificates. Exec and
-//! auth-provider plugins need interactive tooling and are refused with a clear error.
+//! `insecure-skip-tls-verify`, `proxy-url`, bearer token (inline or file), client certificates
+//! and exec credential plugins (run by [`super::exec`]). The removed `auth-provider` plugins are
+//! refused with a clear error.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use serde::Deserialize;
+
+use super::exec::{ExecConfig, RawExecConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum KubeconfigError {
@@ -21,6 +29,8 @@ pub enum KubeconfigError {
         path: PathBuf,
         source: serde_yaml::Error,
     },
+    #[error("none of the kubeconfig files {0:?} exists")]
+    NoFile(Vec<PathBuf>),
     #[error("kubeconfig has no context {0:?}")]
     NoContext(String),
     #[error("kubeconfig has no current-context; set kubernetes.context")]
@@ -29,8 +39,10 @@ pub enum KubeconfigError {
     NoCluster { context: String, cluster: String },
     #[error("kubeconfig context {context:?} names user {user:?}, which is not defined")]
     NoUser { context: String, user: String },
-    #[error("kubeconfig user {0:?} uses an exec or auth-provider plugin, which kube2nats does not run; use a token or client certificate")]
-    UnsupportedAuth(String),
+    #[error("kubeconfig user {0:?} uses an auth-provider plugin, which kubectl itself no longer runs; use its exec credential plugin instead")]
+    AuthProvider(String),
+    #[error("kubeconfig user {user:?}: {problem}")]
+    Exec { user: String, problem: String },
     #[error("kubeconfig field {field}: invalid base64")]
     Base64 { field: &'static str },
 }
@@ -41,10 +53,14 @@ pub struct KubeconfigContext {
     pub server: String,
     pub ca_pem: Option<Vec<u8>>,
     pub insecure_skip_tls_verify: bool,
+    /// `proxy-url` of the cluster: http, https or socks5.
+    pub proxy_url: Option<String>,
     pub token: Option<String>,
     pub token_file: Option<PathBuf>,
     /// Client certificate and key PEM, concatenated as reqwest's `Identity` wants them.
     pub client_identity_pem: Option<Vec<u8>>,
+    /// The user's exec credential plugin, with relative command paths already resolved.
+    pub exec: Option<ExecConfig>,
     pub namespace: Option<String>,
 }
 
@@ -61,6 +77,8 @@ impl std::fmt::Debug for KubeconfigContext {
                 "client_identity_pem",
                 &redacted(self.client_identity_pem.is_some()),
             )
+            .field("proxy_url", &redacted(self.proxy_url.is_some()))
+            .field("exec", &self.exec)
             .field("namespace", &self.namespace)
             .finish()
     }
@@ -71,17 +89,18 @@ struct File {
     #[serde(rename = "current-context", default)]
     current_context: Option<String>,
     #[serde(default)]
-    clusters: Vec<NamedCluster>,
+    clusters: Vec<Named<Cluster>>,
     #[serde(default)]
     users: Vec<NamedUser>,
     #[serde(default)]
-    contexts: Vec<NamedContext>,
+    contexts: Vec<Named<Context>>,
 }
 
 #[derive(Deserialize)]
-struct NamedCluster {
+struct Named<T> {
     name: String,
-    cluster: Cluster,
+    #[serde(alias = "cluster", alias = "context")]
+    value: T,
 }
 
 #[derive(Deserialize)]
@@ -89,12 +108,6 @@ struct NamedUser {
     name: String,
     #[serde(default)]
     user: User,
-}
-
-#[derive(Deserialize)]
-struct NamedContext {
-    name: String,
-    context: Context,
 }
 
 #[derive(Deserialize)]
@@ -106,6 +119,8 @@ struct Cluster {
     certificate_authority_data: Option<String>,
     #[serde(rename = "insecure-skip-tls-verify", default)]
     insecure_skip_tls_verify: bool,
+    #[serde(rename = "proxy-url")]
+    proxy_url: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -122,7 +137,7 @@ struct User {
     client_key: Option<PathBuf>,
     #[serde(rename = "client-key-data")]
     client_key_data: Option<String>,
-    exec: Option<serde_yaml::Value>,
+    exec: Option<RawExecConfig>,
     #[serde(rename = "auth-provider")]
     auth_provider: Option<serde_yaml::Value>,
 }
@@ -134,95 +149,199 @@ struct Context {
     namespace: Option<String>,
 }
 
-/// Loads `context` (or the current context) from the kubeconfig at `path`. Relative file paths
-/// inside the kubeconfig are relative to its directory, as kubectl resolves them.
-pub fn load(path: &Path, context: Option<&str>) -> Result<KubeconfigContext, KubeconfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| KubeconfigError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    let file: File = serde_yaml::from_str(&text).map_err(|source| KubeconfigError::Parse {
-        path: path.to_owned(),
-        source,
-    })?;
-    let dir = path.parent().unwrap_or(Path::new("."));
+/// An entry of the merged view, with the directory its relative paths are resolved against.
+struct Entry<'a, T> {
+    value: &'a T,
+    dir: &'a Path,
+}
+
+/// Every file's entries merged, first definition of a name winning.
+struct Merged<'a> {
+    current_context: Option<&'a str>,
+    clusters: HashMap<&'a str, Entry<'a, Cluster>>,
+    users: HashMap<&'a str, Entry<'a, User>>,
+    contexts: HashMap<&'a str, &'a Context>,
+}
+
+/// Loads `context` (or the current context) from the kubeconfig files `paths`, merged in order.
+/// Files that do not exist are skipped, as kubectl skips them in `$KUBECONFIG`; at least one
+/// must exist.
+pub fn load(
+    paths: &[PathBuf],
+    context: Option<&str>,
+) -> Result<KubeconfigContext, KubeconfigError> {
+    let files = read_files(paths)?;
+    let merged = merge(&files);
     let context_name = match context {
-        Some(c) => c.to_owned(),
-        None => file
+        Some(c) => c,
+        None => merged
             .current_context
-            .clone()
-            .filter(|c| !c.is_empty())
             .ok_or(KubeconfigError::NoCurrentContext)?,
     };
-    let ctx = file
+    let ctx = merged
         .contexts
-        .iter()
-        .find(|c| c.name == context_name)
-        .map(|c| &c.context)
-        .ok_or_else(|| KubeconfigError::NoContext(context_name.clone()))?;
-    let cluster = file
-        .clusters
-        .iter()
-        .find(|c| c.name == ctx.cluster)
-        .map(|c| &c.cluster)
-        .ok_or_else(|| KubeconfigError::NoCluster {
-            context: context_name.clone(),
-            cluster: ctx.cluster.clone(),
-        })?;
-    let user = file
+        .get(context_name)
+        .ok_or_else(|| KubeconfigError::NoContext(context_name.to_owned()))?;
+    let cluster =
+        merged
+            .clusters
+            .get(ctx.cluster.as_str())
+            .ok_or_else(|| KubeconfigError::NoCluster {
+                context: context_name.to_owned(),
+                cluster: ctx.cluster.clone(),
+            })?;
+    let user = merged
         .users
-        .iter()
-        .find(|u| u.name == ctx.user)
-        .map(|u| &u.user)
+        .get(ctx.user.as_str())
         .ok_or_else(|| KubeconfigError::NoUser {
-            context: context_name.clone(),
+            context: context_name.to_owned(),
             user: ctx.user.clone(),
         })?;
-    if user.exec.is_some() || user.auth_provider.is_some() {
-        return Err(KubeconfigError::UnsupportedAuth(ctx.user.clone()));
+    let mut resolved = resolve_cluster(cluster)?;
+    resolve_user(&ctx.user, user, &mut resolved)?;
+    resolved.namespace = ctx.namespace.clone();
+    Ok(resolved)
+}
+
+fn read_files(paths: &[PathBuf]) -> Result<Vec<(PathBuf, File)>, KubeconfigError> {
+    let mut files = Vec::new();
+    for path in paths {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => {
+                return Err(KubeconfigError::Read {
+                    path: path.clone(),
+                    source,
+                })
+            }
+        };
+        let file: File = serde_yaml::from_str(&text).map_err(|source| KubeconfigError::Parse {
+            path: path.clone(),
+            source,
+        })?;
+        files.push((path.clone(), file));
     }
-    let read = |p: &PathBuf| {
-        let p = dir.join(p);
-        std::fs::read(&p).map_err(|source| KubeconfigError::Read { path: p, source })
+    if files.is_empty() {
+        return Err(KubeconfigError::NoFile(paths.to_vec()));
+    }
+    Ok(files)
+}
+
+fn merge(files: &[(PathBuf, File)]) -> Merged<'_> {
+    let mut merged = Merged {
+        current_context: None,
+        clusters: HashMap::new(),
+        users: HashMap::new(),
+        contexts: HashMap::new(),
     };
-    let ca_pem = match (
-        &cluster.certificate_authority_data,
-        &cluster.certificate_authority,
-    ) {
-        (Some(data), _) => Some(base64_field(data, "certificate-authority-data")?),
-        (None, Some(file)) => Some(read(file)?),
-        (None, None) => None,
-    };
-    let cert = match (&user.client_certificate_data, &user.client_certificate) {
-        (Some(data), _) => Some(base64_field(data, "client-certificate-data")?),
-        (None, Some(file)) => Some(read(file)?),
-        (None, None) => None,
-    };
-    let key = match (&user.client_key_data, &user.client_key) {
-        (Some(data), _) => Some(base64_field(data, "client-key-data")?),
-        (None, Some(file)) => Some(read(file)?),
-        (None, None) => None,
-    };
-    let client_identity_pem = match (cert, key) {
-        (Some(mut cert), Some(key)) => {
-            cert.push(b'\n');
-            cert.extend_from_slice(&key);
-            Some(cert)
+    for (path, file) in files {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        if merged.current_context.is_none() {
+            merged.current_context = file.current_context.as_deref().filter(|c| !c.is_empty());
         }
-        _ => None,
-    };
+        for c in &file.clusters {
+            let entry = Entry {
+                value: &c.value,
+                dir,
+            };
+            merged.clusters.entry(&c.name).or_insert(entry);
+        }
+        for u in &file.users {
+            let entry = Entry {
+                value: &u.user,
+                dir,
+            };
+            merged.users.entry(&u.name).or_insert(entry);
+        }
+        for c in &file.contexts {
+            merged.contexts.entry(&c.name).or_insert(&c.value);
+        }
+    }
+    merged
+}
+
+fn resolve_cluster(entry: &Entry<'_, Cluster>) -> Result<KubeconfigContext, KubeconfigError> {
+    let cluster = entry.value;
+    let ca_pem = inline_or_file(
+        entry.dir,
+        cluster.certificate_authority_data.as_deref(),
+        cluster.certificate_authority.as_deref(),
+        "certificate-authority-data",
+    )?;
     Ok(KubeconfigContext {
         server: cluster.server.clone(),
         ca_pem,
         insecure_skip_tls_verify: cluster.insecure_skip_tls_verify,
-        token: user.token.clone(),
-        token_file: user.token_file.as_ref().map(|p| dir.join(p)),
-        client_identity_pem,
-        namespace: ctx.namespace.clone(),
+        proxy_url: cluster.proxy_url.clone().filter(|p| !p.is_empty()),
+        token: None,
+        token_file: None,
+        client_identity_pem: None,
+        exec: None,
+        namespace: None,
     })
 }
 
-fn base64_field(data: &str, field: &'static str) -> Result<Vec<u8>, KubeconfigError> {
+/// Fills in the user's credentials. Static ones (token, certificate) and an exec plugin may be
+/// combined, as in kubectl: the plugin supplies whatever the static fields leave out.
+fn resolve_user(
+    name: &str,
+    entry: &Entry<'_, User>,
+    out: &mut KubeconfigContext,
+) -> Result<(), KubeconfigError> {
+    let (user, dir) = (entry.value, entry.dir);
+    if user.auth_provider.is_some() {
+        return Err(KubeconfigError::AuthProvider(name.to_owned()));
+    }
+    out.token = user.token.clone().filter(|t| !t.is_empty());
+    out.token_file = user.token_file.as_ref().map(|p| dir.join(p));
+    let cert = inline_or_file(
+        dir,
+        user.client_certificate_data.as_deref(),
+        user.client_certificate.as_deref(),
+        "client-certificate-data",
+    )?;
+    let key = inline_or_file(
+        dir,
+        user.client_key_data.as_deref(),
+        user.client_key.as_deref(),
+        "client-key-data",
+    )?;
+    if let (Some(mut cert), Some(key)) = (cert, key) {
+        cert.push(b'\n');
+        cert.extend_from_slice(&key);
+        out.client_identity_pem = Some(cert);
+    }
+    if let Some(raw) = &user.exec {
+        let exec = ExecConfig::from_raw(raw, dir).map_err(|problem| KubeconfigError::Exec {
+            user: name.to_owned(),
+            problem,
+        })?;
+        out.exec = Some(exec);
+    }
+    Ok(())
+}
+
+/// Inline base64 data wins over a file, as in kubectl.
+fn inline_or_file(
+    dir: &Path,
+    data: Option<&str>,
+    file: Option<&Path>,
+    field: &'static str,
+) -> Result<Option<Vec<u8>>, KubeconfigError> {
+    match (data.filter(|d| !d.is_empty()), file) {
+        (Some(data), _) => base64_field(data, field).map(Some),
+        (None, Some(file)) => {
+            let path = dir.join(file);
+            std::fs::read(&path)
+                .map(Some)
+                .map_err(|source| KubeconfigError::Read { path, source })
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+pub(crate) fn base64_field(data: &str, field: &'static str) -> Result<Vec<u8>, KubeconfigError> {
     base64::engine::general_purpose::STANDARD
         .decode(data.trim())
         .map_err(|_| KubeconfigError::Base64 { field })
@@ -241,6 +360,7 @@ clusters:
   cluster:
     server: https://127.0.0.1:6443
     certificate-authority-data: Y2EtcGVt
+    proxy-url: socks5://127.0.0.1:1080
 - name: prod-cluster
   cluster:
     server: https://prod:6443
@@ -255,7 +375,13 @@ users:
 - name: exec-user
   user:
     exec:
-      command: aws
+      apiVersion: client.authentication.k8s.io/v1
+      command: ./bin/get-token
+      args: [--cluster, dev]
+      interactiveMode: Never
+- name: legacy-user
+  user:
+    auth-provider: {name: gcp}
 contexts:
 - name: dev
   context: {cluster: dev-cluster, user: dev-user, namespace: team}
@@ -263,6 +389,8 @@ contexts:
   context: {cluster: prod-cluster, user: prod-user}
 - name: cloud
   context: {cluster: dev-cluster, user: exec-user}
+- name: legacy
+  context: {cluster: dev-cluster, user: legacy-user}
 "#;
 
     fn write(dir: &Path) -> PathBuf {
@@ -275,33 +403,75 @@ contexts:
     #[test]
     fn current_context_with_inline_data() {
         let dir = tempfile::tempdir().unwrap();
-        let ctx = load(&write(dir.path()), None).unwrap();
+        let ctx = load(&[write(dir.path())], None).unwrap();
         assert_eq!(ctx.server, "https://127.0.0.1:6443");
         assert_eq!(ctx.ca_pem.as_deref(), Some(&b"ca-pem"[..]));
         assert_eq!(ctx.token.as_deref(), Some("abc"));
         assert_eq!(ctx.namespace.as_deref(), Some("team"));
+        assert_eq!(ctx.proxy_url.as_deref(), Some("socks5://127.0.0.1:1080"));
     }
 
     #[test]
     fn named_context_resolves_files_relative_to_the_kubeconfig() {
         let dir = tempfile::tempdir().unwrap();
-        let ctx = load(&write(dir.path()), Some("prod")).unwrap();
+        let ctx = load(&[write(dir.path())], Some("prod")).unwrap();
         assert_eq!(ctx.ca_pem.as_deref(), Some(&b"prod-ca"[..]));
         assert_eq!(ctx.token_file, Some(dir.path().join("token")));
     }
 
     #[test]
-    fn unknown_context_and_exec_plugins_are_clear_errors() {
+    fn exec_command_with_a_path_is_relative_to_the_kubeconfig() {
         let dir = tempfile::tempdir().unwrap();
-        let path = write(dir.path());
+        let ctx = load(&[write(dir.path())], Some("cloud")).unwrap();
+        let exec = ctx.exec.unwrap();
+        assert_eq!(
+            exec.command,
+            dir.path().join("./bin/get-token").into_os_string()
+        );
+        assert_eq!(exec.args, ["--cluster", "dev"]);
+    }
+
+    #[test]
+    fn unknown_context_and_auth_providers_are_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = [write(dir.path())];
         assert!(load(&path, Some("nope"))
             .unwrap_err()
             .to_string()
             .contains("no context \"nope\""));
-        assert!(load(&path, Some("cloud"))
+        assert!(load(&path, Some("legacy"))
             .unwrap_err()
             .to_string()
-            .contains("exec"));
+            .contains("auth-provider"));
+    }
+
+    /// kubectl's rule: the first file to define a name wins, current-context from the first
+    /// file that sets one, missing files skipped.
+    #[test]
+    fn files_merge_first_definition_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = dir.path().join("first");
+        std::fs::write(
+            &first,
+            "clusters:\n- name: c\n  cluster: {server: https://first}\nusers:\n- name: u\n  user: {token: first}\n",
+        )
+        .unwrap();
+        let second = dir.path().join("second");
+        std::fs::write(
+            &second,
+            "current-context: x\nclusters:\n- name: c\n  cluster: {server: https://second}\n- name: d\n  cluster: {server: https://d}\nusers:\n- name: u\n  user: {token: second}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\n- name: y\n  context: {cluster: d, user: u}\n",
+        )
+        .unwrap();
+        let paths = [dir.path().join("missing"), first, second];
+        let ctx = load(&paths, None).unwrap();
+        assert_eq!(ctx.server, "https://first");
+        assert_eq!(ctx.token.as_deref(), Some("first"));
+        assert_eq!(load(&paths, Some("y")).unwrap().server, "https://d");
+        let missing = [dir.path().join("missing")];
+        assert!(matches!(
+            load(&missing, None),
+            Err(KubeconfigError::NoFile(_))
+        ));
     }
 
     /// `Debug` of a context shows neither its token nor its client key.
@@ -314,11 +484,13 @@ contexts:
             token: Some("t0ken".into()),
             token_file: None,
             client_identity_pem: Some(b"k3y".to_vec()),
+            proxy_url: Some("http://user:pa55@proxy".into()),
+            exec: None,
             namespace: None,
         };
         let shown = format!("{context:?}");
         assert!(
-            !shown.contains("t0ken") && !shown.contains("k3y"),
+            !shown.contains("t0ken") && !shown.contains("k3y") && !shown.contains("pa55"),
             "{shown}"
         );
     }

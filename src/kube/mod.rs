@@ -7,6 +7,7 @@ pub mod credentials;
 pub mod decode;
 pub mod discovery;
 pub mod error;
+pub mod exec;
 pub mod framing;
 pub mod kubeconfig;
 pub mod list;

@@ -109,10 +109,13 @@ impl Candidate {
         let election = &config.leader_election;
         // Only in-cluster credentials come with the pod's namespace file; elsewhere (a kubeconfig,
         // an explicit URL) the namespace must be configured or given by POD_NAMESPACE.
+        let in_pod = non_empty(env("KUBERNETES_SERVICE_HOST")).is_some();
         let namespace_file = match &config.kubernetes.source {
-            ApiSource::InCluster { namespace_file, .. } => {
-                Some(namespace_file.display().to_string())
-            }
+            // The credentials resolve to the service account only in a pod, with no context named.
+            ApiSource::Auto {
+                in_cluster,
+                context: None,
+            } if in_pod => Some(in_cluster.namespace_file.display().to_string()),
             _ => None,
         };
         let namespace = election
@@ -455,9 +458,12 @@ mod tests {
         let sa = crate::config::DEFAULT_NAMESPACE_FILE;
         let got = resolve(&c, &[("POD_NAMESPACE", "env-ns")], &[(sa, "file-ns")]).unwrap();
         assert_eq!(got.namespace, "env-ns");
-        let got = resolve(&c, &[], &[(sa, "file-ns\n")]).unwrap();
+        let in_pod = [("KUBERNETES_SERVICE_HOST", "10.0.0.1")];
+        let got = resolve(&c, &in_pod, &[(sa, "file-ns\n")]).unwrap();
         assert_eq!(got.namespace, "file-ns");
-        let err = resolve(&c, &[], &[]).unwrap_err().to_string();
+        // Outside a pod the credentials come from a kubeconfig: no service-account file.
+        assert!(resolve(&c, &[], &[(sa, "file-ns\n")]).is_err());
+        let err = resolve(&c, &in_pod, &[]).unwrap_err().to_string();
         assert!(
             err.starts_with("leader_election.namespace: not set"),
             "{err}"

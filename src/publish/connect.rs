@@ -10,7 +10,7 @@ use async_nats::{jetstream, ConnectOptions, Event, ServerAddr};
 use prometheus::IntGauge;
 
 use super::outbox::Nats;
-use crate::config::{NatsAuth, NatsConfig, NatsMode, Retention, Storage, StreamConfig};
+use crate::config::{Discard, NatsAuth, NatsConfig, NatsMode, Retention, Storage, StreamConfig};
 
 /// The longest pause between two reconnection attempts.
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(5);
@@ -181,6 +181,11 @@ fn on_event(event: &Event, connected: &IntGauge) {
     }
 }
 
+/// A limit as JetStream spells it: -1 for unlimited.
+fn limit(value: Option<u64>) -> i64 {
+    value.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX))
+}
+
 /// Creates the configured stream, or checks that the existing one captures its subjects. Retries
 /// until NATS answers, so it may run while NATS is still down.
 pub async fn ensure_stream(
@@ -201,6 +206,13 @@ pub async fn ensure_stream(
         },
         duplicate_window: stream.duplicate_window,
         max_age: stream.max_age,
+        max_bytes: limit(stream.max_bytes),
+        max_messages_per_subject: limit(stream.max_msgs_per_subject),
+        num_replicas: stream.replicas,
+        discard: match stream.discard {
+            Discard::Old => jetstream::stream::DiscardPolicy::Old,
+            Discard::New => jetstream::stream::DiscardPolicy::New,
+        },
         ..Default::default()
     };
     let info = context.get_or_create_stream(config).await?;

@@ -88,7 +88,7 @@ pub enum RestartReason {
     Throttled,
     /// 5xx (or no response headers in time).
     ServerError,
-    /// 401: the token is re-read before the retry.
+    /// 401, or no credentials to send: the token is re-read (the plugin re-run) before the retry.
     Unauthorized,
     /// 403: RBAC refuses; retried with capped backoff until someone fixes the Role.
     Forbidden,
@@ -687,7 +687,7 @@ impl Machine {
             ApiError::TooLargeResourceVersion { .. } => RestartReason::TooLargeResourceVersion,
             ApiError::Throttled { .. } => RestartReason::Throttled,
             ApiError::ServerError { .. } => RestartReason::ServerError,
-            ApiError::Unauthorized => RestartReason::Unauthorized,
+            ApiError::Unauthorized | ApiError::Credentials(_) => RestartReason::Unauthorized,
             ApiError::Forbidden { .. } => RestartReason::Forbidden,
             ApiError::Transport(_) => RestartReason::Transport,
             ApiError::NotFound { .. } | ApiError::Status { .. } | ApiError::UnexpectedBody(_) => {

@@ -15,7 +15,7 @@ use futures_util::StreamExt;
 use kube2nats::backoff::Backoff;
 use kube2nats::config::BackoffConfig;
 use kube2nats::event::ResourceInfo;
-use kube2nats::kube::credentials::{Endpoint, TokenSource};
+use kube2nats::kube::credentials::{AuthSource, Endpoint};
 use kube2nats::kube::ApiClient;
 use kube2nats::watcher::machine::{Machine, Outcome, Target};
 use kube2nats_harness::apiserver::ApiServer;
@@ -70,8 +70,9 @@ pub fn client(sim: &ApiServer, token_file: Option<PathBuf>, reload: Duration) ->
             .ca_file()
             .map(|p| std::fs::read(p).expect("reading the simulator CA")),
         identity_pem: None,
-        token: token_file.map(|p| TokenSource::file(p, reload)),
+        auth: token_file.map(|p| AuthSource::file(p, reload)),
         insecure_skip_tls_verify: false,
+        proxy_url: None,
     })
 }
 
@@ -318,6 +319,21 @@ grace_period = "5s"
 "#,
         url = sim.url(),
         token = token_file.display().to_string(),
+    )
+}
+
+/// A daemon configuration watching pods in `default` of `sim` (token file written into `dir`),
+/// publishing to `nats` in JetStream mode into the default managed stream.
+pub fn jetstream_pods_config(
+    sim: &ApiServer,
+    nats: &kube2nats_harness::nats::NatsServer,
+    dir: &Path,
+) -> String {
+    let token = token_file(dir, kube2nats_harness::apiserver::INITIAL_TOKEN);
+    format!(
+        "{}\n[nats]\nurl = \"{}\"\nmode = \"jetstream\"\n[nats.jetstream.stream]\n[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"default\"]\n",
+        kube_section(sim, &token),
+        nats.url()
     )
 }
 

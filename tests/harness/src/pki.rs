@@ -6,9 +6,13 @@
 //! file or checks the wrong host name).
 
 use anyhow::Context as _;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
 
-/// A CA and one server certificate for `localhost` and `127.0.0.1`, signed by it.
+/// A CA, one server certificate for `localhost` and `127.0.0.1` and one client certificate, both
+/// signed by it.
 pub struct ServerPki {
     /// The CA certificate, PEM: what a client must trust.
     pub ca_pem: String,
@@ -20,6 +24,11 @@ pub struct ServerPki {
     pub key_pem: String,
     /// The server's private key, PKCS#8 DER.
     pub key_der: Vec<u8>,
+    /// A client certificate (CN `kube2nats`, client-auth usage) signed by the same CA, PEM: what
+    /// a client presents to a server that verifies client certificates against that CA.
+    pub client_cert_pem: String,
+    /// The client certificate's private key, PEM.
+    pub client_key_pem: String,
 }
 
 impl ServerPki {
@@ -47,12 +56,24 @@ impl ServerPki {
         let server_cert = server_params
             .signed_by(&server_key, &issuer)
             .context("signing the server certificate")?;
+
+        let client_key = KeyPair::generate().context("generating the client key")?;
+        let mut client_params = CertificateParams::new(Vec::<String>::new())?;
+        client_params
+            .distinguished_name
+            .push(DnType::CommonName, "kube2nats");
+        client_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let client_cert = client_params
+            .signed_by(&client_key, &issuer)
+            .context("signing the client certificate")?;
         Ok(ServerPki {
             ca_pem,
             cert_pem: server_cert.pem(),
             cert_der: server_cert.der().to_vec(),
             key_pem: server_key.serialize_pem(),
             key_der: server_key.serialize_der(),
+            client_cert_pem: client_cert.pem(),
+            client_key_pem: client_key.serialize_pem(),
         })
     }
 }

@@ -72,6 +72,9 @@ pub enum Auth {
     /// A bearer token from the valid-token file is required; it is re-read on every request.
     #[default]
     Tokens,
+    /// TLS only: the handshake requires a client certificate signed by the simulator's CA
+    /// ([`ApiServer::client_cert_file`]); bearer tokens are not checked.
+    ClientCertificates,
 }
 
 /// How [`ApiServer::start`] sets the server up.
@@ -371,10 +374,19 @@ impl ApiServer {
             .await
             .context("binding 127.0.0.1:0")?;
         let addr = listener.local_addr()?;
+        let verify_clients = opts.auth == Auth::ClientCertificates;
+        anyhow::ensure!(
+            opts.tls || !verify_clients,
+            "client certificates need tls: true"
+        );
         let (url, tls_acceptor, ca_file) = if opts.tls {
-            let (acceptor, ca_pem) = tls::acceptor()?;
+            let (acceptor, pki) = tls::acceptor(verify_clients)?;
             let ca_file = dir.path().join("ca.crt");
-            std::fs::write(&ca_file, ca_pem).context("writing the CA file")?;
+            std::fs::write(&ca_file, pki.ca_pem).context("writing the CA file")?;
+            std::fs::write(dir.path().join("client.crt"), pki.client_cert_pem)
+                .context("writing the client certificate")?;
+            std::fs::write(dir.path().join("client.key"), pki.client_key_pem)
+                .context("writing the client key")?;
             (
                 format!("https://localhost:{}", addr.port()),
                 Some(acceptor),
@@ -484,6 +496,17 @@ impl ApiServer {
     /// PEM file of the CA that signed the server certificate (TLS only).
     pub fn ca_file(&self) -> Option<PathBuf> {
         self.ca_file.clone()
+    }
+
+    /// PEM files of a client certificate and its key, signed by the CA (TLS only): what
+    /// [`Auth::ClientCertificates`] requires.
+    pub fn client_cert_files(&self) -> Option<(PathBuf, PathBuf)> {
+        self.ca_file.as_ref().map(|_| {
+            (
+                self.dir.path().join("client.crt"),
+                self.dir.path().join("client.key"),
+            )
+        })
     }
 
     /// File holding one valid token, as a projected service-account token file would;

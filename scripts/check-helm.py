@@ -1,0 +1,151 @@
+"""Renders and lints deploy/helm/kube2nats with Helm's own engine (helm-python-sdk bundles the
+Helm v4 library), for scripts/check-deploy.
+
+Writes the rendered variants to OUT/helm-*.yaml (check-deploy then validates them with
+kubernetes-validate and checkov like the kustomize output) and each rendered ConfigMap's TOML to
+OUT/helm-*.toml (checked with kube2nats --check-config). Checks here: `helm lint --strict`, every
+watch of the rendered configuration has its RBAC rule in the rendered Role/ClusterRole, values
+that kube2nats cannot honour are refused at render time, and the chart's copy of the alerts is
+deploy/monitoring/prometheusrule.yaml.
+
+Usage: check-helm.py OUT
+"""
+import pathlib
+import re
+import sys
+import tomllib
+
+import yaml
+from helm_python import Chart, lint
+
+CHART = pathlib.Path("deploy/helm/kube2nats")
+NAMESPACE = "kube2nats"
+
+VARIANTS = {
+    # The defaults: a Role in the release namespace.
+    "helm-namespaced": {},
+    # Every namespace, the monitoring objects, a resource named with its version.
+    "helm-cluster": {
+        "rbac": {"scope": "cluster"},
+        "podMonitor": {"enabled": True},
+        "serviceMonitor": {"enabled": True},
+        "prometheusRule": {"enabled": True},
+        "image": {"digest": "sha256:" + "0" * 64},
+        "config": {
+            "watches": [
+                {"name": "pods", "resource": "pods"},
+                {"name": "deployments", "resource": "deployments.v1.apps", "payload": "object"},
+                {"name": "nodes", "resource": "nodes"},
+            ]
+        },
+    },
+}
+
+REFUSED = {
+    "leader election before it exists": ({"leaderElection": {"enabled": True}}, "leader election"),
+    "all namespaces with namespaced RBAC": (
+        {"config": {"watches": [{"name": "pods", "resource": "pods", "namespaces": []}]}},
+        "set rbac.scope=cluster",
+    ),
+    "an unknown RBAC scope": ({"rbac": {"scope": "everything"}}, "rbac.scope"),
+}
+
+
+def fail(message):
+    sys.exit(f"check-helm: {message}")
+
+
+def render(values):
+    chart = Chart.load(CHART)
+    out = chart.render(values, name="kube2nats", namespace=NAMESPACE, is_install=True)
+    return {path: text for path, text in out.items() if not path.endswith("NOTES.txt") and text.strip()}
+
+
+def rule_for(resource):
+    """(group, plural) of a watch's resource in kubectl spelling."""
+    parts = resource.split(".")
+    rest = parts[1:]
+    if rest and re.fullmatch(r"v[0-9]+((alpha|beta)[0-9]+)?", rest[0]):
+        rest = rest[1:]
+    return ".".join(rest), parts[0]
+
+
+def check_rbac(name, docs, config):
+    roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole")]
+    if not roles:
+        fail(f"{name}: no Role or ClusterRole rendered")
+    for watch in config["watches"]:
+        group, plural = rule_for(watch["resource"])
+        namespaces = watch.get("namespaces") or [None]
+        for ns in namespaces:
+            granted = [
+                r
+                for role in roles
+                if role["kind"] == "ClusterRole" or role["metadata"].get("namespace") == ns
+                for r in role["rules"]
+                if group in r["apiGroups"] and plural in r["resources"] and {"list", "watch"} <= set(r["verbs"])
+            ]
+            if not granted:
+                fail(f"{name}: watch {watch['name']} ({watch['resource']}) in {ns or 'every namespace'} has no RBAC rule")
+
+
+def check_hardening(name, docs):
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    sc = container["securityContext"]
+    expected = {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+    }
+    for key, value in expected.items():
+        if sc.get(key) != value:
+            fail(f"{name}: container securityContext.{key} is {sc.get(key)!r}, not {value!r}")
+    if sc["capabilities"]["drop"] != ["ALL"] or pod["securityContext"]["seccompProfile"]["type"] != "RuntimeDefault":
+        fail(f"{name}: capabilities or seccomp weaker than deploy/base")
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        if container[probe]["httpGet"]["path"] != path:
+            fail(f"{name}: {probe} does not probe {path}")
+
+
+def main(out):
+    out = pathlib.Path(out)
+    report = lint(CHART, strict=True, namespace=NAMESPACE)
+    problems = [m for m in report.get("messages", []) if m.get("severity", 0) >= 2] + report.get("errors", [])
+    if problems:
+        fail(f"helm lint --strict: {problems}")
+    print(f"helm lint --strict: clean ({report.get('total_charts_linted')} chart)", file=sys.stderr)
+
+    for name, values in VARIANTS.items():
+        rendered = render(values)
+        text = "\n---\n".join(rendered[k] for k in sorted(rendered))
+        (out / f"{name}.yaml").write_text(text)
+        docs = [d for d in yaml.safe_load_all(text) if d]
+        config_map = next(d for d in docs if d["kind"] == "ConfigMap")
+        toml_text = config_map["data"]["kube2nats.toml"]
+        (out / f"{name}.toml").write_text(toml_text)
+        config = tomllib.loads(toml_text)
+        check_rbac(name, docs, config)
+        check_hardening(name, docs)
+        kinds = ",".join(d["kind"] for d in docs)
+        print(f"{name}: {len(docs)} objects ({kinds})", file=sys.stderr)
+
+    for what, (values, needle) in REFUSED.items():
+        try:
+            render(values)
+        except Exception as e:  # the SDK raises HelmRenderError with the template's message
+            if needle not in str(e):
+                fail(f"{what}: refused, but the message does not say {needle!r}: {e}")
+            continue
+        fail(f"{what}: rendered, but should be refused")
+    print(f"refused as expected: {', '.join(REFUSED)}", file=sys.stderr)
+
+    copy = (CHART / "files/prometheusrule.yaml").read_text()
+    if copy != pathlib.Path("deploy/monitoring/prometheusrule.yaml").read_text():
+        fail("deploy/helm/kube2nats/files/prometheusrule.yaml differs from deploy/monitoring/prometheusrule.yaml: copy it over")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,214 @@
+//! deploy/monitoring/: the alerts pass `promtool check rules` and their unit tests
+//! (`promtool test rules`), and every metric the alerts and the Grafana dashboard query is one a
+//! running kube2nats exports.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions, Failure, RequestFilter};
+use kube2nats_harness::nats::NatsServer;
+
+fn monitoring(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy/monitoring")
+        .join(file)
+}
+
+fn read(file: &str) -> String {
+    std::fs::read_to_string(monitoring(file)).unwrap_or_else(|e| panic!("reading {file}: {e}"))
+}
+
+fn promtool(args: &[&str], dir: &Path) -> String {
+    let promtool = std::env::var("PROMTOOL_BIN").unwrap_or_else(|_| "promtool".into());
+    let out = Command::new(&promtool)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {promtool}: {e}; install it with `apt-get install prometheus` or run scripts/test, which installs it"));
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "promtool {args:?}:\n{report}");
+    report
+}
+
+/// The PrometheusRule's `spec` is a plain Prometheus rule file: promtool checks it and runs the
+/// unit tests of every alert (firing when it should, silent when it should not).
+#[test]
+fn alert_rules_pass_promtool_check_and_unit_tests() {
+    let rule: serde_yaml::Value = serde_yaml::from_str(&read("prometheusrule.yaml")).unwrap();
+    assert_eq!(rule["kind"], "PrometheusRule");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("kube2nats.rules.yaml"),
+        serde_yaml::to_string(&rule["spec"]).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("prometheusrule.test.yaml"),
+        read("prometheusrule.test.yaml"),
+    )
+    .unwrap();
+    let report = promtool(&["check", "rules", "kube2nats.rules.yaml"], dir.path());
+    assert!(report.contains("SUCCESS: 6 rules found"), "{report}");
+    promtool(&["test", "rules", "prometheusrule.test.yaml"], dir.path());
+
+    // Every alert has a unit test.
+    let tests = read("prometheusrule.test.yaml");
+    for alert in rule["spec"]["groups"][0]["rules"].as_sequence().unwrap() {
+        let name = alert["alert"].as_str().unwrap();
+        assert!(
+            tests.contains(&format!("alertname: {name}")),
+            "{name} has no test"
+        );
+    }
+}
+
+/// Metric names in PromQL text: `kube2nats_*` and `process_*` identifiers, with a histogram's
+/// `_bucket`/`_sum`/`_count` series mapped to its family.
+fn metric_names(promql: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for (start, _) in promql.match_indices(['k', 'p']) {
+        let rest = &promql[start..];
+        if !(rest.starts_with("kube2nats_") || rest.starts_with("process_")) {
+            continue;
+        }
+        let preceded_by_ident = promql[..start]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        if preceded_by_ident {
+            continue;
+        }
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        let name = &rest[..end];
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .filter(|f| f.ends_with("_seconds"))
+            .unwrap_or(name);
+        names.insert(family.to_owned());
+    }
+    names
+}
+
+/// Every PromQL expression of the dashboard (panel targets and template variables).
+fn dashboard_queries() -> Vec<String> {
+    let dashboard: serde_json::Value = serde_json::from_str(&read("dashboard.json")).unwrap();
+    let mut queries = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        let targets = panel["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "panel {} has no query", panel["title"]);
+        for target in targets {
+            queries.push(target["expr"].as_str().unwrap().to_owned());
+        }
+    }
+    for variable in dashboard["templating"]["list"].as_array().unwrap() {
+        if let Some(q) = variable["definition"].as_str() {
+            queries.push(q.to_owned());
+        }
+    }
+    queries
+}
+
+/// The metric families of a scrape (`# TYPE` lines).
+fn exported(scrape: &str) -> BTreeSet<String> {
+    scrape
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every metric the dashboard and the alerts query is in a real scrape of kube2nats after it
+/// has published, relisted (410), dropped duplicates and met a garbage line: a renamed metric
+/// or a typo in a panel fails here, not on an operator's screen.
+#[tokio::test]
+async fn dashboard_and_alerts_query_only_exported_metrics() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    sim.create("pods", Some("default"), pod("a"));
+    let nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = jetstream_pods_config(&sim, &nats, dir.path());
+    let daemon = kube2nats::app::start(config_from(&config)).await.unwrap();
+    let synced = |daemon: &kube2nats::app::Daemon| {
+        metric(
+            &daemon.metrics.render(),
+            "kube2nats_watch_synced",
+            &[("watch", "pods")],
+        ) == Some(1.0)
+    };
+    eventually("synced", || synced(&daemon)).await;
+    sim.inject_garbage_line();
+    assert!(sim.wait_for_watches(1, WAIT).await);
+    // Keep the watch from resuming until the history it would resume from is gone: a 410.
+    sim.fail_next_matching(2, RequestFilter::Watch, Failure::Internal);
+    sim.drop_watches();
+    sim.create("pods", Some("default"), pod("gap"));
+    sim.compact();
+    eventually("relisted after 410", || {
+        metric(
+            &daemon.metrics.render(),
+            "kube2nats_relists_total",
+            &[("watch", "pods"), ("reason", "expired")],
+        ) >= Some(1.0)
+    })
+    .await;
+    eventually("synced again", || synced(&daemon)).await;
+    let scrape = daemon.metrics.render();
+    let exported = exported(&scrape);
+
+    let mut queries = dashboard_queries();
+    let rule: serde_yaml::Value = serde_yaml::from_str(&read("prometheusrule.yaml")).unwrap();
+    for alert in rule["spec"]["groups"][0]["rules"].as_sequence().unwrap() {
+        queries.push(alert["expr"].as_str().unwrap().to_owned());
+    }
+    let mut used = BTreeSet::new();
+    for q in &queries {
+        let names = metric_names(q);
+        assert!(!names.is_empty(), "query uses no kube2nats metric: {q}");
+        used.extend(names);
+    }
+    let unknown: Vec<&String> = used.difference(&exported).collect();
+    assert!(
+        unknown.is_empty(),
+        "queried but not exported: {unknown:?}\nexported: {exported:?}"
+    );
+    // The dashboard covers the watch, publish and NATS stages at least.
+    for family in [
+        "kube2nats_watch_synced",
+        "kube2nats_events_published_total",
+        "kube2nats_publish_errors_total",
+        "kube2nats_nats_connected",
+        "kube2nats_watch_last_event_timestamp_seconds",
+    ] {
+        assert!(used.contains(family), "{family} is not on the dashboard");
+    }
+    daemon.shutdown();
+    daemon.wait().await.unwrap();
+}
+
+#[test]
+fn metric_names_are_found_in_promql() {
+    let names = metric_names(
+        "histogram_quantile(0.99, sum by (le) (rate(kube2nats_publish_duration_seconds_bucket[5m]))) and on (instance) kube2nats_build_info + process_cpu_seconds_total + my_kube2nats_x",
+    );
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "kube2nats_build_info",
+            "kube2nats_publish_duration_seconds",
+            "process_cpu_seconds_total"
+        ]
+    );
+}
