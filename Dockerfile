@@ -41,12 +41,14 @@ RUN case "$TARGETARCH" in \
     fi
 WORKDIR /src
 COPY . .
+# The git revision for kube2nats_build_info (the build context has no .git): build.rs reads it.
+ARG REVISION=unknown
 # The cargo caches are build-time mounts (one target dir per architecture); the binary is copied
 # out of them.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target,id=kube2nats-target-$TARGETARCH \
     source /target.env \
- && cargo build --release --locked --target "$TARGET" --bin kube2nats \
+ && KUBE2NATS_REVISION="$REVISION" cargo build --release --locked --target "$TARGET" --bin kube2nats \
  && cp "target/$TARGET/release/kube2nats" /kube2nats
 
 FROM gcr.io/distroless/static-debian12:nonroot
