@@ -57,7 +57,7 @@ fn alert_rules_pass_promtool_check_and_unit_tests() {
     )
     .unwrap();
     let report = promtool(&["check", "rules", "kube2nats.rules.yaml"], dir.path());
-    assert!(report.contains("SUCCESS: 6 rules found"), "{report}");
+    assert!(report.contains("SUCCESS: 8 rules found"), "{report}");
     promtool(&["test", "rules", "prometheusrule.test.yaml"], dir.path());
 
     // Every alert has a unit test.
@@ -202,15 +202,20 @@ async fn dashboard_and_alerts_query_only_exported_metrics() {
         unknown.is_empty(),
         "queried but not exported: {unknown:?}\nexported: {exported:?}"
     );
-    // The dashboard covers the watch, publish and NATS stages at least.
+    // The dashboard and alerts cover the watch, publish, NATS, state and leader stages at least.
     for family in [
         "kube2nats_watch_synced",
         "kube2nats_events_published_total",
         "kube2nats_publish_errors_total",
         "kube2nats_nats_connected",
         "kube2nats_watch_last_event_timestamp_seconds",
+        "kube2nats_leader",
+        "kube2nats_state_checkpoint_age_seconds",
     ] {
-        assert!(used.contains(family), "{family} is not on the dashboard");
+        assert!(
+            used.contains(family),
+            "{family} is not on the dashboard or in an alert"
+        );
     }
 }
 
