@@ -25,6 +25,7 @@ use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions};
 use kube2nats_harness::nats::NatsServer;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 /// The namespace the workload runs in.
 const NAMESPACE: &str = "shop";
@@ -101,35 +102,43 @@ async fn main() -> anyhow::Result<()> {
 
     let daemon = Kube2nats::start(args.binary.as_deref(), &config_path, &listen).await?;
     let http = format!("http://{}", daemon.http_addr());
-    wait_ready(&http).await?;
-    match &args.binary {
-        Some(path) => println!(
-            "kube2nats          {} (pid {})",
-            path.display(),
-            daemon.pid()
-        ),
-        None => println!("kube2nats          in-process"),
-    }
-    println!("                   ready, metrics at {http}/metrics (its log: RUST_LOG=info)");
-    println!("subscriber         on 'kube.>': each message's subject, headers and payload\n");
-
-    // The subscriber prints every message; the event types come back here to be counted.
     let (arrived_tx, mut arrived) = mpsc::unbounded_channel();
-    let printer = tokio::spawn(print_messages(sub, arrived_tx));
     let mut counts: HashMap<String, usize> = HashMap::new();
-
     let expected = 10;
-    workload(&api).await;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while counts.values().sum::<usize>() < expected {
-        match tokio::time::timeout_at(deadline, arrived.recv()).await {
-            Ok(Some(event_type)) => *counts.entry(event_type).or_default() += 1,
-            _ => break,
-        }
-    }
-    print_metrics(&http).await?;
 
-    if !args.once && counts.values().sum::<usize>() >= expected {
+    // Ctrl-C at any point stops everything cleanly; during the first round it cuts it short.
+    let stop = stop_on_signal()?;
+    let first_round = async {
+        wait_ready(&http).await?;
+        match &args.binary {
+            Some(path) => println!(
+                "kube2nats          {} (pid {})",
+                path.display(),
+                daemon.pid()
+            ),
+            None => println!("kube2nats          in-process"),
+        }
+        println!("                   ready, metrics at {http}/metrics (its log: RUST_LOG=info)");
+        println!("subscriber         on 'kube.>': each message's subject, headers and payload\n");
+        // The subscriber prints every message; the event types come back here to be counted.
+        let printer = tokio::spawn(print_messages(sub, arrived_tx));
+        workload(&api).await;
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while counts.values().sum::<usize>() < expected {
+            match tokio::time::timeout_at(deadline, arrived.recv()).await {
+                Ok(Some(event_type)) => *counts.entry(event_type).or_default() += 1,
+                _ => break,
+            }
+        }
+        print_metrics(&http).await?;
+        anyhow::Ok(printer)
+    };
+    let printer = tokio::select! {
+        _ = stop.cancelled() => None,
+        printer = first_round => Some(printer?),
+    };
+
+    if printer.is_some() && !args.once && counts.values().sum::<usize>() >= expected {
         println!(
             "\nkube2nats keeps running: a pod in namespace {NAMESPACE} changes every {}s.\n\
              Watch from another terminal with the nats CLI: nats sub -s {} 'kube.>'\n\
@@ -137,14 +146,20 @@ async fn main() -> anyhow::Result<()> {
             TICK.as_secs(),
             nats.url()
         );
-        keep_changing(&api, &mut arrived, &mut counts).await?;
+        keep_changing(&api, &mut arrived, &mut counts, &stop).await;
         println!();
     }
 
-    printer.abort();
+    if let Some(printer) = printer {
+        printer.abort();
+    }
     daemon.stop().await.context("stopping kube2nats")?;
     drop(api);
     drop(nats);
+    if stop.is_cancelled() && counts.values().sum::<usize>() < expected {
+        println!("\ninterrupted; everything stopped");
+        return Ok(());
+    }
 
     let count = |t: &str| counts.get(t).copied().unwrap_or(0);
     let total: usize = counts.values().sum();
@@ -237,24 +252,38 @@ async fn print_metrics(http: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Until Ctrl-C (or SIGTERM): every [`TICK`], one change to a pod `job-N` (created, started,
-/// deleted, then the next), counting the messages that arrive.
+/// A token cancelled by the first Ctrl-C (SIGINT) or SIGTERM.
+fn stop_on_signal() -> anyhow::Result<CancellationToken> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut terminate =
+        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+        token.cancel();
+    });
+    Ok(stop)
+}
+
+/// Until `stop`: every [`TICK`], one change to a pod `job-N` (created, started, deleted, then the
+/// next), counting the messages that arrive.
 async fn keep_changing(
     api: &ApiServer,
     arrived: &mut mpsc::UnboundedReceiver<String>,
     counts: &mut HashMap<String, usize>,
-) -> anyhow::Result<()> {
+    stop: &CancellationToken,
+) {
     let ns = Some(NAMESPACE);
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
     let mut tick = tokio::time::interval(TICK);
     let mut step = 0_usize;
     loop {
         tokio::select! {
-            _ = &mut ctrl_c => return Ok(()),
-            _ = sigterm.recv() => return Ok(()),
+            _ = stop.cancelled() => return,
             Some(event_type) = arrived.recv() => *counts.entry(event_type).or_default() += 1,
             _ = tick.tick() => {
                 let name = format!("job-{}", step / 3 + 1);
