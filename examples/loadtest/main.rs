@@ -19,6 +19,9 @@
 //! - `idle`: RSS with three idle watches.
 //! - `restart`: durable state of `--list-objects` pods: bytes stored per object, then a kill -9
 //!   and a restart that loads it (load seconds, peak RSS against the RSS holding them before).
+//! - `peers` (not in the default set): the `core`/`jetstream` load through kube2nats and through
+//!   the reference forwarders of `bench/` (a null forwarder, the floor; a kube-rs watcher, a peer),
+//!   interleaved, with the ratios of their CPU per event. `--build-peers` builds them first.
 //!
 //! `--state on|off|both` sets `state.enabled` for the daemons; with `both`, the `core` and
 //! `jetstream` scenarios alternate runs with state on and off and report each.
@@ -30,6 +33,7 @@
 #![allow(clippy::disallowed_types)]
 
 mod apiserver;
+mod peers;
 mod pods;
 mod procfs;
 
@@ -45,6 +49,7 @@ use clap::Parser;
 use futures_util::StreamExt;
 
 use apiserver::Scenario;
+use peers::Forwarder;
 
 /// Counts live heap bytes, so the `state` scenario can weigh the de-duplication map exactly.
 struct CountingAlloc;
@@ -126,6 +131,15 @@ struct Args {
     /// Keep the work directory (configs, logs) for inspection.
     #[arg(long)]
     keep: bool,
+    /// `peers`: where the reference forwarders are (default: bench/target/release).
+    #[arg(long)]
+    peers_dir: Option<PathBuf>,
+    /// `peers`: build the reference forwarders first (`cargo build --release` of bench/).
+    #[arg(long)]
+    build_peers: bool,
+    /// `peers`: a second kube2nats binary (the image's static musl one) measured in core mode too.
+    #[arg(long)]
+    kube2nats_musl: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -162,6 +176,7 @@ fn main() -> anyhow::Result<()> {
             "list" => runtime.block_on(list(&env))?,
             "idle" => runtime.block_on(idle(&env))?,
             "restart" => runtime.block_on(restart(&env))?,
+            "peers" => runtime.block_on(peers::peers(&env))?,
             other => bail!("unknown scenario {other:?}"),
         };
         for line in &lines {
@@ -377,6 +392,10 @@ struct DaemonCfg<'a> {
 }
 
 fn start_kube2nats(env: &Env, dir: &Path, cfg: &DaemonCfg<'_>) -> anyhow::Result<Proc> {
+    spawn_kube2nats(&env.kube2nats, dir, cfg)
+}
+
+fn spawn_kube2nats(bin: &Path, dir: &Path, cfg: &DaemonCfg<'_>) -> anyhow::Result<Proc> {
     let mut toml = format!(
         "[log]\nfilter = \"info\"\n\n[kubernetes]\napi_url = \"http://127.0.0.1:{}\"\nlist_page_size = 500\n\n[nats]\nurl = \"{}\"\nmode = \"{}\"\n\n[http]\nlisten = \"127.0.0.1:{}\"\n\n[state]\nenabled = {}\n",
         cfg.api_port,
@@ -400,7 +419,7 @@ fn start_kube2nats(env: &Env, dir: &Path, cfg: &DaemonCfg<'_>) -> anyhow::Result
     let path = dir.join("kube2nats.toml");
     std::fs::write(&path, toml)?;
     Proc::spawn(
-        &env.kube2nats,
+        bin,
         &["--config", path.to_str().unwrap_or_default()],
         &dir.join("kube2nats.log"),
     )
@@ -570,7 +589,11 @@ async fn throughput(env: &Env, jetstream: bool) -> anyhow::Result<Vec<String>> {
     let mut results: Vec<Vec<RunResult>> = variants.iter().map(|_| Vec::new()).collect();
     for run in 0..env.args.runs {
         for (v, &state) in variants.iter().enumerate() {
-            let r = throughput_run(env, jetstream, state, env.args.objects, events).await?;
+            let daemon = Forwarder::Kube2nats {
+                bin: env.kube2nats.clone(),
+                state,
+            };
+            let r = throughput_run(env, jetstream, &daemon, env.args.objects, events).await?;
             eprintln!(
                 "{mode} (state {}) run {}: {:.0} events/s end to end, kube2nats {:.3} CPU-s/100k events ({:.0} events per CPU-second), peak RSS {:.1} MiB; CPU-s/100k: API server {:.3}, subscriber {:.3}, nats-server {:.3}",
                 on_off(state),
@@ -640,7 +663,7 @@ fn on_off(state: bool) -> &'static str {
 async fn throughput_run(
     env: &Env,
     jetstream: bool,
-    state: bool,
+    forwarder: &Forwarder,
     objects: u64,
     events: u64,
 ) -> anyhow::Result<RunResult> {
@@ -680,24 +703,12 @@ async fn throughput_run(
             .await??;
         None
     };
-    let daemon = start_kube2nats(
-        env,
-        dir.path(),
-        &DaemonCfg {
-            state,
-            http_port: None,
-            api_port,
-            nats_url: &nats_url,
-            jetstream,
-            initial_state: "skip",
-            namespaces: &[],
-            watches: 1,
-        },
-    )?;
+    let daemon = forwarder.start(dir.path(), api_port, &nats_url, jetstream)?;
     if !wait_for_watch(&scenario).await {
         bail!(
-            "kube2nats never opened the watch; see {}",
-            dir.path().join("kube2nats.log").display()
+            "{} never opened the watch; see {}",
+            forwarder.name(),
+            dir.path().display()
         );
     }
     let t0 = *scenario
