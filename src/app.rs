@@ -185,7 +185,7 @@ async fn run_watches(
         return Ok(());
     };
     let plans = plan(&config, &discovery)?;
-    check_rbac(&client, &config, &plans).await?;
+    check_rbac(&client, &config, &plans, elector.as_ref()).await?;
     if !ensure_stream(&config, &nats, &shutdown).await {
         return Ok(());
     }
@@ -512,22 +512,27 @@ fn plan<'a>(config: &'a Config, discovery: &Discovery) -> anyhow::Result<Vec<Wat
         .collect()
 }
 
-/// The start-up RBAC self-check; with `rbac_check = "fail"` a refusal stops kube2nats.
+/// The start-up RBAC self-check (the watches, and the Lease when leader election is on); with
+/// `rbac_check = "fail"` a refusal stops kube2nats.
 async fn check_rbac(
     client: &ApiClient,
     config: &Config,
     plans: &[WatchPlan<'_>],
+    elector: Option<&Elector>,
 ) -> anyhow::Result<()> {
-    let accesses: Vec<rbac::Access> = plans
+    let leases = rbac::lease_resource();
+    let mut accesses: Vec<rbac::Access> = plans
         .iter()
         .flat_map(|p| {
-            p.namespaces.iter().map(move |ns| rbac::Access {
-                watch: &p.watch.name,
-                resource: &p.resource,
-                namespace: ns.as_deref(),
-            })
+            p.namespaces
+                .iter()
+                .map(move |ns| rbac::Access::watch(&p.watch.name, &p.resource, ns.as_deref()))
         })
         .collect();
+    if let Some(elector) = elector {
+        let (namespace, name) = elector.lease();
+        accesses.extend(rbac::Access::lease(&leases, namespace, name));
+    }
     let refusals = rbac::self_check(client, &accesses).await;
     match config.kubernetes.rbac_check {
         RbacCheck::Fail if !refusals.is_empty() => Err(rbac::RbacDenied(refusals).into()),
