@@ -371,19 +371,11 @@ async fn rbac_self_check_names_the_rule_to_add() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rbac_self_check_covers_the_lease_when_leader_election_is_on() {
     let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
-    sim.set_rules(
-        INITIAL_TOKEN,
-        vec![
-            Rule::new(&["get", "list", "watch"], &[""], &["pods"], &["default"]),
-            Rule::new(
-                &["get", "update"],
-                &["coordination.k8s.io"],
-                &["leases"],
-                &["default"],
-            )
-            .named(&["kube2nats"]),
-        ],
-    );
+    let pods = || Rule::new(&["get", "list", "watch"], &[""], &["pods"], &["default"]);
+    let leases =
+        |verbs: &[&str]| Rule::new(verbs, &["coordination.k8s.io"], &["leases"], &["default"]);
+    let lease_by_name = || leases(&["get", "update"]).named(&["kube2nats"]);
+    sim.set_rules(INITIAL_TOKEN, vec![pods(), lease_by_name()]);
     let nats = NatsServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let election = "[leader_election]\nenabled = true\nnamespace = \"default\"\n";
@@ -415,36 +407,13 @@ async fn rbac_self_check_covers_the_lease_when_leader_election_is_on() {
     // With the rule the line names added, the replica creates the Lease and holds it.
     sim.set_rules(
         INITIAL_TOKEN,
-        vec![
-            Rule::new(&["get", "list", "watch"], &[""], &["pods"], &["default"]),
-            Rule::new(
-                &["get", "update"],
-                &["coordination.k8s.io"],
-                &["leases"],
-                &["default"],
-            )
-            .named(&["kube2nats"]),
-            Rule::new(
-                &["create"],
-                &["coordination.k8s.io"],
-                &["leases"],
-                &["default"],
-            ),
-        ],
+        vec![pods(), lease_by_name(), leases(&["create"])],
     );
     let process = Process::spawn_env(&warn, &[], &[("POD_NAME", "k2n-0")]);
     process.line_with(&["acquired the Lease"]);
     drop(process);
 
-    sim.set_rules(
-        INITIAL_TOKEN,
-        vec![Rule::new(
-            &["get", "list", "watch"],
-            &[""],
-            &["pods"],
-            &["default"],
-        )],
-    );
+    sim.set_rules(INITIAL_TOKEN, vec![pods()]);
     let fail = warn.replace("[kubernetes]", "[kubernetes]\nrbac_check = \"fail\"");
     let mut process = Process::spawn_env(&fail, &[], &[("POD_NAME", "k2n-0")]);
     let (code, _) = process.wait_exit(WAIT);
