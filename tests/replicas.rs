@@ -690,6 +690,69 @@ async fn holder_cut_off_from_the_api_server_stops_publishing_before_the_other_ac
     pair.finish(Handover::Lost { resumed_from }).await;
 }
 
+/// The holder loses the API server and NATS at once: the messages it handed to the NATS client
+/// before its term ended cannot be recalled, and the client would send them once NATS is back —
+/// after the standby took over, behind its messages. So it exits with code 1 instead of standing
+/// by (its pod restarts as a standby), and once NATS is back only the new holder publishes: the
+/// stream (which keeps what arrives while no subscriber is reconnected yet) holds nothing from
+/// the old holder after the outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_cut_off_from_the_api_server_and_nats_exits_rather_than_publish_late() {
+    let mut pair = Pair::start(JETSTREAM).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let before_outage = stream_last_sequence(&pair.nats).await;
+    pair.nats.stop().await;
+    pair.sim.cut_off(&Replica::token("a"));
+    let a = &mut pair.a;
+    a.line(&["could not renew the Lease within the renew deadline"]);
+    let (code, _) = tokio::task::block_in_place(|| a.process.wait_exit(WAIT));
+    let rest = a.process.rest();
+    assert_eq!(code, Some(1), "log:\n{rest}");
+    assert!(
+        rest.contains("lost the Lease with messages still queued for NATS"),
+        "{rest}"
+    );
+    let mark = pair.subscriber.all().len();
+    // Messages stored after this instant arrived after the outage (the server has exited).
+    let restarted_at = unix_nanos(std::time::SystemTime::now());
+    pair.nats.restart().await.unwrap();
+    pair.b.line(&["acquired the Lease"]);
+    pair.subscriber
+        .first_from_after("b", mark, WAIT * 2)
+        .await
+        .expect("the new holder publishes once NATS is back");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let nc = async_nats::connect(pair.nats.url()).await.unwrap();
+    let stream = async_nats::jetstream::new(nc)
+        .get_stream("KUBE")
+        .await
+        .unwrap();
+    let last = stream_last_sequence(&pair.nats).await;
+    for seq in before_outage + 1..=last {
+        let m = stream.get_raw_message(seq).await.unwrap();
+        assert!(
+            m.subject.starts_with("b.") || m.time.unix_timestamp_nanos() < restarted_at,
+            "stored after the outage from the old holder: {} (sequence {seq})",
+            m.subject
+        );
+    }
+    pair.producer.stop().await;
+}
+
+fn unix_nanos(t: std::time::SystemTime) -> i128 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128)
+}
+
+async fn stream_last_sequence(nats: &NatsServer) -> u64 {
+    let nc = async_nats::connect(nats.url()).await.unwrap();
+    let mut stream = async_nats::jetstream::new(nc)
+        .get_stream("KUBE")
+        .await
+        .unwrap();
+    stream.info().await.unwrap().state.last_sequence
+}
+
 /// What the randomized run does to the holder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Fault {
