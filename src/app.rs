@@ -260,7 +260,7 @@ fn elector(
 /// (its pod restarts as a standby) — as client-go's controllers exit on a lost lease.
 #[derive(Debug, thiserror::Error)]
 #[error("lost the Lease with messages still queued for NATS (not flushed within {within:?}); exiting so that they are never published after another replica took over")]
-pub struct QueuedAfterLostTerm {
+struct QueuedAfterLostTerm {
     within: Duration,
 }
 
