@@ -26,13 +26,21 @@ struct Env {
 
 impl Env {
     async fn start(extra: &str) -> Env {
+        Env::start_with("", extra).await
+    }
+
+    /// `kube` goes into `[kubernetes]`.
+    async fn start_with(kube: &str, extra: &str) -> Env {
         let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
         let nats = NatsServer::start().await.unwrap();
         let dir = tempfile::tempdir().unwrap();
         let token = token_file(dir.path(), INITIAL_TOKEN);
         let text = format!(
             "{}\n[nats]\nurl = \"{}\"\n{extra}",
-            kube_section(&sim, &token),
+            kube_section(&sim, &token).replace(
+                "watch_timeout = \"30s\"",
+                &format!("watch_timeout = \"30s\"\n{kube}")
+            ),
             nats.url()
         );
         let nc = async_nats::connect(nats.url()).await.unwrap();
@@ -51,8 +59,12 @@ impl Env {
     }
 
     async fn synced(&self) {
+        self.synced_watch("pods").await;
+    }
+
+    async fn synced_watch(&self, watch: &str) {
         let deadline = tokio::time::Instant::now() + WAIT;
-        while self.metric("kube2nats_watch_synced", &[("watch", "pods")]) != 1.0 {
+        while self.metric("kube2nats_watch_synced", &[("watch", watch)]) != 1.0 {
             assert!(tokio::time::Instant::now() < deadline, "watch not synced");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -166,6 +178,120 @@ async fn an_object_over_max_payload_is_published_with_metadata_only() {
         env.metric(
             "kube2nats_events_truncated_total",
             &[("watch", "pods"), ("reason", "max_payload")]
+        ),
+        1.0
+    );
+}
+
+/// `kubernetes.max_line_bytes` of the tests below: an object of 10 kB is over it.
+const SMALL_LINES: &str = "max_line_bytes = 4096";
+
+/// A pod of about 10 kB: over [`SMALL_LINES`], with its metadata first (as kube-apiserver
+/// writes a built-in object) and the bulk in its spec.
+fn big_pod(name: &str) -> serde_json::Value {
+    let mut big = pod(name);
+    big["spec"]["blob"] = "x".repeat(10_000).into();
+    big
+}
+
+/// A watch line over `max_line_bytes` whose first bytes hold the object's metadata (as
+/// kube-apiserver writes built-in objects): the change is published with the metadata only and
+/// `Kube-Payload: truncated`, in order, counted as `events_truncated_total{reason="max_line_bytes"}`;
+/// the watch goes on from the line's version (no decode-error loop, no relist), and a resumed
+/// watch does not repeat it.
+#[tokio::test]
+async fn a_watch_line_over_max_line_bytes_is_published_with_metadata_only() {
+    let env = Env::start_with(SMALL_LINES, PODS_WATCH).await;
+    let mut inbox = Inbox::subscribe(&env.nc, "kube.>").await;
+    env.synced().await;
+
+    let created = env.sim.create("pods", Some("default"), big_pod("big"));
+    let modified = env.sim.update("pods", Some("default"), "big", |p| {
+        p["spec"]["blob"] = "y".repeat(10_000).into();
+    });
+    env.sim.create("pods", Some("default"), pod("after"));
+    for (expected, version) in [("ADDED big", &created), ("MODIFIED big", &modified)] {
+        let got = inbox.next().await;
+        assert_eq!(got.short(), expected);
+        assert_eq!(got.header("Kube-Payload"), Some("truncated"));
+        assert_eq!(got.header("Kube-Uid"), created["metadata"]["uid"].as_str());
+        assert_eq!(
+            got.header("Kube-Resource-Version"),
+            version["metadata"]["resourceVersion"].as_str()
+        );
+        let object = &got.payload["object"];
+        assert_eq!(object["kind"], "Pod");
+        assert_eq!(object["metadata"]["namespace"], "default");
+        assert!(object.get("spec").is_none(), "metadata only: {object}");
+    }
+    let after = inbox.next().await;
+    assert_eq!(after.short(), "ADDED after");
+    assert_eq!(after.header("Kube-Payload"), None);
+
+    // Resumed from the last version: nothing is repeated.
+    env.sim.drop_watches();
+    assert!(
+        env.sim.wait_for_watches(1, WAIT).await,
+        "the watch reopened"
+    );
+    env.sim.create("pods", Some("default"), pod("later"));
+    assert_eq!(inbox.next().await.short(), "ADDED later");
+    let pods = [("watch", "pods")];
+    assert_eq!(
+        env.metric(
+            "kube2nats_events_truncated_total",
+            &[("watch", "pods"), ("reason", "max_line_bytes")]
+        ),
+        2.0
+    );
+    assert_eq!(env.metric("kube2nats_decode_errors_total", &pods), 0.0);
+    assert_eq!(
+        env.metric(
+            "kube2nats_relists_total",
+            &[("watch", "pods"), ("reason", "line_too_long")]
+        ),
+        0.0
+    );
+}
+
+/// A watch line over `max_line_bytes` whose first bytes do not say which object changed (a
+/// custom resource: the API server writes it with sorted keys, so a large `data` comes before
+/// `metadata`): counted as a decode error, and one relist (whose pages have no line limit)
+/// publishes the object whole; the watch then goes on, without a loop.
+#[tokio::test]
+async fn a_watch_line_over_max_line_bytes_without_early_metadata_relists_once() {
+    const WIDGETS: &str = "[[watches]]\nname = \"widgets\"\nresource = \"widgets.example.com\"\nnamespaces = [\"default\"]\n";
+    let env = Env::start_with(SMALL_LINES, WIDGETS).await;
+    let mut inbox = Inbox::subscribe(&env.nc, "kube.>").await;
+    env.synced_watch("widgets").await;
+
+    let widget = |name: &str, data: usize| {
+        serde_json::json!({
+            "apiVersion": "example.com/v1",
+            "kind": "Widget",
+            "data": "d".repeat(data),
+            "metadata": {"name": name},
+        })
+    };
+    env.sim
+        .create("widgets", Some("default"), widget("big", 10_000));
+    let got = inbox.next().await;
+    assert_eq!(got.short(), "ADDED big");
+    assert_eq!(got.header("Kube-Synthesized"), Some("relist"));
+    assert_eq!(got.header("Kube-Payload"), None);
+    assert_eq!(
+        got.payload["object"]["data"].as_str().map(str::len),
+        Some(10_000)
+    );
+    env.sim
+        .create("widgets", Some("default"), widget("after", 1));
+    assert_eq!(inbox.next().await.short(), "ADDED after");
+    let widgets = [("watch", "widgets")];
+    assert_eq!(env.metric("kube2nats_decode_errors_total", &widgets), 1.0);
+    assert_eq!(
+        env.metric(
+            "kube2nats_relists_total",
+            &[("watch", "widgets"), ("reason", "line_too_long")]
         ),
         1.0
     );

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use super::framing::{FrameError, LineDecoder};
+use super::framing::{Frame, FrameError, LineDecoder};
 
 /// Why reading the stream failed (as opposed to ending cleanly).
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +21,8 @@ pub struct Line {
     /// False for a last line that arrived without its newline: if it does not decode, the body
     /// was cut short rather than garbled.
     pub terminated: bool,
+    /// `Some(length)` for a line over `max_line_bytes`: `bytes` holds only its first bytes.
+    pub oversized: Option<usize>,
 }
 
 /// The body of an open watch, cut into lines.
@@ -42,11 +44,22 @@ impl LineStream {
     /// The next line; `Ok(None)` once the server has ended the body cleanly.
     pub async fn next_line(&mut self) -> Result<Option<Line>, StreamError> {
         loop {
-            if let Some(bytes) = self.lines.next_line()? {
-                return Ok(Some(Line {
-                    bytes,
-                    terminated: true,
-                }));
+            match self.lines.next_frame() {
+                Some(Frame::Line(bytes)) => {
+                    return Ok(Some(Line {
+                        bytes,
+                        terminated: true,
+                        oversized: None,
+                    }))
+                }
+                Some(Frame::Oversized { prefix, line_bytes }) => {
+                    return Ok(Some(Line {
+                        bytes: prefix,
+                        terminated: true,
+                        oversized: Some(line_bytes),
+                    }))
+                }
+                None => {}
             }
             if self.ended {
                 return Ok(None);
@@ -59,8 +72,11 @@ impl LineStream {
                         return Ok(Some(Line {
                             bytes,
                             terminated: false,
+                            oversized: None,
                         }));
                     }
+                    // Only an over-long line cut off by the end is left to report.
+                    self.lines.finish()?;
                 }
                 Err(e) => return Err(StreamError::Transport(e)),
             }
