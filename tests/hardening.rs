@@ -589,3 +589,169 @@ async fn a_watch_error_that_stalls_after_its_headers_does_not_hang_the_watch() {
     daemon.shutdown();
     let _ = daemon.wait().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Memory bounded in bytes, not only in messages.
+
+/// Watch targets (namespaces) and object size of the outage test: 300 MiB in all.
+const NAMESPACES: usize = 300;
+const OBJECT_BYTES: usize = 1 << 20;
+/// `nats.max_buffered_bytes` in the outage test.
+const BUDGET_MIB: u64 = 16;
+/// What the process may hold beyond the budget, over its RSS once synced: one line finished
+/// past the budget (1 MiB), one read chunk per watch connection (hyper reads up to ~400 kB at
+/// once), the NATS client's write buffer while it catches up, and the allocator's slack.
+const OVERHEAD_MIB: u64 = 40;
+
+/// `kube2nats_*` samples of a running binary's `/metrics`.
+async fn scrape(http: &reqwest::Client, url: &str, name: &str) -> f64 {
+    let text = match http.get(url).send().await {
+        Ok(response) => response.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    metric(&text, name, &[]).unwrap_or(0.0)
+}
+
+/// 300 namespaces, each receiving an object of 1 MiB while NATS (JetStream) is down: the
+/// process's resident memory stays within `max_buffered_bytes` plus a fixed overhead (it would
+/// otherwise hold all 300 MiB), `buffered_bytes` reports the budget in use, and once NATS is back
+/// every object is in the stream exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_outage_with_300_targets_of_1_mib_objects_stays_within_the_byte_budget() {
+    use futures_util::StreamExt;
+    // Plain HTTP/1.1: one connection per watch, each with hyper's own read buffer (over TLS the
+    // watches would share HTTP/2 connections, whose flow-control windows cap that data).
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let mut nats = NatsServer::start_with(kube2nats_harness::nats::NatsOptions {
+        max_payload: Some(4 << 20),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token = token_file(dir.path(), INITIAL_TOKEN);
+    let http_port = free_port();
+    let namespaces: Vec<String> = (0..NAMESPACES).map(|i| format!("\"ns-{i}\"")).collect();
+    let text = format!(
+        "{}\n[nats]\nurl = \"{}\"\nmode = \"jetstream\"\nmax_buffered_bytes = {}\n\
+         [nats.jetstream]\nack_timeout = \"2s\"\n[nats.jetstream.stream]\nname = \"KUBE\"\nsubjects = [\"kube.>\"]\n\
+         [state]\nenabled = false\n\
+         [[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [{}]\n",
+        kube_section(&sim, &token).replace("127.0.0.1:0", &format!("127.0.0.1:{http_port}")),
+        nats.url(),
+        BUDGET_MIB << 20,
+        namespaces.join(", ")
+    );
+    let daemon = Process::spawn(&text);
+    let http = reqwest::Client::new();
+    let metrics_url = format!("http://127.0.0.1:{http_port}/metrics");
+    let deadline = tokio::time::Instant::now() + WAIT * 4;
+    while scrape(&http, &metrics_url, "kube2nats_watch_synced").await != 1.0 {
+        assert!(tokio::time::Instant::now() < deadline, "300 targets synced");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let baseline_kib = rss_kib(daemon.pid());
+
+    nats.stop().await;
+    let blob = "x".repeat(OBJECT_BYTES);
+    for i in 0..NAMESPACES {
+        let mut big = pod("big");
+        big["spec"]["blob"] = blob.as_str().into();
+        sim.create("pods", Some(&format!("ns-{i}")), big);
+    }
+    // Until the budget is spent, then a while longer: what the process holds must not grow.
+    let mut peak_kib = 0;
+    let mut peak_buffered = 0.0f64;
+    let mut spent_at = None;
+    let deadline = tokio::time::Instant::now() + WAIT * 4;
+    loop {
+        peak_kib = peak_kib.max(rss_kib(daemon.pid()));
+        let buffered = scrape(&http, &metrics_url, "kube2nats_buffered_bytes").await;
+        peak_buffered = peak_buffered.max(buffered);
+        if buffered >= (BUDGET_MIB << 20) as f64 && spent_at.is_none() {
+            spent_at = Some(tokio::time::Instant::now());
+        }
+        let done = spent_at.is_some_and(|at| at.elapsed() > Duration::from_secs(5));
+        if done || tokio::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        spent_at.is_some(),
+        "the byte budget was never spent (buffered_bytes peaked at {peak_buffered})"
+    );
+    let grown_mib = peak_kib.saturating_sub(baseline_kib) / 1024;
+    println!(
+        "outage: RSS {} MiB once synced, peak {} MiB (+{grown_mib} MiB); buffered_bytes peak {:.1} MiB; budget {BUDGET_MIB} MiB",
+        baseline_kib / 1024,
+        peak_kib / 1024,
+        peak_buffered / (1 << 20) as f64
+    );
+    assert!(
+        grown_mib <= BUDGET_MIB + OVERHEAD_MIB,
+        "RSS grew by {grown_mib} MiB during the outage: more than the budget ({BUDGET_MIB} MiB) and the overhead ({OVERHEAD_MIB} MiB)"
+    );
+
+    // NATS back: every object reaches the stream, once.
+    nats.restart().await.unwrap();
+    let nc = async_nats::connect(nats.url()).await.unwrap();
+    let js = async_nats::jetstream::new(nc);
+    let deadline = tokio::time::Instant::now() + WAIT * 12;
+    loop {
+        peak_kib = peak_kib.max(rss_kib(daemon.pid()));
+        let stored = match js.get_stream("KUBE").await {
+            Ok(mut stream) => stream.info().await.map_or(0, |i| i.state.messages),
+            Err(_) => 0,
+        };
+        if stored >= NAMESPACES as u64 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {stored} of {NAMESPACES} objects stored after NATS came back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let stream = js.get_stream("KUBE").await.unwrap();
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            headers_only: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut messages = consumer
+        .fetch()
+        .max_messages(1000)
+        .messages()
+        .await
+        .unwrap();
+    let mut seen = std::collections::BTreeMap::<String, usize>::new();
+    while seen.values().sum::<usize>() < NAMESPACES {
+        let message = tokio::time::timeout(WAIT, messages.next())
+            .await
+            .expect("a stored message")
+            .expect("a stored message")
+            .unwrap();
+        let headers = message.headers.clone().unwrap_or_default();
+        let field = |name: &str| headers.get(name).map(|v| v.to_string()).unwrap_or_default();
+        assert_eq!(field("Kube-Event-Type"), "ADDED");
+        assert_eq!(field("Kube-Payload"), "", "published whole");
+        *seen.entry(field("Kube-Namespace")).or_default() += 1;
+    }
+    let repeated: Vec<_> = seen.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(repeated.is_empty(), "repeated: {repeated:?}");
+    assert_eq!(seen.len(), NAMESPACES, "each namespace's object once");
+    let stored = js
+        .get_stream("KUBE")
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .state
+        .messages;
+    assert_eq!(stored, NAMESPACES as u64, "nothing else in the stream");
+    println!("after recovery: RSS peak {} MiB over all", peak_kib / 1024);
+}

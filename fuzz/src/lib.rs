@@ -63,7 +63,9 @@ pub fn read_chunked(body: Vec<Bytes>, max_line_bytes: usize) -> Items {
                     items.push(format!("frame error: {e}"));
                     return items;
                 }
-                Err(e @ StreamError::Transport(_)) => panic!("no transport in play: {e}"),
+                Err(e @ (StreamError::Transport(_) | StreamError::BudgetSpent)) => {
+                    panic!("no transport or budget in play: {e}")
+                }
             }
         }
     })

@@ -64,6 +64,11 @@ impl LineDecoder {
         }
     }
 
+    /// Bytes held that have not been handed out as a line yet.
+    pub fn buffered_bytes(&self) -> usize {
+        self.partial.len() + self.chunk.len()
+    }
+
     /// The most of an over-long line that is kept.
     fn prefix_cap(&self) -> usize {
         self.max_line_bytes.min(OVERSIZED_PREFIX_BYTES)

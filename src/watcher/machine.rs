@@ -13,6 +13,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
+use crate::budget::Budget;
 use crate::event::{EventType, ObjectEvent, ObjectMeta, ResourceInfo, ResourceVersion};
 use crate::kube::client::{collection_path, Verb};
 use crate::kube::decode::{decode_line, decode_line_prefix, DecodeError, WatchLine};
@@ -102,6 +103,9 @@ pub enum RestartReason {
     DecodeError,
     /// A line over `max_line_bytes` whose first bytes do not say which object changed.
     LineTooLong,
+    /// The byte budget ran out in the middle of a line: reopened from the last version once
+    /// there is room.
+    BufferFull,
     /// An ERROR event other than 410 inside the stream.
     ErrorEvent,
     /// A response kube2nats cannot use (404, 4xx, a non-JSON body).
@@ -123,6 +127,7 @@ impl RestartReason {
             RestartReason::Transport => "transport",
             RestartReason::DecodeError => "decode_error",
             RestartReason::LineTooLong => "line_too_long",
+            RestartReason::BufferFull => "buffer_full",
             RestartReason::ErrorEvent => "error_event",
             RestartReason::UnexpectedResponse => "unexpected_response",
         }
@@ -290,6 +295,8 @@ pub struct Machine {
     backoff: Backoff,
     /// Cleared for good once the server shows it does not support streaming lists.
     streaming_list: bool,
+    /// Bytes held between the API server and NATS, shared by every target.
+    budget: Budget,
 }
 
 impl Machine {
@@ -302,7 +309,14 @@ impl Machine {
             path,
             backoff,
             streaming_list,
+            budget: Budget::unlimited(),
         }
+    }
+
+    /// Charges what the watch streams buffer to `budget`, and waits for room before reading.
+    pub fn with_budget(mut self, budget: Budget) -> Machine {
+        self.budget = budget;
+        self
     }
 
     pub fn target(&self) -> &Target {
@@ -502,6 +516,8 @@ impl Machine {
     }
 
     async fn open_watch(&mut self, rv: ResourceVersion) -> (Outcome, State) {
+        // A watch opened while the budget is spent could not be read.
+        self.budget.room().await;
         let timeout = self.server_timeout();
         let timeout_secs = timeout.as_secs().to_string();
         let mut query = vec![
@@ -532,7 +548,11 @@ impl Machine {
         let opened_at = Instant::now();
         Watching {
             rv,
-            stream: LineStream::new(response, self.target.max_line_bytes),
+            stream: LineStream::with_budget(
+                response,
+                self.target.max_line_bytes,
+                self.budget.clone(),
+            ),
             opened_at,
             deadline: opened_at
                 + server_timeout
@@ -543,7 +563,15 @@ impl Machine {
 
     /// Reads and decodes the next line, waiting no longer than the watch's deadline.
     async fn next_line(w: &mut Watching, namespaced: bool) -> Read {
-        let next = tokio::time::timeout_at(w.deadline, w.stream.next_line()).await;
+        let next = loop {
+            match tokio::time::timeout_at(w.deadline, w.stream.next_line()).await {
+                // Waiting for the byte budget is not a silent server: the deadline starts over.
+                Err(_) if w.stream.waiting_for_room() => {
+                    w.deadline = Instant::now() + WATCH_DEADLINE_MARGIN;
+                }
+                next => break next,
+            }
+        };
         let line = match next {
             Ok(Ok(Some(line))) => line,
             Ok(Ok(None)) => return Read::Ended,
@@ -555,6 +583,9 @@ impl Machine {
             }
             Ok(Err(e @ StreamError::Transport(_))) => {
                 return Read::Lost(RestartReason::Transport, e.into())
+            }
+            Ok(Err(e @ StreamError::BudgetSpent)) => {
+                return Read::Lost(RestartReason::BufferFull, e.into())
             }
         };
         w.received_any = true;
@@ -671,6 +702,16 @@ impl Machine {
                 self.error_event(status, State::Connecting { rv: w.rv })
             }
             Read::Ended => self.stream_ended(w),
+            // No pause: the watch reopens once there is room (see `open_watch`).
+            Read::Lost(reason @ RestartReason::BufferFull, error) => {
+                let restart = Restart {
+                    reason,
+                    verb: None,
+                    error: Some(error),
+                    retry_in: None,
+                };
+                (Outcome::Restart(restart), State::Connecting { rv: w.rv })
+            }
             Read::Lost(reason, error) => {
                 self.back_off(reason, None, error, None, State::Connecting { rv: w.rv })
             }

@@ -371,6 +371,9 @@ impl WatchTask {
             RestartReason::StreamEnded => {
                 tracing::debug!(watch, namespace, "watch ended by the server; resuming")
             }
+            RestartReason::BufferFull => {
+                tracing::debug!(watch, namespace, error, "reopening the watch from its last resourceVersion once NATS has taken buffered data")
+            }
             RestartReason::Forbidden => {
                 let rule = rbac::rule_to_add(
                     &self.machine.target().resource,
