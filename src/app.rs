@@ -487,7 +487,7 @@ async fn drain(
         let abandoned: i64 = targets.iter().map(TargetGauges::unconfirmed).sum();
         tasks.abort_all();
         anyhow::bail!(
-            "shutdown grace period of {:?} exceeded: abandoned {abandoned} unacknowledged message(s) and the events being published by {} watch task(s); they will be re-announced by the next start's list",
+            "shutdown grace period of {:?} exceeded: abandoned {abandoned} message(s) not yet acknowledged or flushed by NATS, held by {} watch task(s); the next start re-announces them (by its list, or from the checkpoint)",
             grace_period,
             tasks.len()
         );

@@ -556,6 +556,112 @@ async fn a_second_sigterm_exits_at_once() {
     );
 }
 
+/// The number in "abandoned N message(s)" of a shutdown log.
+fn abandoned_count(log: &str) -> u64 {
+    let after = log
+        .split("exceeded: abandoned ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no abandoned count in the log:\n{log}"));
+    after
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number after \"abandoned\":\n{log}"))
+}
+
+/// Core mode: the abandoned count is the messages the NATS client holds unsent (its queue of
+/// `queue_capacity` = 8, full) plus the one waiting for room: 8 or 9, never 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_in_core_mode_counts_the_messages_the_client_still_holds() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = stuck_publisher(&sim, &dir, "2s");
+    std::thread::sleep(Duration::from_millis(500));
+    daemon.terminate();
+    let (code, _) = daemon.wait_exit(Duration::from_secs(15));
+    let log = daemon.rest();
+    assert_eq!(code, Some(1), "{log}");
+    let abandoned = abandoned_count(&log);
+    println!("abandoned {abandoned}");
+    assert!(
+        (8..=9).contains(&abandoned),
+        "abandoned {abandoned}, expected the client's 8 queued messages and maybe the one in hand:\n{log}"
+    );
+}
+
+/// JetStream mode, 20 busy namespaces, NATS gone: every target waits for acknowledgements that
+/// never come. SIGTERM exits with code 1 within the grace period and 2 s, and the log counts
+/// every unacknowledged message (at least one per target, at most the ack window and the one
+/// in hand each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_jetstream_down_and_busy_targets_exits_1_with_the_abandoned_count() {
+    const TARGETS: usize = 20;
+    const ACK_WINDOW: u64 = 4;
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let mut nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token = token_file(dir.path(), INITIAL_TOKEN);
+    let namespaces: Vec<String> = (0..TARGETS).map(|i| format!("\"ns-{i}\"")).collect();
+    let text = format!(
+        "{}\n[nats]\nurl = \"{}\"\nmode = \"jetstream\"\n[nats.jetstream]\nack_timeout = \"1s\"\nmax_ack_inflight = {ACK_WINDOW}\n\
+         [state]\nenabled = false\n[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [{}]\n",
+        kube_section(&sim, &token).replace("grace_period = \"5s\"", "grace_period = \"2s\""),
+        nats.url(),
+        namespaces.join(", ")
+    );
+    let mut daemon = Process::spawn(&text);
+    assert!(
+        sim.wait_for_watches(TARGETS, WAIT).await,
+        "every target watching"
+    );
+    nats.kill().await;
+    for i in 0..TARGETS {
+        for j in 0..10 {
+            sim.create("pods", Some(&format!("ns-{i}")), pod(&format!("p{j}")));
+        }
+    }
+    daemon.line_with(&["publish to NATS failed; retrying"]);
+    daemon.terminate();
+    let (code, took) = daemon.wait_exit(Duration::from_secs(30));
+    let log = daemon.rest();
+    assert_eq!(code, Some(1), "{log}");
+    assert!(
+        took < Duration::from_secs(4),
+        "exited after {took:?}:\n{log}"
+    );
+    let abandoned = abandoned_count(&log);
+    println!("abandoned {abandoned}");
+    let most = TARGETS as u64 * (ACK_WINDOW + 2);
+    assert!(
+        (TARGETS as u64..=most).contains(&abandoned),
+        "abandoned {abandoned}, expected {TARGETS}..={most}:\n{log}"
+    );
+}
+
+/// SIGTERM, then SIGINT (Ctrl-C) during the graceful shutdown: exits at once with code 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigint_after_sigterm_exits_at_once() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = stuck_publisher(&sim, &dir, "60s");
+    std::thread::sleep(Duration::from_millis(500));
+    daemon.terminate();
+    daemon.line_with(&["shutting down"]);
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &daemon.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let (code, took) = daemon.wait_exit(Duration::from_secs(15));
+    let log = daemon.rest();
+    assert_eq!(code, Some(1), "{log}");
+    assert!(
+        took < Duration::from_secs(3),
+        "exited after {took:?}:\n{log}"
+    );
+    assert!(log.contains("second signal during shutdown"), "{log}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Every read has a deadline.
 
