@@ -698,7 +698,7 @@ const OBJECT_BYTES: usize = 1 << 20;
 const BUDGET_MIB: u64 = 16;
 /// What the process may hold beyond the budget, over its RSS once synced. Over HTTP/1.1 each watch
 /// connection has hyper's own read buffer, which the budget cannot see: up to ~400 kB each when
-/// data floods in on all 300 at once (120 MiB). Measured: +20 MiB and +83 MiB in two runs on a
+/// data floods in on all 300 at once (120 MiB). Measured: +20, +83 and +104 MiB in three runs on a
 /// loaded machine; without the budget the process holds all 300 MiB. (Over HTTP/2, the API
 /// server's protocol, flow-control windows of 1 MiB a connection replace those buffers.)
 const OVERHEAD_MIB: u64 = 120;
