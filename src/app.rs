@@ -11,18 +11,22 @@
 //! by, and runs the watch targets only for the terms it holds the Lease ([`crate::leader`]); a
 //! lost term stops every watch task at once, a shutdown settles them before the Lease is released.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backoff::Backoff;
-use crate::config::{BackoffConfig, Config, InitialState, NatsMode, RbacCheck, WatchConfig};
+use crate::config::{
+    BackoffConfig, Config, InitialState, NatsMode, PayloadMode, RbacCheck, WatchConfig,
+};
 use crate::event::{EventType, ResourceInfo};
 use crate::kube::client::register_api_requests;
 use crate::kube::credentials;
@@ -32,6 +36,7 @@ use crate::leader::{Candidate, Elector, LeaderMetrics};
 use crate::publish::metrics::{PublishFamilies, PublishMetrics};
 use crate::publish::{connect, MessageBuilder, Nats, Outbox};
 use crate::rbac;
+use crate::scope::{self, NamespaceWatcher, Scope};
 use crate::state::{StateMetrics, StateStore};
 use crate::telemetry::http::{self, Readiness};
 use crate::telemetry::metrics::{Metrics, WatchSync};
@@ -304,6 +309,7 @@ impl Watches<'_> {
 
     fn spawn(&self, shutdown: &CancellationToken) -> Term {
         let mut term = Term::default();
+        let selected = self.spawn_namespace_watchers(&mut term, shutdown);
         for plan in self.plans {
             let name = &plan.watch.name;
             let metrics = self.metrics;
@@ -323,6 +329,11 @@ impl Watches<'_> {
                     nats: self.nats,
                     state: self.state,
                     plan,
+                    selected: plan
+                        .watch
+                        .namespace_selector
+                        .as_ref()
+                        .and_then(|s| selected.get(s).cloned()),
                 };
                 let gauges = TargetGauges::new(
                     watch.sync.clone(),
@@ -351,6 +362,51 @@ impl Watches<'_> {
     }
 }
 
+impl Watches<'_> {
+    /// One namespace watcher per distinct `namespace_selector` of a namespaced resource's
+    /// watch; returns where each publishes its matching namespaces.
+    fn spawn_namespace_watchers(
+        &self,
+        term: &mut Term,
+        shutdown: &CancellationToken,
+    ) -> HashMap<String, watch::Receiver<scope::Selected>> {
+        let mut selected = HashMap::new();
+        for plan in self.plans.iter().filter(|p| p.resource.namespaced) {
+            let Some(selector) = &plan.watch.namespace_selector else {
+                continue;
+            };
+            if selected.contains_key(selector) {
+                continue;
+            }
+            let template = self.target_template(plan);
+            let target = Arc::new(NamespaceWatcher::target(selector, &template));
+            let machine = Machine::new(
+                self.client.clone(),
+                target,
+                Backoff::new(self.config.kubernetes.backoff),
+            );
+            let (watcher, receiver) = NamespaceWatcher::new(machine);
+            let span = tracing::info_span!("namespaces", namespace_selector = %selector);
+            term.tasks
+                .spawn(watcher.run(shutdown.clone()).instrument(span));
+            selected.insert(selector.clone(), receiver);
+        }
+        selected
+    }
+
+    fn target_template(&self, plan: &WatchPlan<'_>) -> Target {
+        TaskParts {
+            config: self.config,
+            client: self.client,
+            nats: self.nats,
+            state: self.state,
+            plan,
+            selected: None,
+        }
+        .target(None)
+    }
+}
+
 /// What one watch target's task is built from.
 struct TaskParts<'a> {
     config: &'a Config,
@@ -358,9 +414,26 @@ struct TaskParts<'a> {
     nats: &'a Nats,
     state: &'a StateStore,
     plan: &'a WatchPlan<'a>,
+    /// The matching namespaces of the watch's `namespace_selector`.
+    selected: Option<watch::Receiver<scope::Selected>>,
 }
 
 impl TaskParts<'_> {
+    fn target(&self, namespace: Option<String>) -> Target {
+        let (config, watch) = (self.config, self.plan.watch);
+        Target {
+            resource: self.plan.resource.clone(),
+            namespace,
+            label_selector: watch.label_selector.clone(),
+            field_selector: watch.field_selector.clone(),
+            page_size: config.kubernetes.list_page_size,
+            watch_timeout: config.kubernetes.watch_timeout,
+            streaming_list: config.kubernetes.streaming_list,
+            max_line_bytes: config.kubernetes.max_line_bytes,
+            metadata_only: watch.payload == PayloadMode::Metadata,
+        }
+    }
+
     /// What starts the task of one target (`namespace: None`: all namespaces): its list+watch
     /// state machine, its outbox and the messages it builds.
     fn watch_task(
@@ -371,16 +444,15 @@ impl TaskParts<'_> {
         gauges: TargetGauges,
     ) -> TaskFactory {
         let (config, watch) = (self.config, self.plan.watch);
-        let target = Arc::new(Target {
-            resource: self.plan.resource.clone(),
-            namespace,
-            label_selector: watch.label_selector.clone(),
-            field_selector: watch.field_selector.clone(),
-            page_size: config.kubernetes.list_page_size,
-            watch_timeout: config.kubernetes.watch_timeout,
-            streaming_list: config.kubernetes.streaming_list,
-            max_line_bytes: config.kubernetes.max_line_bytes,
-        });
+        let target = Arc::new(self.target(namespace));
+        // Cluster-scoped objects have no namespace to choose by (`plan` warned).
+        let (exclude, selected) = match self.plan.resource.namespaced {
+            true => (
+                watch.namespaces_exclude.clone().into(),
+                self.selected.clone(),
+            ),
+            false => (Arc::from([]), None),
+        };
         let messages = MessageBuilder::new(
             watch.name.clone(),
             watch.subject.clone(),
@@ -407,6 +479,8 @@ impl TaskParts<'_> {
             watch_metrics,
             publish_metrics,
             gauges,
+            exclude,
+            selected,
         }
     }
 }
@@ -429,6 +503,8 @@ struct TaskFactory {
     watch_metrics: WatchMetrics,
     publish_metrics: PublishMetrics,
     gauges: TargetGauges,
+    exclude: Arc<[String]>,
+    selected: Option<watch::Receiver<scope::Selected>>,
 }
 
 impl TaskFactory {
@@ -453,6 +529,7 @@ impl TaskFactory {
             self.watch_metrics.clone(),
             self.state.target(&self.watch_name, &self.target),
             self.gauges.clone(),
+            Scope::new(self.exclude.clone(), self.selected.clone()),
         )
     }
 }
@@ -501,6 +578,9 @@ fn plan<'a>(config: &'a Config, discovery: &Discovery) -> anyhow::Result<Vec<Wat
             if !resource.namespaced && !watch.namespaces.is_empty() {
                 tracing::warn!(watch = %watch.name, resource = %resource.plural, "resource is cluster-scoped; ignoring the configured namespaces");
             }
+            if !resource.namespaced && (!watch.namespaces_exclude.is_empty() || watch.namespace_selector.is_some()) {
+                tracing::warn!(watch = %watch.name, resource = %resource.plural, "resource is cluster-scoped; ignoring namespaces_exclude and namespace_selector");
+            }
             let namespaces = if !resource.namespaced || watch.namespaces.is_empty() {
                 vec![None]
             } else {
@@ -518,7 +598,7 @@ async fn check_rbac(
     config: &Config,
     plans: &[WatchPlan<'_>],
 ) -> anyhow::Result<()> {
-    let accesses: Vec<rbac::Access> = plans
+    let mut accesses: Vec<rbac::Access> = plans
         .iter()
         .flat_map(|p| {
             p.namespaces.iter().map(move |ns| rbac::Access {
@@ -528,6 +608,18 @@ async fn check_rbac(
             })
         })
         .collect();
+    // A namespace selector lists and watches namespaces (asked once, for the first such watch).
+    let namespaces = scope::namespaces_resource();
+    let selecting = plans
+        .iter()
+        .find(|p| p.resource.namespaced && p.watch.namespace_selector.is_some());
+    if let Some(p) = selecting {
+        accesses.push(rbac::Access {
+            watch: &p.watch.name,
+            resource: &namespaces,
+            namespace: None,
+        });
+    }
     let refusals = rbac::self_check(client, &accesses).await;
     match config.kubernetes.rbac_check {
         RbacCheck::Fail if !refusals.is_empty() => Err(rbac::RbacDenied(refusals).into()),
