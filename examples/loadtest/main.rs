@@ -20,6 +20,11 @@
 //! - `restart`: durable state of `--list-objects` pods: bytes stored per object, then a kill -9
 //!   and a restart that loads it (load seconds, peak RSS against the RSS holding them before).
 //!
+//! - `metadata` (only on request): `--metadata-objects` pods padded with `--object-bytes` of data
+//!   (a large ConfigMap or Secret in all but name), `--metadata-events` watch events, published
+//!   whole (`payload = "event"`) and metadata-only (`payload = "metadata"`), runs interleaved:
+//!   bytes from the API server and to NATS per event, kube2nats CPU per event.
+//!
 //! `--state on|off|both` sets `state.enabled` for the daemons; with `both`, the `core` and
 //! `jetstream` scenarios alternate runs with state on and off and report each.
 //!
@@ -111,6 +116,15 @@ struct Args {
     /// Objects of the list scenario.
     #[arg(long, default_value_t = 100_000)]
     list_objects: u64,
+    /// Bytes of data outside the metadata of each object of the metadata scenario.
+    #[arg(long, default_value_t = 16_384)]
+    object_bytes: usize,
+    /// Objects of the metadata scenario.
+    #[arg(long, default_value_t = 1000)]
+    metadata_objects: u64,
+    /// Watch events of the metadata scenario.
+    #[arg(long, default_value_t = 20_000)]
+    metadata_events: u64,
     /// Objects of the state scenario.
     #[arg(long, default_value_t = 100_000)]
     state_objects: u64,
@@ -162,6 +176,7 @@ fn main() -> anyhow::Result<()> {
             "list" => runtime.block_on(list(&env))?,
             "idle" => runtime.block_on(idle(&env))?,
             "restart" => runtime.block_on(restart(&env))?,
+            "metadata" => runtime.block_on(metadata(&env))?,
             other => bail!("unknown scenario {other:?}"),
         };
         for line in &lines {
@@ -195,6 +210,15 @@ fn self_check() -> anyhow::Result<()> {
     pod.write_list_item(&pods::uuid(12), 1, &mut item);
     let v: serde_json::Value = serde_json::from_slice(&item).context("list item is not JSON")?;
     anyhow::ensure!(v.get("kind").is_none() && v["metadata"]["name"] == *pod.name);
+    for (padding, partial) in [(4096, false), (0, true)] {
+        let mut out = Vec::new();
+        pods::PodTemplate::shaped(12, padding, partial).write(&pods::uuid(12), 7, &mut out);
+        let v: serde_json::Value =
+            serde_json::from_slice(&out).context("shaped pod is not JSON")?;
+        anyhow::ensure!(
+            v["metadata"]["resourceVersion"] == "7" && v.get("spec").is_none() == partial
+        );
+    }
     let s = Scenario::new(10, 2000, None, Instant::now());
     let kinds: Vec<apiserver::Kind> = (0..2000).map(|k| s.event_kind(k).0).collect();
     anyhow::ensure!(
@@ -374,6 +398,8 @@ struct DaemonCfg<'a> {
     initial_state: &'a str,
     namespaces: &'a [&'a str],
     watches: usize,
+    /// `payload` of every watch.
+    payload: &'a str,
 }
 
 fn start_kube2nats(env: &Env, dir: &Path, cfg: &DaemonCfg<'_>) -> anyhow::Result<Proc> {
@@ -393,8 +419,8 @@ fn start_kube2nats(env: &Env, dir: &Path, cfg: &DaemonCfg<'_>) -> anyhow::Result
             .collect::<Vec<_>>()
             .join(", ");
         toml.push_str(&format!(
-            "\n[[watches]]\nname = \"pods{w}\"\nresource = \"pods\"\nnamespaces = [{namespaces}]\ninitial_state = \"{}\"\n",
-            cfg.initial_state
+            "\n[[watches]]\nname = \"pods{w}\"\nresource = \"pods\"\nnamespaces = [{namespaces}]\ninitial_state = \"{}\"\npayload = \"{}\"\n",
+            cfg.initial_state, cfg.payload
         ));
     }
     let path = dir.join("kube2nats.toml");
@@ -447,6 +473,8 @@ impl Worker {
 #[derive(Default)]
 struct Arrivals {
     count: AtomicU64,
+    /// Payload bytes received.
+    bytes: AtomicU64,
     last_ns: AtomicU64,
     /// Latency samples (change index, ns), paced runs only.
     latencies: std::sync::Mutex<Vec<(u64, u64)>>,
@@ -471,6 +499,9 @@ async fn subscribe(
                 None => 0,
             };
             arrivals.count.fetch_add(1, Ordering::Relaxed);
+            arrivals
+                .bytes
+                .fetch_add(msg.payload.len() as u64, Ordering::Relaxed);
             let Some(s) = &scenario else { continue };
             arrivals.last_ns.store(now, Ordering::Relaxed);
             if s.rate.is_none() {
@@ -551,6 +582,10 @@ struct RunResult {
     server_cpu_per_100k: f64,
     subscriber_cpu_per_100k: f64,
     nats_cpu_per_100k: f64,
+    /// Bytes the API server sent (list and watch bodies) per published event.
+    api_bytes_per_event: f64,
+    /// Payload bytes the subscriber received per event.
+    nats_bytes_per_event: f64,
 }
 
 async fn throughput(env: &Env, jetstream: bool) -> anyhow::Result<Vec<String>> {
@@ -644,9 +679,36 @@ async fn throughput_run(
     objects: u64,
     events: u64,
 ) -> anyhow::Result<RunResult> {
+    let shape = Shape {
+        padding: 0,
+        payload: "event",
+    };
+    shaped_run(env, jetstream, state, objects, events, shape).await
+}
+
+/// The objects' size and the watch's payload mode of a throughput run.
+struct Shape {
+    padding: usize,
+    payload: &'static str,
+}
+
+async fn shaped_run(
+    env: &Env,
+    jetstream: bool,
+    state: bool,
+    objects: u64,
+    events: u64,
+    shape: Shape,
+) -> anyhow::Result<RunResult> {
     let dir = workdir(env, if jetstream { "js" } else { "core" })?;
     let epoch = Instant::now();
-    let scenario = Arc::new(Scenario::new(objects, events, None, epoch));
+    let scenario = Arc::new(Scenario::shaped(
+        objects,
+        events,
+        None,
+        epoch,
+        shape.padding,
+    ));
     let expected = scenario.changes();
     let (nats, nats_url) = start_nats(env, dir.path()).await?;
     let server = Worker::start("apiserver");
@@ -692,6 +754,7 @@ async fn throughput_run(
             initial_state: "skip",
             namespaces: &[],
             watches: 1,
+            payload: shape.payload,
         },
     )?;
     if !wait_for_watch(&scenario).await {
@@ -752,7 +815,70 @@ async fn throughput_run(
         server_cpu_per_100k: per100k(srv1 - srv0),
         subscriber_cpu_per_100k: per100k(sub1 - sub0),
         nats_cpu_per_100k: per100k(nats1 - nats0),
+        api_bytes_per_event: scenario.bytes_sent.load(Ordering::Relaxed) as f64 / expected as f64,
+        nats_bytes_per_event: arrivals.bytes.load(Ordering::Relaxed) as f64 / expected as f64,
     })
+}
+
+/// Large objects watched whole and metadata-only, runs interleaved.
+async fn metadata(env: &Env) -> anyhow::Result<Vec<String>> {
+    let a = &env.args;
+    let payloads = ["event", "metadata"];
+    let mut results: Vec<Vec<RunResult>> = vec![Vec::new(), Vec::new()];
+    for run in 0..a.runs {
+        for (i, payload) in payloads.into_iter().enumerate() {
+            let shape = Shape {
+                padding: a.object_bytes,
+                payload,
+            };
+            let r = shaped_run(
+                env,
+                false,
+                true,
+                a.metadata_objects,
+                a.metadata_events,
+                shape,
+            )
+            .await?;
+            eprintln!(
+                "metadata scenario, payload {payload} run {}: {:.0} B/event from the API server, {:.0} B/event to NATS, kube2nats {:.3} CPU-s/100k events",
+                run + 1,
+                r.api_bytes_per_event,
+                r.nats_bytes_per_event,
+                r.kube_cpu_per_100k
+            );
+            results[i].push(r);
+        }
+    }
+    let mut lines = vec![format!(
+        "metadata (core, N={}, M={}, objects of ~{} B):",
+        a.metadata_objects,
+        a.metadata_events,
+        pods::PodTemplate::shaped(0, a.object_bytes, false).approx_len()
+    )];
+    for (results, payload) in results.iter().zip(payloads) {
+        let col = |f: fn(&RunResult) -> f64| results.iter().map(f).collect::<Vec<_>>();
+        lines.extend([
+            format!("  payload = {payload:?}:"),
+            format!(
+                "    bytes from the API server / event: {}",
+                stat(&col(|r| r.api_bytes_per_event), 0)
+            ),
+            format!(
+                "    payload bytes to NATS / event:     {}",
+                stat(&col(|r| r.nats_bytes_per_event), 0)
+            ),
+            format!(
+                "    kube2nats CPU-s per 100k events:   {}",
+                stat(&col(|r| r.kube_cpu_per_100k), 3)
+            ),
+            format!(
+                "    events/s end to end:               {}",
+                stat(&col(|r| r.events_per_sec), 0)
+            ),
+        ]);
+    }
+    Ok(lines)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -799,6 +925,7 @@ async fn latency(env: &Env) -> anyhow::Result<Vec<String>> {
                 initial_state: "skip",
                 namespaces: &[],
                 watches: 1,
+                payload: "event",
             },
         )?;
         if !wait_for_watch(&scenario).await {
@@ -896,6 +1023,7 @@ async fn list(env: &Env) -> anyhow::Result<Vec<String>> {
                 initial_state: "added",
                 namespaces: &[],
                 watches: 1,
+                payload: "event",
             },
         )?;
         if !wait_for_watch(&scenario).await {
@@ -960,6 +1088,7 @@ async fn restart(env: &Env) -> anyhow::Result<Vec<String>> {
             initial_state: "skip",
             namespaces: &[],
             watches: 1,
+            payload: "event",
         };
         let first = start_kube2nats(env, dir.path(), &cfg(free_port()?))?;
         if !wait_for_watch(&scenario).await {
@@ -1077,6 +1206,7 @@ async fn idle(env: &Env) -> anyhow::Result<Vec<String>> {
                 initial_state: "added",
                 namespaces: &["default"],
                 watches: 3,
+                payload: "event",
             },
         )?;
         if !wait_for_watch(&scenario).await {
