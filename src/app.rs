@@ -309,7 +309,7 @@ impl Watches<'_> {
 
     fn spawn(&self, shutdown: &CancellationToken) -> Term {
         let mut term = Term::default();
-        let selected = self.spawn_namespace_watchers(&mut term, shutdown);
+        let mut selectors = HashMap::new();
         for plan in self.plans {
             let name = &plan.watch.name;
             let metrics = self.metrics;
@@ -320,6 +320,13 @@ impl Watches<'_> {
             term.syncs.push(watch.sync.clone());
             term.watch_metrics.push(watch.clone());
             term.publish_metrics.push(publish.clone());
+            let selected = self.namespace_watcher(
+                plan,
+                (&watch, &publish),
+                &mut selectors,
+                &mut term,
+                shutdown,
+            );
             for namespace in &plan.namespaces {
                 // Every line a watch task logs (its publishes included) carries these fields.
                 let span = tracing::info_span!("watch", watch = %name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
@@ -329,11 +336,7 @@ impl Watches<'_> {
                     nats: self.nats,
                     state: self.state,
                     plan,
-                    selected: plan
-                        .watch
-                        .namespace_selector
-                        .as_ref()
-                        .and_then(|s| selected.get(s).cloned()),
+                    selected: selected.clone(),
                 };
                 let gauges = TargetGauges::new(
                     watch.sync.clone(),
@@ -363,39 +366,25 @@ impl Watches<'_> {
 }
 
 impl Watches<'_> {
-    /// One namespace watcher per distinct `namespace_selector` of a namespaced resource's
-    /// watch; returns where each publishes its matching namespaces.
-    fn spawn_namespace_watchers(
+    /// Where the matching namespaces of `plan`'s `namespace_selector` arrive: from the watcher
+    /// already running for that selector, or from one started now, supervised like a watch task
+    /// under this watch's metrics (a crash is logged and counted, and the watcher restarts).
+    fn namespace_watcher(
         &self,
+        plan: &WatchPlan<'_>,
+        metrics: (&WatchMetrics, &PublishMetrics),
+        running: &mut HashMap<String, watch::Receiver<scope::Selected>>,
         term: &mut Term,
         shutdown: &CancellationToken,
-    ) -> HashMap<String, watch::Receiver<scope::Selected>> {
-        let mut selected = HashMap::new();
-        for plan in self.plans.iter().filter(|p| p.resource.namespaced) {
-            let Some(selector) = &plan.watch.namespace_selector else {
-                continue;
-            };
-            if selected.contains_key(selector) {
-                continue;
-            }
-            let template = self.target_template(plan);
-            let target = Arc::new(NamespaceWatcher::target(selector, &template));
-            let machine = Machine::new(
-                self.client.clone(),
-                target,
-                Backoff::new(self.config.kubernetes.backoff),
-            );
-            let (watcher, receiver) = NamespaceWatcher::new(machine);
-            let span = tracing::info_span!("namespaces", namespace_selector = %selector);
-            term.tasks
-                .spawn(watcher.run(shutdown.clone()).instrument(span));
-            selected.insert(selector.clone(), receiver);
+    ) -> Option<watch::Receiver<scope::Selected>> {
+        let selector = plan.watch.namespace_selector.as_ref()?;
+        if !plan.resource.namespaced {
+            return None;
         }
-        selected
-    }
-
-    fn target_template(&self, plan: &WatchPlan<'_>) -> Target {
-        TaskParts {
+        if let Some(receiver) = running.get(selector) {
+            return Some(receiver.clone());
+        }
+        let template = TaskParts {
             config: self.config,
             client: self.client,
             nats: self.nats,
@@ -403,7 +392,32 @@ impl Watches<'_> {
             plan,
             selected: None,
         }
-        .target(None)
+        .target(None);
+        let target = Arc::new(NamespaceWatcher::target(selector, &template));
+        let (updates, receiver) = NamespaceWatcher::channel();
+        let (client, backoff) = (self.client.clone(), self.config.kubernetes.backoff);
+        let span = tracing::info_span!("namespaces", watch = %plan.watch.name, namespace_selector = %selector);
+        let start = move |stop| {
+            let machine = Machine::new(client.clone(), target.clone(), Backoff::new(backoff));
+            let watcher = NamespaceWatcher::new(machine, updates.clone());
+            watcher.run(stop).instrument(span.clone())
+        };
+        let (watch_metrics, publish_metrics) = metrics;
+        // A share of the watch's gauges that stays empty: the watcher tracks no objects.
+        let gauges = TargetGauges::new(
+            watch_metrics.sync.clone(),
+            watch_metrics.tracked_objects.clone(),
+            publish_metrics.queue_depth.clone(),
+        );
+        term.tasks.spawn(supervise(
+            start,
+            watch_metrics.clone(),
+            gauges,
+            "namespaces".to_owned(),
+            shutdown.clone(),
+        ));
+        running.insert(selector.clone(), receiver.clone());
+        Some(receiver)
     }
 }
 

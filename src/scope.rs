@@ -148,17 +148,22 @@ pub struct NamespaceWatcher {
 }
 
 impl NamespaceWatcher {
-    /// `target` is the `namespaces` resource with the selector as its label selector.
-    pub fn new(machine: Machine) -> (NamespaceWatcher, watch::Receiver<Selected>) {
+    /// Where a selector's matching set is published: the sender outlives each watcher (a
+    /// supervisor builds a new one after a crash), so the targets never see it closed.
+    pub fn channel() -> (watch::Sender<Selected>, watch::Receiver<Selected>) {
+        watch::channel(None)
+    }
+
+    /// `machine` lists and watches [`NamespaceWatcher::target`]; `updates` from
+    /// [`NamespaceWatcher::channel`].
+    pub fn new(machine: Machine, updates: watch::Sender<Selected>) -> NamespaceWatcher {
         let selector = machine.target().label_selector.clone().unwrap_or_default();
-        let (updates, receiver) = watch::channel(None);
-        let watcher = NamespaceWatcher {
+        NamespaceWatcher {
             selector,
             machine,
             updates,
             listing: None,
-        };
-        (watcher, receiver)
+        }
     }
 
     /// The target a selector's watcher lists and watches.
@@ -173,7 +178,8 @@ impl NamespaceWatcher {
         }
     }
 
-    /// Runs until `shutdown`.
+    /// Runs until `shutdown`. A new watcher (after a crash) lists afresh and republishes the
+    /// set; targets relist only if it changed meanwhile.
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut state = self.machine.start();
         loop {
