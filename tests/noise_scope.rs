@@ -343,3 +343,54 @@ async fn metadata_only_watch_falls_back_when_the_server_will_not() {
         );
     }
 }
+
+/// With a list of namespaces, a namespace selector publishes those of them that match, and
+/// follows them as they are relabelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_namespace_watch_with_a_selector_publishes_the_matching_ones() {
+    let s = Setup::start().await;
+    s.namespace("payments", "payments");
+    s.namespace("shop", "shop");
+    s.namespace("other", "payments");
+    for ns in ["payments", "shop", "other"] {
+        s.configmap(ns, "c");
+    }
+    let mut inbox = s.inbox().await;
+    let config = "namespaces = [\"payments\", \"shop\"]\nnamespace_selector = \"team=payments\"";
+    let _process = Process::spawn(&s.config(config));
+    assert_eq!(key(&inbox.next().await), "ADDED payments/c");
+    inbox.quiet_for(QUIET).await;
+    s.relabel("shop", "payments");
+    assert_eq!(key(&inbox.next().await), "ADDED shop/c");
+    s.touch("other", "c");
+    s.touch("shop", "c");
+    assert_eq!(key(&inbox.next().await), "MODIFIED shop/c");
+    inbox.quiet_for(QUIET).await;
+}
+
+/// Without list and watch on namespaces, the start-up check and the namespace watch name the
+/// ClusterRole rule to add, and the selector's watch publishes nothing it cannot scope.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_selector_without_rbac_on_namespaces_names_the_rule() {
+    use kube2nats_harness::apiserver::{Rule, INITIAL_TOKEN};
+    let s = Setup::start().await;
+    s.namespace("payments", "payments");
+    s.configmap("payments", "c");
+    s.sim.set_rules(
+        INITIAL_TOKEN,
+        vec![Rule::new(
+            &["get", "list", "watch"],
+            &[""],
+            &["configmaps"],
+            &[],
+        )],
+    );
+    let mut inbox = s.inbox().await;
+    let process = Process::spawn(&s.config("namespace_selector = \"team=payments\""));
+    let rule = r#"add to a ClusterRole (bound with a ClusterRoleBinding): {apiGroups: [""], resources: ["namespaces"]"#;
+    let check = process.line_with(&["RBAC does not allow the request", "resource=namespaces"]);
+    assert!(check.contains(rule), "{check}");
+    let watch = process.line_with(&["RBAC refused listing or watching namespaces"]);
+    assert!(watch.contains(rule), "{watch}");
+    inbox.quiet_for(QUIET).await;
+}
