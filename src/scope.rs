@@ -209,7 +209,8 @@ impl NamespaceWatcher {
                     self.publish(|_| listed);
                 }
             }
-            Outcome::Event(event) => {
+            // A namespace over the line limit still names itself: its metadata was read.
+            Outcome::Event(event) | Outcome::Oversized { event, .. } => {
                 let name = event.meta.name;
                 self.publish(|current| {
                     let mut set = current.clone();
