@@ -398,6 +398,7 @@ impl Dedupe {
             resource_version: self.stored_version(key, tracked).to_resource_version(),
             name: self.names.get(tracked.name).to_owned(),
             namespace: self.namespaces.get(tracked.namespace).map(str::to_owned),
+            generation: None,
         };
         self.forget(key);
         self.tombstones.insert(key.clone());
@@ -644,6 +645,7 @@ impl Dedupe {
             resource_version: ResourceVersion::new(""),
             name: saved.name.to_owned(),
             namespace: saved.namespace.map(str::to_owned),
+            generation: None,
         };
         self.track(key, version, &meta);
     }
@@ -708,6 +710,7 @@ mod tests {
             resource_version: ResourceVersion::new(rv),
             name: name.into(),
             namespace: Some("default".into()),
+            generation: None,
         }
     }
 

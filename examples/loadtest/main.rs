@@ -254,6 +254,7 @@ fn state_size(objects: u64) -> Vec<String> {
                 resource_version: ResourceVersion::new((40_000_000 + i * 7).to_string()),
                 name: pod.name,
                 namespace: Some(pod.namespace),
+                generation: None,
             }
         })
         .collect();
