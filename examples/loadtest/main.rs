@@ -263,7 +263,7 @@ fn state_size(objects: u64) -> Vec<String> {
     let before_malloc = LIVE_MALLOC_BYTES.load(Ordering::SeqCst);
     let mut dedupe = Dedupe::new();
     for meta in &metas {
-        dedupe.observe(meta, EventType::Added);
+        dedupe.observe(meta, EventType::Added, 0);
     }
     let bytes = LIVE_BYTES.load(Ordering::SeqCst) - before;
     let malloc_bytes = LIVE_MALLOC_BYTES.load(Ordering::SeqCst) - before_malloc;

@@ -18,6 +18,7 @@ use crate::config::InitialState;
 use crate::dedupe::{Dedupe, Listed, Vanished, Verdict};
 use crate::event::{EventType, ObjectEvent};
 use crate::kube::client::Verb;
+use crate::noise::NoiseControl;
 use crate::publish::message::BuildError;
 use crate::publish::{MessageBuilder, OutMessage, Outbox};
 use crate::rbac;
@@ -36,6 +37,8 @@ pub struct WatchTask {
     messages: MessageBuilder,
     /// The event types published; the rest are counted as filtered.
     events: Vec<EventType>,
+    /// Which MODIFIED events are news, and what is stripped from what is published.
+    noise: NoiseControl,
     initial_state: InitialState,
     metrics: WatchMetrics,
     /// The saved state, until it is loaded at the start of [`run`](Self::run).
@@ -60,6 +63,7 @@ impl WatchTask {
         outbox: Outbox,
         messages: MessageBuilder,
         events: Vec<EventType>,
+        noise: NoiseControl,
         initial_state: InitialState,
         metrics: WatchMetrics,
         saved: TargetState,
@@ -71,6 +75,7 @@ impl WatchTask {
             outbox,
             messages,
             events,
+            noise,
             initial_state,
             metrics,
             saved: Some(saved),
@@ -212,7 +217,8 @@ impl WatchTask {
             self.diff[2] += 1;
             self.publish_vanished(gone).await;
         }
-        let changed = match self.dedupe.listed(&item.meta) {
+        let mark = self.noise.mark(&item);
+        let changed = match self.dedupe.listed(&item.meta, mark) {
             Listed::New if !self.listed_once && self.initial_state == InitialState::Skip => true,
             Listed::New => {
                 self.diff[0] += 1;
@@ -226,6 +232,10 @@ impl WatchTask {
                 true
             }
             Listed::Unchanged => false,
+            Listed::SameMark => {
+                self.metrics.dropped_unchanged.inc();
+                true
+            }
             Listed::Stale => {
                 self.metrics.dropped_stale.inc();
                 false
@@ -288,9 +298,17 @@ impl WatchTask {
     async fn received(&mut self, event: ObjectEvent) -> bool {
         self.metrics.received(event.event_type);
         self.metrics.touch();
-        let changed = match self.dedupe.observe(&event.meta, event.event_type) {
+        let mark = match event.event_type {
+            EventType::Deleted => 0,
+            EventType::Added | EventType::Modified => self.noise.mark(&event),
+        };
+        let changed = match self.dedupe.observe(&event.meta, event.event_type, mark) {
             Verdict::Publish => {
                 self.publish(event, false).await;
+                true
+            }
+            Verdict::Unchanged => {
+                self.metrics.dropped_unchanged.inc();
                 true
             }
             Verdict::Duplicate => {
@@ -315,6 +333,23 @@ impl WatchTask {
         if synthesized {
             self.metrics.synthesized(event.event_type);
         }
+        let event = match self.noise.stripped(&event.object) {
+            Ok(None) => event,
+            Ok(Some(object)) => ObjectEvent {
+                object,
+                watch_line: None,
+                ..event
+            },
+            Err(e) => {
+                // Never the unstripped object: a stripped path may hold what must not leave.
+                tracing::warn!(watch = %self.metrics.watch, namespace = self.namespace(), name = ?event.meta.name, error = %e, "could not strip the object; publishing its metadata only");
+                let message = self.messages.truncated(&event, synthesized);
+                if let Ok(message) = message {
+                    self.outbox.publish(message).await;
+                }
+                return;
+            }
+        };
         match self.fitted_message(&event, synthesized) {
             Ok(message) => self.outbox.publish(message).await,
             Err(e) => {
