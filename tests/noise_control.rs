@@ -132,7 +132,10 @@ async fn generation_publishes_only_spec_changes() {
     assert_eq!(spec["metadata"]["generation"], 2);
     let m = inbox.next().await;
     assert_is(&m, "MODIFIED", &spec);
-    assert_eq!(m.payload["object"]["spec"]["containers"][0]["image"], "nginx:2");
+    assert_eq!(
+        m.payload["object"]["spec"]["containers"][0]["image"],
+        "nginx:2"
+    );
     assert_eq!(m.payload["object"]["status"]["phase"], "Running");
 
     let gone = env.sim.delete("pods", Some(NS), "web").unwrap();
@@ -163,7 +166,10 @@ async fn content_publishes_only_changes_outside_the_ignored_paths() {
     });
     let m = inbox.next().await;
     assert_is(&m, "MODIFIED", &annotated);
-    assert_eq!(m.payload["object"]["status"]["phase"], "Running", "the object is whole");
+    assert_eq!(
+        m.payload["object"]["status"]["phase"], "Running",
+        "the object is whole"
+    );
 
     env.update("web", heartbeat("2"));
     env.update("web", status("Succeeded"));
@@ -218,7 +224,9 @@ async fn stripped_fields_are_absent_and_the_rest_intact() {
     let modified = env.update("bulky", image("nginx:2"));
     let m = inbox.next().await;
     assert_is(&m, "MODIFIED", &modified);
-    assert!(m.payload["object"]["metadata"].get("managedFields").is_none());
+    assert!(m.payload["object"]["metadata"]
+        .get("managedFields")
+        .is_none());
     assert_eq!(
         m.payload["object"]["metadata"]["annotations"],
         json!({"keep.me/too": "yes"})
@@ -249,7 +257,9 @@ async fn restart_with_state_does_not_republish_content_unchanged_objects() {
 
         for name in &names {
             env.update(name, status("Running"));
-            env.update(name, |o| o["metadata"]["managedFields"] = json!([{"manager": "k"}]));
+            env.update(name, |o| {
+                o["metadata"]["managedFields"] = json!([{"manager": "k"}])
+            });
         }
         let changed = env.update("pod-3", image("nginx:2"));
         if compact {
@@ -274,7 +284,11 @@ async fn wait_for_checkpoint(env: &Env, rv: u64) {
         if let Ok(kv) = js.get_key_value("kube2nats-state").await {
             if let Ok(Some(raw)) = kv.get("pods.default.manifest").await {
                 let manifest: Value = serde_json::from_slice(&raw).unwrap();
-                let saved: u64 = manifest["resume_version"].as_str().unwrap().parse().unwrap();
+                let saved: u64 = manifest["resume_version"]
+                    .as_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
                 if saved >= rv {
                     return;
                 }
