@@ -513,6 +513,30 @@ fn set_rv_clone(obj: &Value, revision: u64) -> Value {
     obj
 }
 
+/// Whether the resource's strategy keeps `metadata.generation`, as kube-apiserver's do for pods
+/// (since 1.33), deployments and custom resources (not for ConfigMaps, Namespaces or Leases):
+/// 1 at creation, bumped by an update that changes the spec.
+fn keeps_generation(rt: &ResourceType) -> bool {
+    matches!(rt.plural, "pods" | "deployments" | "widgets" | "gadgets")
+}
+
+/// Whether an update changes what `generation` counts: everything but `metadata` and, where the
+/// resource has a status subresource, `status` (a custom resource without one counts status too).
+fn spec_changed(rt: &ResourceType, previous: &Value, obj: &Value) -> bool {
+    let has_status = rt.subresources.iter().any(|(name, _)| *name == "status");
+    let counted = |v: &Value| -> Value {
+        let mut v = v.clone();
+        if let Some(map) = v.as_object_mut() {
+            map.remove("metadata");
+            if has_status {
+                map.remove("status");
+            }
+        }
+        v
+    };
+    counted(previous) != counted(obj)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -558,28 +582,4 @@ mod tests {
         assert_eq!(t.len(), 20);
         assert!(t.ends_with('Z'));
     }
-}
-
-/// Whether the resource's strategy keeps `metadata.generation`, as kube-apiserver's do for pods
-/// (since 1.33), deployments and custom resources (not for ConfigMaps, Namespaces or Leases):
-/// 1 at creation, bumped by an update that changes the spec.
-fn keeps_generation(rt: &ResourceType) -> bool {
-    matches!(rt.plural, "pods" | "deployments" | "widgets" | "gadgets")
-}
-
-/// Whether an update changes what `generation` counts: everything but `metadata` and, where the
-/// resource has a status subresource, `status` (a custom resource without one counts status too).
-fn spec_changed(rt: &ResourceType, previous: &Value, obj: &Value) -> bool {
-    let has_status = rt.subresources.iter().any(|(name, _)| *name == "status");
-    let counted = |v: &Value| -> Value {
-        let mut v = v.clone();
-        if let Some(map) = v.as_object_mut() {
-            map.remove("metadata");
-            if has_status {
-                map.remove("status");
-            }
-        }
-        v
-    };
-    counted(previous) != counted(obj)
 }
