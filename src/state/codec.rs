@@ -503,34 +503,24 @@ mod tests {
 
     #[test]
     fn a_typical_pod_costs_under_50_bytes() {
-        let mut encoder = Encoder::new(1, 1 << 20);
-        let uuid = [7u8; 16];
         let names: Vec<String> = (0..1000).map(|i| format!("web-7d9f8c6b5-{i:05}")).collect();
-        for name in &names {
-            encoder.push(SavedObject {
-                uid: SavedUid::Uuid(uuid),
-                version: SavedVersion::Number(123_456_789),
-                name,
-                namespace: Some("default"),
-                mark: 0,
-            });
-        }
-        let encoded = encoder.finish();
-        let per_object = encoded.bytes / encoded.objects;
-        assert!(per_object < 50, "{per_object} bytes per object");
+        let per_object = |mark: u64| {
+            let mut encoder = Encoder::new(1, 1 << 20);
+            for name in &names {
+                encoder.push(SavedObject {
+                    uid: SavedUid::Uuid([7u8; 16]),
+                    version: SavedVersion::Number(123_456_789),
+                    name,
+                    namespace: Some("default"),
+                    mark,
+                });
+            }
+            let encoded = encoder.finish();
+            encoded.bytes / encoded.objects
+        };
+        let plain = per_object(0);
+        assert!(plain < 50, "{plain} bytes per object");
         // A watch with `changes = "content"` stores an 8-byte fingerprint more.
-        let mut encoder = Encoder::new(1, 1 << 20);
-        for name in &names {
-            encoder.push(SavedObject {
-                uid: SavedUid::Uuid(uuid),
-                version: SavedVersion::Number(123_456_789),
-                name,
-                namespace: Some("default"),
-                mark: u64::MAX,
-            });
-        }
-        let encoded = encoder.finish();
-        let per_object = encoded.bytes / encoded.objects;
-        assert!(per_object < 58, "{per_object} bytes per object with a mark");
+        assert_eq!(per_object(u64::MAX), plain + 8);
     }
 }
