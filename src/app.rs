@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backoff::Backoff;
+use crate::budget::Budget;
 use crate::config::{BackoffConfig, Config, InitialState, NatsMode, RbacCheck, WatchConfig};
 use crate::event::{EventType, ResourceInfo};
 use crate::kube::client::register_api_requests;
@@ -210,10 +211,15 @@ async fn run_watches(
     else {
         return Ok(());
     };
+    let budget = Budget::new(
+        config.nats.max_buffered_bytes,
+        metrics.publish.buffered_bytes.clone(),
+    );
     let watches = Watches {
         config: &config,
         client: &client,
         nats: &nats,
+        budget: &budget,
         metrics: &metrics,
         readiness: &readiness,
         state: &state,
@@ -270,6 +276,8 @@ struct Watches<'a> {
     config: &'a Config,
     client: &'a Arc<ApiClient>,
     nats: &'a Nats,
+    /// `nats.max_buffered_bytes`, shared by every target.
+    budget: &'a Budget,
     metrics: &'a StageMetrics,
     readiness: &'a Readiness,
     state: &'a StateStore,
@@ -361,6 +369,7 @@ impl Watches<'_> {
                     config: self.config,
                     client: self.client,
                     nats: self.nats,
+                    budget: self.budget,
                     state: self.state,
                     plan,
                 };
@@ -396,6 +405,7 @@ struct TaskParts<'a> {
     config: &'a Config,
     client: &'a Arc<ApiClient>,
     nats: &'a Nats,
+    budget: &'a Budget,
     state: &'a StateStore,
     plan: &'a WatchPlan<'a>,
 }
@@ -440,6 +450,7 @@ impl TaskParts<'_> {
             target,
             backoff: config.kubernetes.backoff,
             nats: self.nats.clone(),
+            budget: self.budget.clone(),
             max_in_flight,
             messages,
             events: watch.events.clone(),
@@ -463,6 +474,7 @@ struct TaskFactory {
     target: Arc<Target>,
     backoff: BackoffConfig,
     nats: Nats,
+    budget: Budget,
     max_in_flight: usize,
     messages: MessageBuilder,
     events: Vec<EventType>,
@@ -479,13 +491,15 @@ impl TaskFactory {
             self.client.clone(),
             self.target.clone(),
             Backoff::new(self.backoff),
-        );
+        )
+        .with_budget(self.budget.clone());
         let outbox = Outbox::new(
             self.nats.clone(),
             self.max_in_flight,
             self.publish_metrics.clone(),
             self.gauges.clone(),
-        );
+        )
+        .with_budget(self.budget.clone());
         WatchTask::new(
             machine,
             outbox,
@@ -513,10 +527,10 @@ async fn drain(
     })
     .await;
     if drained.is_err() {
-        let abandoned: i64 = targets.iter().map(TargetGauges::queued).sum();
+        let abandoned: i64 = targets.iter().map(TargetGauges::unconfirmed).sum();
         tasks.abort_all();
         anyhow::bail!(
-            "shutdown grace period of {:?} exceeded: abandoned {abandoned} unacknowledged message(s) and the events being published by {} watch task(s); they will be re-announced by the next start's list",
+            "shutdown grace period of {:?} exceeded: abandoned {abandoned} message(s) not yet acknowledged or flushed by NATS, held by {} watch task(s); the next start re-announces them (by its list, or from the checkpoint)",
             grace_period,
             tasks.len()
         );
