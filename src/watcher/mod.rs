@@ -19,6 +19,7 @@ use crate::dedupe::{Dedupe, Listed, Vanished, Verdict};
 use crate::event::{EventType, ObjectEvent};
 use crate::kube::client::Verb;
 use crate::kube::metadata;
+use crate::noise::NoiseControl;
 use crate::publish::message::BuildError;
 use crate::publish::{MessageBuilder, OutMessage, Outbox};
 use crate::rbac;
@@ -38,6 +39,8 @@ pub struct WatchTask {
     messages: MessageBuilder,
     /// The event types published; the rest are counted as filtered.
     events: Vec<EventType>,
+    /// Which MODIFIED events are news, and what is stripped from what is published.
+    noise: NoiseControl,
     initial_state: InitialState,
     metrics: WatchMetrics,
     /// The saved state, until it is loaded at the start of [`run`](Self::run).
@@ -59,6 +62,8 @@ pub struct WatchTask {
 }
 
 /// How waiting for one step ended.
+// Lives for one turn of the loop on the stack; boxing the state would allocate every step.
+#[allow(clippy::large_enum_variant)]
 enum Step {
     Done(Outcome, State),
     ScopeChanged,
@@ -73,6 +78,7 @@ impl WatchTask {
         outbox: Outbox,
         messages: MessageBuilder,
         events: Vec<EventType>,
+        noise: NoiseControl,
         initial_state: InitialState,
         metrics: WatchMetrics,
         saved: TargetState,
@@ -85,6 +91,7 @@ impl WatchTask {
             outbox,
             messages,
             events,
+            noise,
             initial_state,
             metrics,
             saved: Some(saved),
@@ -252,7 +259,8 @@ impl WatchTask {
             self.diff[2] += 1;
             self.publish_vanished(gone).await;
         }
-        let changed = match self.dedupe.listed(&item.meta) {
+        let mark = self.noise.mark(&item);
+        let changed = match self.dedupe.listed(&item.meta, mark) {
             Listed::New if !self.listed_once && self.initial_state == InitialState::Skip => true,
             Listed::New => {
                 self.diff[0] += 1;
@@ -266,6 +274,10 @@ impl WatchTask {
                 true
             }
             Listed::Unchanged => false,
+            Listed::SameMark => {
+                self.metrics.dropped_unchanged.inc();
+                true
+            }
             Listed::Stale => {
                 self.metrics.dropped_stale.inc();
                 false
@@ -343,9 +355,17 @@ impl WatchTask {
         if !self.in_scope(&mut event) {
             return false;
         }
-        let changed = match self.dedupe.observe(&event.meta, event.event_type) {
+        let mark = match event.event_type {
+            EventType::Deleted => 0,
+            EventType::Added | EventType::Modified => self.noise.mark(&event),
+        };
+        let changed = match self.dedupe.observe(&event.meta, event.event_type, mark) {
             Verdict::Publish => {
                 self.publish_as(event, false, fit).await;
+                true
+            }
+            Verdict::Unchanged => {
+                self.metrics.dropped_unchanged.inc();
                 true
             }
             Verdict::Duplicate => {
@@ -374,6 +394,22 @@ impl WatchTask {
         if synthesized {
             self.metrics.synthesized(event.event_type);
         }
+        let (event, fit) = match self.noise.stripped(&event.object) {
+            Ok(None) => (event, fit),
+            Ok(Some(object)) => {
+                let stripped = ObjectEvent {
+                    object,
+                    watch_line: None,
+                    ..event
+                };
+                (stripped, fit)
+            }
+            Err(e) => {
+                // Never the unstripped object: a stripped path may hold what must not leave.
+                tracing::warn!(watch = %self.metrics.watch, namespace = self.namespace(), name = ?event.meta.name, error = %e, "could not strip the object; publishing its metadata only");
+                (event, Fit::MetadataOnly)
+            }
+        };
         let message = match fit {
             Fit::Whole => self.fitted_message(&event, synthesized),
             Fit::MetadataOnly => self.messages.truncated(&event, synthesized),
