@@ -47,6 +47,7 @@ impl Forwarder {
         api_port: u16,
         nats_url: &str,
         jetstream: bool,
+        watch_extra: &str,
     ) -> anyhow::Result<Proc> {
         let api_url = format!("http://127.0.0.1:{api_port}");
         let log = dir.join(format!("{}.log", self.name()));
@@ -63,8 +64,10 @@ impl Forwarder {
                     initial_state: "skip",
                     namespaces: &[],
                     watches: 1,
+                    watch_extra,
                 },
             ),
+            // The reference forwarders have no watch settings: they run the default path only.
             Forwarder::Null(bin) => {
                 let mut args = vec!["--api-url", &api_url, "--nats-url", nats_url];
                 if jetstream {
@@ -168,8 +171,15 @@ pub async fn peers(env: &Env) -> anyhow::Result<Vec<String>> {
             } else {
                 env.args.events
             };
-            let r =
-                throughput_run(env, c.jetstream, &c.forwarder, env.args.objects, events).await?;
+            let r = throughput_run(
+                env,
+                c.jetstream,
+                &c.forwarder,
+                "any",
+                env.args.objects,
+                events,
+            )
+            .await?;
             eprintln!(
                 "peers run {}: {}: {:.3} CPU-s/100k events ({:.0} events per CPU-second), {:.0} events/s end to end, peak RSS {:.1} MiB; load average {}",
                 run + 1,

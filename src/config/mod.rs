@@ -28,6 +28,7 @@ mod check;
 mod coverage;
 mod error;
 mod leader;
+mod noise;
 mod raw;
 mod selector;
 mod source;
@@ -47,6 +48,7 @@ use crate::subject::SubjectTemplate;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use leader::{LeaderElectionConfig, RawLeaderElection, RETRY_JITTER_FACTOR};
+pub use noise::{Changes, NoiseConfig, DEFAULT_CHANGES};
 pub use raw::*;
 pub use selector::{check_field_selector, check_label_selector};
 pub use source::{env_var_name, ENV_PREFIX, ENV_SEPARATOR, REDACTED};
@@ -456,6 +458,11 @@ pub struct WatchConfig {
     pub resource: String,
     /// Empty means all namespaces (and is the only choice for cluster-scoped resources).
     pub namespaces: Vec<String>,
+    /// With `namespaces` empty: namespaces whose objects are dropped by kube2nats (one watch).
+    pub namespaces_exclude: Vec<String>,
+    /// A label selector on namespaces: only objects of namespaces whose labels match are
+    /// published, followed as namespaces are relabelled ([`crate::scope`]).
+    pub namespace_selector: Option<String>,
     /// A label selector checked for syntax (`app=web,tier in (a,b)`); `None` = all objects.
     pub label_selector: Option<String>,
     /// A field selector checked for syntax (`status.phase=Running`); `None` = all objects.
@@ -471,6 +478,8 @@ pub struct WatchConfig {
     /// `{cluster}` of the subject template.
     pub cluster: String,
     pub payload: PayloadMode,
+    /// Which MODIFIED events are published and which paths are stripped.
+    pub noise: NoiseConfig,
 }
 
 /// What the first list of a watch publishes.
@@ -494,12 +503,16 @@ pub enum PayloadMode {
     Event,
     /// The object alone.
     Object,
+    /// Like `Event`, but the API server is asked for PartialObjectMetadata: the object carries
+    /// its metadata only ([`crate::kube::metadata`]).
+    Metadata,
 }
 
 impl Named for PayloadMode {
     const NAMES: &'static [(&'static str, Self)] = &[
         ("event", PayloadMode::Event),
         ("object", PayloadMode::Object),
+        ("metadata", PayloadMode::Metadata),
     ];
 }
 

@@ -391,7 +391,7 @@ pub struct RawPublish {
     pub cluster: String,
     /// Subject template. Default [`crate::subject::DEFAULT_TEMPLATE`].
     pub subject: String,
-    /// `event` or `object`. Default [`DEFAULT_PAYLOAD`].
+    /// `event`, `object` or `metadata`. Default [`DEFAULT_PAYLOAD`].
     pub payload: String,
 }
 
@@ -448,6 +448,10 @@ pub struct RawWatch {
     pub resource: String,
     /// DNS-1123 labels; `[]` = all namespaces.
     pub namespaces: Vec<String>,
+    /// With `namespaces = []`: namespaces whose objects are not published. Default `[]`.
+    pub namespaces_exclude: Vec<String>,
+    /// Label selector on namespaces (`team=payments`); `""` = every namespace.
+    pub namespace_selector: String,
     /// Kubernetes label selector; `""` = none.
     pub label_selector: String,
     /// Kubernetes field selector; `""` = none.
@@ -458,8 +462,14 @@ pub struct RawWatch {
     pub initial_state: String,
     /// Subject template; `""` = `publish.subject`.
     pub subject: String,
-    /// `event` or `object`; `""` = `publish.payload`.
+    /// `event`, `object` or `metadata`; `""` = `publish.payload`.
     pub payload: String,
+    /// Noise control: `any`, `generation` or `content`; `""` = `any`.
+    pub changes: String,
+    /// Paths `changes = "content"` ignores besides the default three.
+    pub ignore_paths: Vec<String>,
+    /// Paths removed from the published object.
+    pub strip_paths: Vec<String>,
 }
 
 impl Default for RawWatch {
@@ -468,12 +478,17 @@ impl Default for RawWatch {
             name: String::new(),
             resource: String::new(),
             namespaces: Vec::new(),
+            namespaces_exclude: Vec::new(),
+            namespace_selector: String::new(),
             label_selector: String::new(),
             field_selector: String::new(),
             events: EventType::ALL.iter().map(|t| s(t.as_str())).collect(),
             initial_state: s(DEFAULT_INITIAL_STATE.name()),
             subject: String::new(),
             payload: String::new(),
+            changes: String::new(),
+            ignore_paths: Vec::new(),
+            strip_paths: Vec::new(),
         }
     }
 }
