@@ -388,6 +388,7 @@ impl TaskParts<'_> {
             watch.cluster.clone(),
             self.plan.resource.clone(),
             watch.payload,
+            watch.format,
         );
         let max_in_flight = match &config.nats.mode {
             NatsMode::Core => 1,

@@ -466,6 +466,7 @@ pub struct WatchConfig {
     /// `{cluster}` of the subject template.
     pub cluster: String,
     pub payload: PayloadMode,
+    pub format: MessageFormat,
 }
 
 /// What the first list of a watch publishes.
@@ -495,6 +496,23 @@ impl Named for PayloadMode {
     const NAMES: &'static [(&'static str, Self)] = &[
         ("event", PayloadMode::Event),
         ("object", PayloadMode::Object),
+    ];
+}
+
+/// How a message presents the event, besides its payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageFormat {
+    /// kube2nats' own `Kube-*` headers (and `Nats-Msg-Id`).
+    Native,
+    /// The native headers plus the CloudEvents attributes in binary content mode (`ce-*`
+    /// headers), per the CloudEvents NATS protocol binding.
+    CloudEvents,
+}
+
+impl Named for MessageFormat {
+    const NAMES: &'static [(&'static str, Self)] = &[
+        ("native", MessageFormat::Native),
+        ("cloudevents", MessageFormat::CloudEvents),
     ];
 }
 
@@ -578,6 +596,7 @@ mod tests {
         assert_eq!(w.subject, SubjectTemplate::default());
         assert_eq!(w.subject_prefix, "kube");
         assert_eq!(w.payload, PayloadMode::Event);
+        assert_eq!(w.format, MessageFormat::Native);
         assert_eq!(
             (w.label_selector.as_deref(), w.field_selector.as_deref()),
             (None, None)

@@ -7,7 +7,10 @@
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
-use super::{Discard, InitialState, LogFormat, Named, PayloadMode, RbacCheck, Retention, Storage};
+use super::{
+    Discard, InitialState, LogFormat, MessageFormat, Named, PayloadMode, RbacCheck, Retention,
+    Storage,
+};
 use crate::event::EventType;
 
 /// `log.filter`: `info` shows start-up, reconnects that need attention and errors, without the
@@ -103,6 +106,8 @@ pub const DEFAULT_STREAM_DISCARD: Discard = Discard::Old;
 pub const DEFAULT_SUBJECT_PREFIX: &str = "kube";
 /// `publish.payload`: the event as the API server sent it, type included.
 pub const DEFAULT_PAYLOAD: PayloadMode = PayloadMode::Event;
+/// `publish.format`: kube2nats' own headers; CloudEvents consumers opt in.
+pub const DEFAULT_FORMAT: MessageFormat = MessageFormat::Native;
 /// `http.listen`: all interfaces, so the kubelet and Prometheus can reach the pod.
 pub const DEFAULT_HTTP_LISTEN: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 9090));
@@ -379,10 +384,13 @@ pub struct RawPublish {
     pub subject_prefix: String,
     /// Value of `{cluster}`; a template using `{cluster}` needs it non-empty. Default `""`.
     pub cluster: String,
-    /// Subject template. Default [`crate::subject::DEFAULT_TEMPLATE`].
+    /// Subject template; `""` (the default) = [`crate::subject::DEFAULT_TEMPLATE`], or with
+    /// `cluster` set [`crate::subject::DEFAULT_CLUSTER_TEMPLATE`].
     pub subject: String,
     /// `event` or `object`. Default [`DEFAULT_PAYLOAD`].
     pub payload: String,
+    /// `native` or `cloudevents`. Default [`DEFAULT_FORMAT`].
+    pub format: String,
 }
 
 impl Default for RawPublish {
@@ -390,8 +398,9 @@ impl Default for RawPublish {
         RawPublish {
             subject_prefix: s(DEFAULT_SUBJECT_PREFIX),
             cluster: String::new(),
-            subject: s(crate::subject::DEFAULT_TEMPLATE),
+            subject: String::new(),
             payload: s(DEFAULT_PAYLOAD.name()),
+            format: s(DEFAULT_FORMAT.name()),
         }
     }
 }
@@ -450,6 +459,8 @@ pub struct RawWatch {
     pub subject: String,
     /// `event` or `object`; `""` = `publish.payload`.
     pub payload: String,
+    /// `native` or `cloudevents`; `""` = `publish.format`.
+    pub format: String,
 }
 
 impl Default for RawWatch {
@@ -464,6 +475,7 @@ impl Default for RawWatch {
             initial_state: s(DEFAULT_INITIAL_STATE.name()),
             subject: String::new(),
             payload: String::new(),
+            format: String::new(),
         }
     }
 }
