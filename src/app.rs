@@ -191,6 +191,7 @@ async fn run_watches(
     }
     let Some(state) = StateStore::open(
         &config.state,
+        &config.nats.jetstream_api_prefix(),
         nats.client(),
         metrics.state.clone(),
         &shutdown,

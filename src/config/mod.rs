@@ -289,6 +289,20 @@ pub struct NatsConfig {
     /// When it is full (NATS slow or down) publishing waits, and the watches stop reading the API
     /// server: the outage costs bounded memory.
     pub queue_capacity: usize,
+    /// `nats.jetstream.domain`: the JetStream domain of the stream and of the state bucket;
+    /// `None` = the connected server's own.
+    pub jetstream_domain: Option<String>,
+}
+
+impl NatsConfig {
+    /// The subject prefix of the JetStream API: `$JS.API`, or `$JS.{domain}.API` in a domain
+    /// (how a client on a leaf node reaches the hub's JetStream).
+    pub fn jetstream_api_prefix(&self) -> String {
+        match &self.jetstream_domain {
+            None => "$JS.API".to_owned(),
+            Some(domain) => format!("$JS.{domain}.API"),
+        }
+    }
 }
 
 /// At most one NATS authentication method.
@@ -318,6 +332,7 @@ impl std::fmt::Debug for NatsConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("mode", &self.mode)
             .field("queue_capacity", &self.queue_capacity)
+            .field("jetstream_domain", &self.jetstream_domain)
             .finish()
     }
 }

@@ -317,6 +317,10 @@ pub struct RawJetStream {
     pub ack_timeout: String,
     /// >= 1. Default [`DEFAULT_MAX_ACK_INFLIGHT`].
     pub max_ack_inflight: usize,
+    /// The JetStream domain of the stream and of the state bucket; `""` (the default) = the
+    /// domain of the server kube2nats connects to. Set it to the hub's domain when kube2nats
+    /// connects to a leaf node: JetStream requests then cross the leaf-node connection.
+    pub domain: String,
     /// Absent: kube2nats does not manage streams.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream: Option<RawStream>,
@@ -327,6 +331,7 @@ impl Default for RawJetStream {
         RawJetStream {
             ack_timeout: duration(DEFAULT_ACK_TIMEOUT),
             max_ack_inflight: DEFAULT_MAX_ACK_INFLIGHT,
+            domain: String::new(),
             stream: None,
         }
     }

@@ -41,6 +41,7 @@ pub mod header {
     pub const SYNTHESIZED: HeaderName = HeaderName::from_static("Kube-Synthesized");
     pub const MSG_ID: HeaderName = HeaderName::from_static("Nats-Msg-Id");
     pub const PAYLOAD: HeaderName = HeaderName::from_static("Kube-Payload");
+    pub const CLUSTER: HeaderName = HeaderName::from_static("Kube-Cluster");
 }
 
 /// The value of `Kube-Payload` on a message whose object was cut to its metadata (too large).
@@ -187,6 +188,10 @@ impl MessageBuilder {
         insert(header::API_VERSION, &self.api_version);
         let id = msg_id(&self.watch, meta, event.event_type);
         insert(header::MSG_ID, &id);
+        // Where clusters share one NATS, the subject template may leave the cluster out.
+        if !self.cluster.is_empty() {
+            insert(header::CLUSTER, &self.cluster);
+        }
         if synthesized {
             headers.insert(header::SYNTHESIZED, SYNTHESIZED_RELIST);
         }
@@ -353,6 +358,7 @@ mod tests {
         assert_eq!(h(header::KIND).as_deref(), Some("Pod"));
         assert_eq!(h(header::API_VERSION).as_deref(), Some("v1"));
         assert_eq!(h(header::SYNTHESIZED).as_deref(), Some("relist"));
+        assert_eq!(h(header::CLUSTER), None);
         assert_eq!(
             &m.payload[..],
             br#"{"type":"MODIFIED","object":{"metadata":{}}}"#
