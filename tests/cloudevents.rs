@@ -76,7 +76,7 @@ fn sdk_read(messages: &[&Raw]) -> Vec<Value> {
     let python = std::env::var(PYTHON_ENV).unwrap_or_else(|_| {
         panic!(
             "{PYTHON_ENV} is not set: the CloudEvents Python SDK is installed by the project's \
-             script; run `for line in $(scripts/install-test-tools); do export \"$line\"; done` \
+             script; run `for line in $(scripts/install-test-tools cloudevents); do export \"$line\"; done` \
              (or the README's test command) first"
         )
     });
