@@ -5,9 +5,13 @@
 //! - [`config`]: the TOML file and `KUBE2NATS__…` environment, validated once into typed values.
 //! - [`kube`]: the API server: credentials, HTTP, discovery, list pages, watch framing and decoding.
 //! - [`rbac`]: the start-up self-check of the permissions every watch needs.
+//! - [`scope`]: which namespaces' objects a watch publishes (exclusions, namespace selectors).
 //! - [`watcher`]: one task per watch: the list+watch state machine and the driver acting on it.
 //! - [`backoff`]: the delay between failed attempts, of a watch or of a publish.
+//! - [`budget`]: the one byte budget for data held between the API server and NATS.
 //! - [`event`]: the typed values passed from the watch stage to the publish stage.
+//! - [`noise`]: per watch, which MODIFIED events are news and which paths are stripped
+//!   ([`json_path`] parses the paths).
 //! - [`dedupe`]: what each watch has published, so no change is published twice or missed.
 //! - [`subject`]: subject templates and the token escaping rule.
 //! - [`publish`]: headers, payloads, and publishing to core NATS or JetStream.
@@ -30,13 +34,17 @@ mod fuzz_props;
 
 pub mod app;
 pub mod backoff;
+pub mod budget;
 pub mod config;
 pub mod dedupe;
 pub mod event;
+pub mod json_path;
 pub mod kube;
 pub mod leader;
+pub mod noise;
 pub mod publish;
 pub mod rbac;
+pub mod scope;
 pub mod state;
 pub mod subject;
 pub mod telemetry;

@@ -20,8 +20,17 @@
 //! - `restart`: durable state of `--list-objects` pods: bytes stored per object, then a kill -9
 //!   and a restart that loads it (load seconds, peak RSS against the RSS holding them before).
 //!
+//! - `metadata` (only on request): `--metadata-objects` pods padded with `--object-bytes` of data
+//!   (a large ConfigMap or Secret in all but name), `--metadata-events` watch events, published
+//!   whole (`payload = "event"`) and metadata-only (`payload = "metadata"`), runs interleaved:
+//!   bytes from the API server and to NATS per event, kube2nats CPU per event.
+//!
 //! `--state on|off|both` sets `state.enabled` for the daemons; with `both`, the `core` and
-//! `jetstream` scenarios alternate runs with state on and off and report each.
+//! `jetstream` scenarios alternate runs with state on and off and report each. `--noise` does the
+//! same for noise control: `any` (the default path), `content` (`changes = "content"`: every
+//! MODIFIED of the stream changes only its resourceVersion, so only ADDED and DELETED are
+//! published; CPU is still per event received) and `strip` (`strip_paths` names an annotation
+//! every object has, so every published object is trimmed, a copy each).
 //!
 //! Every scenario runs `--runs` times; the report gives the median (and min–max).
 
@@ -102,6 +111,9 @@ struct Args {
     /// `publish.format` of the daemons: native or cloudevents.
     #[arg(long, default_value = "native")]
     format: String,
+    /// Noise-control variants of core/jetstream, comma-separated, alternated: any, content, strip.
+    #[arg(long, default_value = "any")]
+    noise: String,
     /// Watch events in JetStream mode (stored in a memory stream; default: --events).
     #[arg(long)]
     jetstream_events: Option<u64>,
@@ -114,6 +126,15 @@ struct Args {
     /// Objects of the list scenario.
     #[arg(long, default_value_t = 100_000)]
     list_objects: u64,
+    /// Bytes of data outside the metadata of each object of the metadata scenario.
+    #[arg(long, default_value_t = 16_384)]
+    object_bytes: usize,
+    /// Objects of the metadata scenario.
+    #[arg(long, default_value_t = 1000)]
+    metadata_objects: u64,
+    /// Watch events of the metadata scenario.
+    #[arg(long, default_value_t = 20_000)]
+    metadata_events: u64,
     /// Objects of the state scenario.
     #[arg(long, default_value_t = 100_000)]
     state_objects: u64,
@@ -165,6 +186,7 @@ fn main() -> anyhow::Result<()> {
             "list" => runtime.block_on(list(&env))?,
             "idle" => runtime.block_on(idle(&env))?,
             "restart" => runtime.block_on(restart(&env))?,
+            "metadata" => runtime.block_on(metadata(&env))?,
             other => bail!("unknown scenario {other:?}"),
         };
         for line in &lines {
@@ -198,6 +220,15 @@ fn self_check() -> anyhow::Result<()> {
     pod.write_list_item(&pods::uuid(12), 1, &mut item);
     let v: serde_json::Value = serde_json::from_slice(&item).context("list item is not JSON")?;
     anyhow::ensure!(v.get("kind").is_none() && v["metadata"]["name"] == *pod.name);
+    for (padding, partial) in [(4096, false), (0, true)] {
+        let mut out = Vec::new();
+        pods::PodTemplate::shaped(12, padding, partial).write(&pods::uuid(12), 7, &mut out);
+        let v: serde_json::Value =
+            serde_json::from_slice(&out).context("shaped pod is not JSON")?;
+        anyhow::ensure!(
+            v["metadata"]["resourceVersion"] == "7" && v.get("spec").is_none() == partial
+        );
+    }
     let s = Scenario::new(10, 2000, None, Instant::now());
     let kinds: Vec<apiserver::Kind> = (0..2000).map(|k| s.event_kind(k).0).collect();
     anyhow::ensure!(
@@ -257,6 +288,7 @@ fn state_size(objects: u64) -> Vec<String> {
                 resource_version: ResourceVersion::new((40_000_000 + i * 7).to_string()),
                 name: pod.name,
                 namespace: Some(pod.namespace),
+                generation: None,
             }
         })
         .collect();
@@ -265,7 +297,7 @@ fn state_size(objects: u64) -> Vec<String> {
     let before_malloc = LIVE_MALLOC_BYTES.load(Ordering::SeqCst);
     let mut dedupe = Dedupe::new();
     for meta in &metas {
-        dedupe.observe(meta, EventType::Added);
+        dedupe.observe(meta, EventType::Added, 0);
     }
     let bytes = LIVE_BYTES.load(Ordering::SeqCst) - before;
     let malloc_bytes = LIVE_MALLOC_BYTES.load(Ordering::SeqCst) - before_malloc;
@@ -377,6 +409,8 @@ struct DaemonCfg<'a> {
     initial_state: &'a str,
     namespaces: &'a [&'a str],
     watches: usize,
+    /// Lines added to every `[[watches]]` table.
+    watch_extra: &'a str,
 }
 
 fn start_kube2nats(env: &Env, dir: &Path, cfg: &DaemonCfg<'_>) -> anyhow::Result<Proc> {
@@ -397,8 +431,8 @@ fn start_kube2nats(env: &Env, dir: &Path, cfg: &DaemonCfg<'_>) -> anyhow::Result
             .collect::<Vec<_>>()
             .join(", ");
         toml.push_str(&format!(
-            "\n[[watches]]\nname = \"pods{w}\"\nresource = \"pods\"\nnamespaces = [{namespaces}]\ninitial_state = \"{}\"\n",
-            cfg.initial_state
+            "\n[[watches]]\nname = \"pods{w}\"\nresource = \"pods\"\nnamespaces = [{namespaces}]\ninitial_state = \"{}\"\n{}",
+            cfg.initial_state, cfg.watch_extra
         ));
     }
     let path = dir.join("kube2nats.toml");
@@ -451,6 +485,8 @@ impl Worker {
 #[derive(Default)]
 struct Arrivals {
     count: AtomicU64,
+    /// Payload bytes received.
+    bytes: AtomicU64,
     last_ns: AtomicU64,
     /// Latency samples (change index, ns), paced runs only.
     latencies: std::sync::Mutex<Vec<(u64, u64)>>,
@@ -475,6 +511,9 @@ async fn subscribe(
                 None => 0,
             };
             arrivals.count.fetch_add(1, Ordering::Relaxed);
+            arrivals
+                .bytes
+                .fetch_add(msg.payload.len() as u64, Ordering::Relaxed);
             let Some(s) = &scenario else { continue };
             arrivals.last_ns.store(now, Ordering::Relaxed);
             if s.rate.is_none() {
@@ -555,6 +594,10 @@ struct RunResult {
     server_cpu_per_100k: f64,
     subscriber_cpu_per_100k: f64,
     nats_cpu_per_100k: f64,
+    /// Bytes the API server sent (list and watch bodies) per published event.
+    api_bytes_per_event: f64,
+    /// Payload bytes the subscriber received per event.
+    nats_bytes_per_event: f64,
 }
 
 async fn throughput(env: &Env, jetstream: bool) -> anyhow::Result<Vec<String>> {
@@ -564,19 +607,24 @@ async fn throughput(env: &Env, jetstream: bool) -> anyhow::Result<Vec<String>> {
         env.args.events
     };
     let mode = if jetstream { "jetstream" } else { "core" };
-    let variants: &[bool] = match env.args.state.as_str() {
+    let states: &[bool] = match env.args.state.as_str() {
         "both" => &[true, false],
         "off" => &[false],
         _ => &[true],
     };
+    let noises: Vec<&str> = env.args.noise.split(',').map(str::trim).collect();
+    let variants: Vec<(bool, &str)> = states
+        .iter()
+        .flat_map(|&state| noises.iter().map(move |&noise| (state, noise)))
+        .collect();
     // Runs alternate between the variants, so a machine that gets busier or quieter over time
     // affects both alike.
     let mut results: Vec<Vec<RunResult>> = variants.iter().map(|_| Vec::new()).collect();
     for run in 0..env.args.runs {
-        for (v, &state) in variants.iter().enumerate() {
-            let r = throughput_run(env, jetstream, state, env.args.objects, events).await?;
+        for (v, &(state, noise)) in variants.iter().enumerate() {
+            let r = throughput_run(env, jetstream, state, noise, env.args.objects, events).await?;
             eprintln!(
-                "{mode} (state {}) run {}: {:.0} events/s end to end, kube2nats {:.3} CPU-s/100k events ({:.0} events per CPU-second), peak RSS {:.1} MiB; CPU-s/100k: API server {:.3}, subscriber {:.3}, nats-server {:.3}",
+                "{mode} (state {}, noise {noise}) run {}: {:.0} events/s end to end, kube2nats {:.3} CPU-s/100k events ({:.0} events per CPU-second), peak RSS {:.1} MiB; CPU-s/100k: API server {:.3}, subscriber {:.3}, nats-server {:.3}",
                 on_off(state),
                 run + 1,
                 r.events_per_sec,
@@ -591,11 +639,11 @@ async fn throughput(env: &Env, jetstream: bool) -> anyhow::Result<Vec<String>> {
         }
     }
     let mut lines = Vec::new();
-    for (results, &state) in results.iter().zip(variants) {
+    for (results, &(state, noise)) in results.iter().zip(&variants) {
         let col = |f: fn(&RunResult) -> f64| results.iter().map(f).collect::<Vec<_>>();
         lines.extend([
             format!(
-                "{mode}, state {} (N={}, M={events}, ~{} B/event):",
+                "{mode}, state {}, noise {noise} (N={}, M={events}, ~{} B/event):",
                 on_off(state),
                 env.args.objects,
                 pods::PodTemplate::new(0).approx_len()
@@ -645,13 +693,63 @@ async fn throughput_run(
     env: &Env,
     jetstream: bool,
     state: bool,
+    noise: &str,
     objects: u64,
     events: u64,
 ) -> anyhow::Result<RunResult> {
+    let shape = Shape {
+        padding: 0,
+        payload: "event",
+    };
+    shaped_run(env, jetstream, state, noise, objects, events, shape).await
+}
+
+/// The objects' size and the watch's payload mode of a throughput run.
+struct Shape {
+    padding: usize,
+    payload: &'static str,
+}
+
+async fn shaped_run(
+    env: &Env,
+    jetstream: bool,
+    state: bool,
+    noise: &str,
+    objects: u64,
+    events: u64,
+    shape: Shape,
+) -> anyhow::Result<RunResult> {
     let dir = workdir(env, if jetstream { "js" } else { "core" })?;
     let epoch = Instant::now();
-    let scenario = Arc::new(Scenario::new(objects, events, None, epoch));
-    let expected = scenario.changes();
+    let scenario = Arc::new(Scenario::shaped(
+        objects,
+        events,
+        None,
+        epoch,
+        shape.padding,
+    ));
+    let received = scenario.changes();
+    let (noise_extra, expected) = match noise {
+        "any" => ("", received),
+        // Every MODIFIED of the stream changes only its resourceVersion.
+        "content" => (
+            "changes = \"content\"\n",
+            (0..events)
+                .filter(|&k| {
+                    matches!(
+                        scenario.event_kind(k).0,
+                        apiserver::Kind::Added | apiserver::Kind::Deleted
+                    )
+                })
+                .count() as u64,
+        ),
+        "strip" => (
+            "strip_paths = ['metadata.annotations.\"prometheus.io/port\"']\n",
+            received,
+        ),
+        other => bail!("unknown --noise variant {other:?} (allowed: any, content, strip)"),
+    };
+    let watch_extra = format!("{noise_extra}payload = \"{}\"\n", shape.payload);
     let (nats, nats_url) = start_nats(env, dir.path()).await?;
     let server = Worker::start("apiserver");
     let subscriber = Worker::start("subscriber");
@@ -696,6 +794,7 @@ async fn throughput_run(
             initial_state: "skip",
             namespaces: &[],
             watches: 1,
+            watch_extra: &watch_extra,
         },
     )?;
     if !wait_for_watch(&scenario).await {
@@ -747,16 +846,81 @@ async fn throughput_run(
     daemon.stop().await;
     nats.stop().await;
     finish_dir(env, dir);
-    let per100k = |cpu: f64| cpu / expected as f64 * 100_000.0;
+    // Per change received: under `changes = "content"` fewer are published.
+    let per100k = |cpu: f64| cpu / received as f64 * 100_000.0;
     Ok(RunResult {
-        events_per_sec: expected as f64 / elapsed,
+        events_per_sec: received as f64 / elapsed,
         kube_cpu_per_100k: per100k(cpu1 - cpu0),
-        events_per_cpu_sec: expected as f64 / (cpu1 - cpu0),
+        events_per_cpu_sec: received as f64 / (cpu1 - cpu0),
         peak_rss_mib,
         server_cpu_per_100k: per100k(srv1 - srv0),
         subscriber_cpu_per_100k: per100k(sub1 - sub0),
         nats_cpu_per_100k: per100k(nats1 - nats0),
+        api_bytes_per_event: scenario.bytes_sent.load(Ordering::Relaxed) as f64 / expected as f64,
+        nats_bytes_per_event: arrivals.bytes.load(Ordering::Relaxed) as f64 / expected as f64,
     })
+}
+
+/// Large objects watched whole and metadata-only, runs interleaved.
+async fn metadata(env: &Env) -> anyhow::Result<Vec<String>> {
+    let a = &env.args;
+    let payloads = ["event", "metadata"];
+    let mut results: Vec<Vec<RunResult>> = vec![Vec::new(), Vec::new()];
+    for run in 0..a.runs {
+        for (i, payload) in payloads.into_iter().enumerate() {
+            let shape = Shape {
+                padding: a.object_bytes,
+                payload,
+            };
+            let r = shaped_run(
+                env,
+                false,
+                true,
+                "any",
+                a.metadata_objects,
+                a.metadata_events,
+                shape,
+            )
+            .await?;
+            eprintln!(
+                "metadata scenario, payload {payload} run {}: {:.0} B/event from the API server, {:.0} B/event to NATS, kube2nats {:.3} CPU-s/100k events",
+                run + 1,
+                r.api_bytes_per_event,
+                r.nats_bytes_per_event,
+                r.kube_cpu_per_100k
+            );
+            results[i].push(r);
+        }
+    }
+    let mut lines = vec![format!(
+        "metadata (core, N={}, M={}, objects of ~{} B):",
+        a.metadata_objects,
+        a.metadata_events,
+        pods::PodTemplate::shaped(0, a.object_bytes, false).approx_len()
+    )];
+    for (results, payload) in results.iter().zip(payloads) {
+        let col = |f: fn(&RunResult) -> f64| results.iter().map(f).collect::<Vec<_>>();
+        lines.extend([
+            format!("  payload = {payload:?}:"),
+            format!(
+                "    bytes from the API server / event: {}",
+                stat(&col(|r| r.api_bytes_per_event), 0)
+            ),
+            format!(
+                "    payload bytes to NATS / event:     {}",
+                stat(&col(|r| r.nats_bytes_per_event), 0)
+            ),
+            format!(
+                "    kube2nats CPU-s per 100k events:   {}",
+                stat(&col(|r| r.kube_cpu_per_100k), 3)
+            ),
+            format!(
+                "    events/s end to end:               {}",
+                stat(&col(|r| r.events_per_sec), 0)
+            ),
+        ]);
+    }
+    Ok(lines)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -803,6 +967,7 @@ async fn latency(env: &Env) -> anyhow::Result<Vec<String>> {
                 initial_state: "skip",
                 namespaces: &[],
                 watches: 1,
+                watch_extra: "",
             },
         )?;
         if !wait_for_watch(&scenario).await {
@@ -900,6 +1065,7 @@ async fn list(env: &Env) -> anyhow::Result<Vec<String>> {
                 initial_state: "added",
                 namespaces: &[],
                 watches: 1,
+                watch_extra: "",
             },
         )?;
         if !wait_for_watch(&scenario).await {
@@ -964,6 +1130,7 @@ async fn restart(env: &Env) -> anyhow::Result<Vec<String>> {
             initial_state: "skip",
             namespaces: &[],
             watches: 1,
+            watch_extra: "",
         };
         let first = start_kube2nats(env, dir.path(), &cfg(free_port()?))?;
         if !wait_for_watch(&scenario).await {
@@ -1081,6 +1248,7 @@ async fn idle(env: &Env) -> anyhow::Result<Vec<String>> {
                 initial_state: "added",
                 namespaces: &["default"],
                 watches: 3,
+                watch_extra: "",
             },
         )?;
         if !wait_for_watch(&scenario).await {

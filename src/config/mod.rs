@@ -28,6 +28,7 @@ mod check;
 mod coverage;
 mod error;
 mod leader;
+mod noise;
 mod raw;
 mod selector;
 mod source;
@@ -47,6 +48,7 @@ use crate::subject::SubjectTemplate;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use leader::{LeaderElectionConfig, RawLeaderElection, RETRY_JITTER_FACTOR};
+pub use noise::{Changes, NoiseConfig, DEFAULT_CHANGES};
 pub use raw::*;
 pub use selector::{check_field_selector, check_label_selector};
 pub use source::{env_var_name, ENV_PREFIX, ENV_SEPARATOR, REDACTED};
@@ -292,6 +294,10 @@ pub struct NatsConfig {
     /// `nats.jetstream.domain`: the JetStream domain of the stream and of the state bucket;
     /// `None` = the connected server's own.
     pub jetstream_domain: Option<String>,
+    /// One budget, in bytes, for the data held between the API server and NATS across all
+    /// watches (read and not yet published, or published and not yet taken by NATS); when it
+    /// is spent, the watches stop reading ([`crate::budget`]).
+    pub max_buffered_bytes: usize,
 }
 
 impl NatsConfig {
@@ -333,6 +339,7 @@ impl std::fmt::Debug for NatsConfig {
             .field("mode", &self.mode)
             .field("queue_capacity", &self.queue_capacity)
             .field("jetstream_domain", &self.jetstream_domain)
+            .field("max_buffered_bytes", &self.max_buffered_bytes)
             .finish()
     }
 }
@@ -466,6 +473,11 @@ pub struct WatchConfig {
     pub resource: String,
     /// Empty means all namespaces (and is the only choice for cluster-scoped resources).
     pub namespaces: Vec<String>,
+    /// With `namespaces` empty: namespaces whose objects are dropped by kube2nats (one watch).
+    pub namespaces_exclude: Vec<String>,
+    /// A label selector on namespaces: only objects of namespaces whose labels match are
+    /// published, followed as namespaces are relabelled ([`crate::scope`]).
+    pub namespace_selector: Option<String>,
     /// A label selector checked for syntax (`app=web,tier in (a,b)`); `None` = all objects.
     pub label_selector: Option<String>,
     /// A field selector checked for syntax (`status.phase=Running`); `None` = all objects.
@@ -482,6 +494,8 @@ pub struct WatchConfig {
     pub cluster: String,
     pub payload: PayloadMode,
     pub format: MessageFormat,
+    /// Which MODIFIED events are published and which paths are stripped.
+    pub noise: NoiseConfig,
 }
 
 /// What the first list of a watch publishes.
@@ -505,12 +519,16 @@ pub enum PayloadMode {
     Event,
     /// The object alone.
     Object,
+    /// Like `Event`, but the API server is asked for PartialObjectMetadata: the object carries
+    /// its metadata only ([`crate::kube::metadata`]).
+    Metadata,
 }
 
 impl Named for PayloadMode {
     const NAMES: &'static [(&'static str, Self)] = &[
         ("event", PayloadMode::Event),
         ("object", PayloadMode::Object),
+        ("metadata", PayloadMode::Metadata),
     ];
 }
 

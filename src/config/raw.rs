@@ -69,6 +69,13 @@ pub const DEFAULT_NATS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// `nats.queue_capacity`: messages queued towards the NATS connection before publishing waits;
 /// small, so a NATS outage costs bounded memory (the API server keeps the history, not kube2nats).
 pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
+/// `nats.max_buffered_bytes`: 32 MiB. The shipped manifests limit the container to 128 MiB; the
+/// process needs ~15 MiB without data, and beyond the budget it holds up to one read chunk per
+/// watch connection, one over-budget line and the HTTP/2 flow-control windows (see
+/// `kube::client`), so 32 MiB leaves room for those and the allocator's slack.
+pub const DEFAULT_MAX_BUFFERED_BYTES: usize = 32 * 1024 * 1024;
+/// Smallest `max_buffered_bytes` accepted: less than a typical large object only adds reconnects.
+pub const MIN_MAX_BUFFERED_BYTES: usize = 1024 * 1024;
 /// `nats.jetstream.ack_timeout`: async-nats' default request timeout.
 pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(5);
 /// `nats.jetstream.max_ack_inflight`: enough to keep throughput high over a round trip of a few ms,
@@ -285,6 +292,8 @@ pub struct RawNats {
     pub connect_timeout: String,
     /// Events, >= 1. Default [`DEFAULT_QUEUE_CAPACITY`].
     pub queue_capacity: usize,
+    /// Bytes, >= [`MIN_MAX_BUFFERED_BYTES`]. Default [`DEFAULT_MAX_BUFFERED_BYTES`].
+    pub max_buffered_bytes: usize,
     pub jetstream: RawJetStream,
 }
 
@@ -304,6 +313,7 @@ impl Default for RawNats {
             tls_key_file: String::new(),
             connect_timeout: duration(DEFAULT_NATS_CONNECT_TIMEOUT),
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
             jetstream: RawJetStream::default(),
         }
     }
@@ -392,7 +402,7 @@ pub struct RawPublish {
     /// Subject template; `""` (the default) = [`crate::subject::DEFAULT_TEMPLATE`], or with
     /// `cluster` set [`crate::subject::DEFAULT_CLUSTER_TEMPLATE`].
     pub subject: String,
-    /// `event` or `object`. Default [`DEFAULT_PAYLOAD`].
+    /// `event`, `object` or `metadata`. Default [`DEFAULT_PAYLOAD`].
     pub payload: String,
     /// `native` or `cloudevents`. Default [`DEFAULT_FORMAT`].
     pub format: String,
@@ -452,6 +462,10 @@ pub struct RawWatch {
     pub resource: String,
     /// DNS-1123 labels; `[]` = all namespaces.
     pub namespaces: Vec<String>,
+    /// With `namespaces = []`: namespaces whose objects are not published. Default `[]`.
+    pub namespaces_exclude: Vec<String>,
+    /// Label selector on namespaces (`team=payments`); `""` = every namespace.
+    pub namespace_selector: String,
     /// Kubernetes label selector; `""` = none.
     pub label_selector: String,
     /// Kubernetes field selector; `""` = none.
@@ -462,10 +476,16 @@ pub struct RawWatch {
     pub initial_state: String,
     /// Subject template; `""` = `publish.subject`.
     pub subject: String,
-    /// `event` or `object`; `""` = `publish.payload`.
+    /// `event`, `object` or `metadata`; `""` = `publish.payload`.
     pub payload: String,
     /// `native` or `cloudevents`; `""` = `publish.format`.
     pub format: String,
+    /// Noise control: `any`, `generation` or `content`; `""` = `any`.
+    pub changes: String,
+    /// Paths `changes = "content"` ignores besides the default three.
+    pub ignore_paths: Vec<String>,
+    /// Paths removed from the published object.
+    pub strip_paths: Vec<String>,
 }
 
 impl Default for RawWatch {
@@ -474,6 +494,8 @@ impl Default for RawWatch {
             name: String::new(),
             resource: String::new(),
             namespaces: Vec::new(),
+            namespaces_exclude: Vec::new(),
+            namespace_selector: String::new(),
             label_selector: String::new(),
             field_selector: String::new(),
             events: EventType::ALL.iter().map(|t| s(t.as_str())).collect(),
@@ -481,6 +503,9 @@ impl Default for RawWatch {
             subject: String::new(),
             payload: String::new(),
             format: String::new(),
+            changes: String::new(),
+            ignore_paths: Vec::new(),
+            strip_paths: Vec::new(),
         }
     }
 }

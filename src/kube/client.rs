@@ -13,12 +13,20 @@ use url::Url;
 
 use super::credentials::{AuthSource, Credential, CredentialsError, Endpoint};
 use super::error::ApiError;
+use super::metadata::ACCEPT_JSON;
 use crate::event::ResourceInfo;
 
 /// How long to wait for a TCP (and TLS) connection to the API server.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// TCP keepalive, so the kernel notices a peer that vanished without closing the connection.
 const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+/// HTTP/2 flow-control windows: how much the API server may send ahead of what kube2nats has
+/// read, per watch stream and per connection (many watches share one HTTP/2 connection). That data
+/// sits in the process outside the byte budget (`nats.max_buffered_bytes`), so it is capped:
+/// hyper's defaults (2 MiB a stream, 5 MiB a connection) let a few paused watches hold megabytes.
+/// 1 MiB per connection still carries a watch at several hundred MB/s in-cluster.
+const H2_STREAM_WINDOW_BYTES: u32 = 256 * 1024;
+const H2_CONNECTION_WINDOW_BYTES: u32 = 1024 * 1024;
 /// HTTP/2 PING interval and timeout: a half-open HTTP/2 connection fails within about a minute
 /// instead of hanging until the watch's own deadline.
 const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
@@ -162,16 +170,30 @@ impl ApiClient {
     /// GET a JSON document (discovery), within the request timeout.
     pub async fn get(&self, path: &str) -> Result<Bytes, ApiError> {
         let response = self
-            .send(Verb::Get, path, |h| h.get(self.url(path, &[])), true)
+            .send(
+                Verb::Get,
+                path,
+                |h| h.get(self.url(path, &[])).header(ACCEPT, ACCEPT_JSON),
+                true,
+            )
             .await?;
         self.read_body(response).await
     }
 
     /// One list request (one page), within the request timeout.
     pub async fn list(&self, path: &str, query: &[(&str, &str)]) -> Result<Bytes, ApiError> {
-        let response = self
-            .send(Verb::List, path, |h| h.get(self.url(path, query)), true)
-            .await?;
+        self.list_as(path, query, ACCEPT_JSON).await
+    }
+
+    /// [`list`](Self::list) with `accept` choosing the representation ([`super::metadata`]).
+    pub async fn list_as(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+        accept: &'static str,
+    ) -> Result<Bytes, ApiError> {
+        let request = |h: &reqwest::Client| h.get(self.url(path, query)).header(ACCEPT, accept);
+        let response = self.send(Verb::List, path, request, true).await?;
         self.read_body(response).await
     }
 
@@ -199,6 +221,7 @@ impl ApiClient {
     ) -> Result<Bytes, ApiError> {
         let request = |h: &reqwest::Client| {
             build(h)
+                .header(ACCEPT, ACCEPT_JSON)
                 .header(CONTENT_TYPE, "application/json")
                 .body(body.to_string())
         };
@@ -213,9 +236,18 @@ impl ApiClient {
         path: &str,
         query: &[(&str, &str)],
     ) -> Result<reqwest::Response, ApiError> {
-        let response = self
-            .send(Verb::Watch, path, |h| h.get(self.url(path, query)), false)
-            .await?;
+        self.watch_as(path, query, ACCEPT_JSON).await
+    }
+
+    /// [`watch`](Self::watch) with `accept` choosing the representation ([`super::metadata`]).
+    pub async fn watch_as(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+        accept: &'static str,
+    ) -> Result<reqwest::Response, ApiError> {
+        let request = |h: &reqwest::Client| h.get(self.url(path, query)).header(ACCEPT, accept);
+        let response = self.send(Verb::Watch, path, request, false).await?;
         let content_type = response
             .headers()
             .get(CONTENT_TYPE)
@@ -258,7 +290,7 @@ impl ApiClient {
             None => Credential::default(),
         };
         let http = self.http_for(&credential).map_err(ApiError::Credentials)?;
-        let mut request = build(&http).header(ACCEPT, "application/json");
+        let mut request = build(&http);
         if let Some(token) = &credential.token {
             match bearer(token) {
                 Some(value) => request = request.header(AUTHORIZATION, value),
@@ -328,6 +360,8 @@ fn build_http(
         .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
         .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
         .http2_keep_alive_while_idle(true)
+        .http2_initial_stream_window_size(H2_STREAM_WINDOW_BYTES)
+        .http2_initial_connection_window_size(H2_CONNECTION_WINDOW_BYTES)
         .user_agent(concat!("kube2nats/", env!("CARGO_PKG_VERSION")));
     if let Some(pem) = &tls.ca_pem {
         let certs =

@@ -84,6 +84,39 @@ pub fn decode_line(line: &Bytes) -> Result<WatchLine, DecodeError> {
     }))
 }
 
+/// Reads the change a watch line reports from its first bytes only (the line was too long to
+/// keep): the event type and the object's metadata, when they come before the cut.
+/// kube-apiserver writes `type` first and an object's `kind`, `apiVersion` and `metadata` before
+/// its body, so they usually do; nothing guarantees it, hence the `None`. `namespaced` says
+/// whether the object must have a namespace: a cut before it leaves the object unknown.
+pub fn decode_line_prefix(prefix: &[u8], namespaced: bool) -> Option<(EventType, ObjectMeta)> {
+    let parts = scan::watch_line_prefix(prefix);
+    let event_type = match parts.event_type? {
+        "ADDED" => EventType::Added,
+        "MODIFIED" => EventType::Modified,
+        "DELETED" => EventType::Deleted,
+        _ => return None,
+    };
+    let text = |field: Option<std::borrow::Cow<'_, str>>| {
+        field.filter(|s| !s.is_empty()).map(|s| s.into_owned())
+    };
+    let meta = parts.meta;
+    let namespace = text(meta.namespace);
+    if namespaced && namespace.is_none() && !parts.metadata_complete {
+        return None;
+    }
+    Some((
+        event_type,
+        ObjectMeta {
+            uid: text(meta.uid)?,
+            resource_version: ResourceVersion::new(text(meta.resource_version)?),
+            name: text(meta.name)?,
+            namespace,
+            generation: meta.generation,
+        },
+    ))
+}
+
 /// Bookmarks are one in hundreds of lines: serde reads them.
 fn decode_bookmark(object: &[u8]) -> Result<WatchLine, DecodeError> {
     let bookmark: BookmarkObject =
@@ -133,6 +166,7 @@ fn object_meta(head: scan::Head<'_>) -> Result<(ObjectMeta, bool), DecodeError> 
                 .namespace
                 .filter(|s| !s.is_empty())
                 .map(|s| s.into_owned()),
+            generation: meta.generation,
         },
         head.has_kind,
     ))
@@ -149,7 +183,7 @@ mod tests {
     #[test]
     fn change_keeps_the_object_bytes_and_reads_metadata() {
         let l = line(
-            r#"{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web","namespace":"default","uid":"u-1","resourceVersion":"42","labels":{"a":"b"}},"spec":{"x":[1,2]}}}"#,
+            r#"{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web","namespace":"default","uid":"u-1","resourceVersion":"42","generation":4,"labels":{"a":"b"}},"spec":{"x":[1,2]}}}"#,
         );
         let WatchLine::Change(ev) = decode_line(&l).unwrap() else {
             panic!("not a change")
@@ -159,9 +193,47 @@ mod tests {
         assert_eq!(ev.meta.resource_version.as_str(), "42");
         assert_eq!(ev.meta.name, "web");
         assert_eq!(ev.meta.namespace.as_deref(), Some("default"));
+        assert_eq!(ev.meta.generation, Some(4));
         assert!(ev.object.starts_with(br#"{"kind":"Pod""#));
         assert!(ev.object.ends_with(br#"{"x":[1,2]}}"#));
         assert_eq!(ev.watch_line.as_ref(), Some(&l));
+    }
+
+    #[test]
+    fn a_prefix_gives_the_metadata_written_before_the_cut() {
+        let line = br#"{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web","namespace":"default","uid":"u-1","resourceVersion":"42","labels":{"a":"b"}},"spec":{"x":"#;
+        for cut in 0..=line.len() {
+            let got = decode_line_prefix(&line[..cut], true);
+            // Everything is known once `resourceVersion` has been read whole.
+            let known = std::str::from_utf8(&line[..cut])
+                .unwrap()
+                .contains(r#""42""#);
+            assert_eq!(got.is_some(), known, "cut at {cut}");
+        }
+        let (event_type, meta) = decode_line_prefix(line, true).unwrap();
+        assert_eq!(event_type, EventType::Modified);
+        assert_eq!(meta.uid, "u-1");
+        assert_eq!(meta.resource_version.as_str(), "42");
+        assert_eq!(meta.name, "web");
+        assert_eq!(meta.namespace.as_deref(), Some("default"));
+    }
+
+    #[test]
+    fn a_prefix_without_metadata_or_with_it_late_gives_nothing() {
+        let late = br#"{"type":"ADDED","object":{"data":{"k":"xxxxxxxx"#;
+        assert!(decode_line_prefix(late, true).is_none());
+        let no_ns =
+            br#"{"type":"ADDED","object":{"metadata":{"name":"n","uid":"u","resourceVersion":"1","#;
+        assert!(
+            decode_line_prefix(no_ns, true).is_none(),
+            "the namespace may follow"
+        );
+        assert!(decode_line_prefix(no_ns, false).is_some(), "cluster-scoped");
+        let closed = br#"{"type":"ADDED","object":{"metadata":{"name":"n","uid":"u","resourceVersion":"1"},"spec":"#;
+        assert!(decode_line_prefix(closed, true).is_some());
+        let bookmark = br#"{"type":"BOOKMARK","object":{"metadata":{"name":"n","uid":"u","resourceVersion":"1"},"#;
+        assert!(decode_line_prefix(bookmark, false).is_none());
+        assert!(decode_line_prefix(b"\xff\xfe garbage", false).is_none());
     }
 
     #[test]
@@ -276,7 +348,7 @@ mod tests {
 
     fn pod_line() -> String {
         let mut line = String::from(
-            r#"{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web-7d4b9c8f6d-x2k9p","generateName":"web-7d4b9c8f6d-","namespace":"payments","uid":"0b8e6c3a-1f2d-4e5f-9a0b-1c2d3e4f5a6b","resourceVersion":"48213377","creationTimestamp":"2026-11-20T08:14:31Z","labels":{"app":"web","pod-template-hash":"7d4b9c8f6d"},"annotations":{"prometheus.io/scrape":"true"},"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-7d4b9c8f6d","uid":"1c2d3e4f-1f2d-4e5f-9a0b-1c2d3e4f5a6b","controller":true,"blockOwnerDeletion":true}]},"spec":{"containers":[{"name":"web","image":"registry.example.com/web:1.2","ports":[{"containerPort":8080,"protocol":"TCP"}],"env":[{"name":"A","value":"x\"y\u00e9"}],"resources":{"limits":{"cpu":"2","memory":"1Gi"}}}],"priority":0,"terminationGracePeriodSeconds":30,"x":[1.5e3,-0.25,null,true,false,{}]},"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True","lastProbeTime":null}]}}}"#,
+            r#"{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web-7d4b9c8f6d-x2k9p","generateName":"web-7d4b9c8f6d-","namespace":"payments","uid":"0b8e6c3a-1f2d-4e5f-9a0b-1c2d3e4f5a6b","resourceVersion":"48213377","generation":2,"creationTimestamp":"2026-11-20T08:14:31Z","labels":{"app":"web","pod-template-hash":"7d4b9c8f6d"},"annotations":{"prometheus.io/scrape":"true"},"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-7d4b9c8f6d","uid":"1c2d3e4f-1f2d-4e5f-9a0b-1c2d3e4f5a6b","controller":true,"blockOwnerDeletion":true}]},"spec":{"containers":[{"name":"web","image":"registry.example.com/web:1.2","ports":[{"containerPort":8080,"protocol":"TCP"}],"env":[{"name":"A","value":"x\"y\u00e9"}],"resources":{"limits":{"cpu":"2","memory":"1Gi"}}}],"priority":0,"terminationGracePeriodSeconds":30,"x":[1.5e3,-0.25,null,true,false,{}]},"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True","lastProbeTime":null}]}}}"#,
         );
         line.push(' ');
         line
@@ -316,6 +388,19 @@ mod tests {
             r#"{"type":"ADDED","object":5}"#,
             r#"{"type":"BOOKMARK","object":5}"#,
             r#"{"type":"RENAMED","object":5}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":3}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":"3"}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":-0}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":-7}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":1.0}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":1e2}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":null}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":99999999999999999999}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":9223372036854775807}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":9223372036854775808}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":{}}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":3,"generation":4}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":[1]}}}"#,
             r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"","resourceVersion":"1"}}}"#,
             r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","namespace":""}}}"#,
             r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1"}}} x"#,

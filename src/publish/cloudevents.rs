@@ -220,6 +220,7 @@ mod tests {
             resource_version: ResourceVersion::new("7"),
             name: name.into(),
             namespace: namespace.map(Into::into),
+            generation: None,
         }
     }
 

@@ -230,8 +230,10 @@ impl MessageBuilder {
     fn payload(&self, event: &ObjectEvent) -> Bytes {
         match (self.payload, &event.watch_line) {
             (PayloadMode::Object, _) => event.object.clone(),
-            (PayloadMode::Event, Some(line)) => line.clone(),
-            (PayloadMode::Event, None) => wrap_event(event.event_type, &event.object),
+            (PayloadMode::Event | PayloadMode::Metadata, Some(line)) => line.clone(),
+            (PayloadMode::Event | PayloadMode::Metadata, None) => {
+                wrap_event(event.event_type, &event.object)
+            }
         }
     }
 
@@ -339,6 +341,7 @@ mod tests {
                 resource_version: ResourceVersion::new("7"),
                 name: "web.1".into(),
                 namespace: Some("default".into()),
+                generation: None,
             },
             object: Bytes::from_static(br#"{"metadata":{}}"#),
             watch_line: line.map(Bytes::from_static),

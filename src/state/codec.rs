@@ -8,13 +8,14 @@
 //!
 //! ```text
 //! chunk    = "K2NS" format:u8 generation:u64le index:u32le entry*
-//! entry    = flags:u8 uid version namespace? name
+//! entry    = flags:u8 uid version namespace? name mark?
 //! uid      = 16 bytes (flags & UUID) | varint length + UTF-8
 //! version  = varint (flags & NUMBER) | varint length + UTF-8
 //! namespace= varint index (a namespace named before in this chunk)
 //!          | varint length + UTF-8 (flags & NEW_NAMESPACE: takes the next index)
 //!          | nothing (flags & CLUSTER_SCOPED)
 //! name     = varint length + UTF-8
+//! mark     = u64le (flags & MARK: what `changes` compares; absent = 0, nothing to compare)
 //! ```
 //!
 //! The manifest is JSON, so an operator can read it with `nats kv get`.
@@ -33,7 +34,8 @@ const UUID: u8 = 1;
 const NUMBER: u8 = 2;
 const CLUSTER_SCOPED: u8 = 4;
 const NEW_NAMESPACE: u8 = 8;
-const KNOWN_FLAGS: u8 = UUID | NUMBER | CLUSTER_SCOPED | NEW_NAMESPACE;
+const MARK: u8 = 16;
+const KNOWN_FLAGS: u8 = UUID | NUMBER | CLUSTER_SCOPED | NEW_NAMESPACE | MARK;
 
 /// Which of the two chunk sets a snapshot is written to: the one the committed manifest does not
 /// point at, so a crash while writing never damages the committed snapshot.
@@ -208,6 +210,10 @@ impl<'a> Encoder<'a> {
             },
         }
         put_str(entry, object.name);
+        if object.mark != 0 {
+            flags |= MARK;
+            entry.extend_from_slice(&object.mark.to_le_bytes());
+        }
         entry[0] = flags;
         let full = self.buf.len() > HEADER_LEN && self.buf.len() + entry.len() > self.chunk_limit;
         if !full {
@@ -267,11 +273,17 @@ pub fn decode_chunk(
             Some(*namespaces.get(i).ok_or_else(|| r.malformed())?)
         };
         let name = r.str()?;
+        let mark = if flags & MARK != 0 {
+            u64::from_le_bytes(r.array()?)
+        } else {
+            0
+        };
         f(SavedObject {
             uid,
             version,
             name,
             namespace,
+            mark,
         });
     }
     Ok(())
@@ -407,15 +419,21 @@ mod tests {
         out
     }
 
+    /// Objects with a mark (a fingerprint, a generation) and without.
+    fn mark_of(i: usize) -> u64 {
+        [0, 3, 0x9e37_79b9_7f4a_7c15][i % 3]
+    }
+
     fn round_trip(chunk_limit: usize) -> (Encoded, usize) {
         let objects = objects();
         let mut encoder = Encoder::new(7, chunk_limit);
-        for (uid, version, name, ns) in &objects {
+        for (i, (uid, version, name, ns)) in objects.iter().enumerate() {
             encoder.push(SavedObject {
                 uid: *uid,
                 version: *version,
                 name,
                 namespace: ns.as_deref(),
+                mark: mark_of(i),
             });
         }
         let encoded = encoder.finish();
@@ -425,12 +443,14 @@ mod tests {
         }
         let objects: Vec<String> = objects
             .iter()
-            .map(|(uid, version, name, ns)| {
+            .enumerate()
+            .map(|(i, (uid, version, name, ns))| {
                 let o = SavedObject {
                     uid: *uid,
                     version: *version,
                     name,
                     namespace: ns.as_deref(),
+                    mark: mark_of(i),
                 };
                 format!("{o:?}")
             })
@@ -483,19 +503,24 @@ mod tests {
 
     #[test]
     fn a_typical_pod_costs_under_50_bytes() {
-        let mut encoder = Encoder::new(1, 1 << 20);
-        let uuid = [7u8; 16];
         let names: Vec<String> = (0..1000).map(|i| format!("web-7d9f8c6b5-{i:05}")).collect();
-        for name in &names {
-            encoder.push(SavedObject {
-                uid: SavedUid::Uuid(uuid),
-                version: SavedVersion::Number(123_456_789),
-                name,
-                namespace: Some("default"),
-            });
-        }
-        let encoded = encoder.finish();
-        let per_object = encoded.bytes / encoded.objects;
-        assert!(per_object < 50, "{per_object} bytes per object");
+        let per_object = |mark: u64| {
+            let mut encoder = Encoder::new(1, 1 << 20);
+            for name in &names {
+                encoder.push(SavedObject {
+                    uid: SavedUid::Uuid([7u8; 16]),
+                    version: SavedVersion::Number(123_456_789),
+                    name,
+                    namespace: Some("default"),
+                    mark,
+                });
+            }
+            let encoded = encoder.finish();
+            encoded.bytes / encoded.objects
+        };
+        let plain = per_object(0);
+        assert!(plain < 50, "{plain} bytes per object");
+        // A watch with `changes = "content"` stores an 8-byte fingerprint more.
+        assert_eq!(per_object(u64::MAX), plain + 8);
     }
 }

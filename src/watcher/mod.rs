@@ -14,16 +14,19 @@ pub mod supervise;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::InitialState;
+use crate::config::{InitialState, PayloadMode};
 use crate::dedupe::{Dedupe, Listed, Vanished, Verdict};
 use crate::event::{EventType, ObjectEvent};
 use crate::kube::client::Verb;
+use crate::kube::metadata;
+use crate::noise::NoiseControl;
 use crate::publish::message::BuildError;
 use crate::publish::{MessageBuilder, OutMessage, Outbox};
 use crate::rbac;
+use crate::scope::Scope;
 use crate::state::{Checkpoints, Start, TargetState};
 use crate::telemetry::target::TargetGauges;
-use machine::{Machine, Outcome, Restart, RestartReason, State};
+use machine::{Machine, Outcome, Restart, RestartError, RestartReason, State};
 use metrics::WatchMetrics;
 
 pub use machine::{ListReason, Target};
@@ -36,6 +39,8 @@ pub struct WatchTask {
     messages: MessageBuilder,
     /// The event types published; the rest are counted as filtered.
     events: Vec<EventType>,
+    /// Which MODIFIED events are news, and what is stripped from what is published.
+    noise: NoiseControl,
     initial_state: InitialState,
     metrics: WatchMetrics,
     /// The saved state, until it is loaded at the start of [`run`](Self::run).
@@ -50,6 +55,19 @@ pub struct WatchTask {
     /// This target's share of the watch's gauges; outlives the task, so a supervisor can
     /// withdraw it when the task dies.
     gauges: TargetGauges,
+    /// Which namespaces' objects are published.
+    scope: Scope,
+    /// `payload = "metadata"` and the server sent a full object: said once per task.
+    metadata_fallback_logged: bool,
+}
+
+/// How waiting for one step ended.
+// Lives for one turn of the loop on the stack; boxing the state would allocate every step.
+#[allow(clippy::large_enum_variant)]
+enum Step {
+    Done(Outcome, State),
+    ScopeChanged,
+    Shutdown,
 }
 
 impl WatchTask {
@@ -60,10 +78,12 @@ impl WatchTask {
         outbox: Outbox,
         messages: MessageBuilder,
         events: Vec<EventType>,
+        noise: NoiseControl,
         initial_state: InitialState,
         metrics: WatchMetrics,
         saved: TargetState,
         gauges: TargetGauges,
+        scope: Scope,
     ) -> WatchTask {
         WatchTask {
             machine,
@@ -71,6 +91,7 @@ impl WatchTask {
             outbox,
             messages,
             events,
+            noise,
             initial_state,
             metrics,
             saved: Some(saved),
@@ -78,12 +99,17 @@ impl WatchTask {
             resuming: None,
             diff: [0; 3],
             gauges,
+            scope,
+            metadata_fallback_logged: false,
         }
     }
 
     /// Runs until `shutdown` is cancelled, then publishes what is in flight and returns.
     /// Cancellation is honoured between events, never in the middle of publishing one.
     pub async fn run(mut self, shutdown: CancellationToken) {
+        if !self.scope.ready(&shutdown).await {
+            return;
+        }
         let Some((mut state, mut checkpoints)) = self.start(&shutdown).await else {
             return;
         };
@@ -108,8 +134,9 @@ impl WatchTask {
                     let due = checkpoints.due();
                     tokio::select! {
                         biased;
-                        _ = shutdown.cancelled() => break None,
-                        stepped = &mut step => break Some(stepped),
+                        _ = shutdown.cancelled() => break Step::Shutdown,
+                        stepped = &mut step => break Step::Done(stepped.0, stepped.1),
+                        () = self.scope.changed() => break Step::ScopeChanged,
                         () = sleep_until(due) => {
                             // The step waits (a line not yet arrived): everything handled so far
                             // is a consistent point once published.
@@ -119,11 +146,14 @@ impl WatchTask {
                     }
                 }
             };
-            let Some((outcome, next)) = stepped else {
-                break;
-            };
-            state = next;
-            self.handle(outcome, &mut checkpoints).await;
+            match stepped {
+                Step::Done(outcome, next) => {
+                    state = next;
+                    self.handle(outcome, &mut checkpoints).await;
+                }
+                Step::ScopeChanged => state = self.scope_changed(),
+                Step::Shutdown => break,
+            }
         }
         let settled = self.outbox.settle().await;
         checkpoints.save(settled, &self.dedupe);
@@ -137,6 +167,13 @@ impl WatchTask {
         let saved = self.saved.take()?;
         let (start, mut checkpoints) = saved.load(shutdown).await?;
         match start {
+            Start::Saved { dedupe, version } if self.scope.is_limited() => {
+                self.dedupe = *dedupe;
+                self.listed_once = true;
+                self.report_tracked();
+                tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %version, objects = self.dedupe.len(), "loaded saved state: relisting to diff it under the current namespace scope");
+                Some((self.machine.list(ListReason::NamespaceScope), checkpoints))
+            }
             Start::Saved { dedupe, version } => {
                 self.dedupe = *dedupe;
                 self.listed_once = true;
@@ -161,7 +198,10 @@ impl WatchTask {
                     checkpoints.list_started();
                     self.list_started(reason);
                 }
-                for item in items {
+                for mut item in items {
+                    if !self.in_scope(&mut item) {
+                        continue;
+                    }
                     if self.listed(item).await {
                         checkpoints.objects_changed();
                     }
@@ -176,6 +216,13 @@ impl WatchTask {
                 self.resuming = None;
                 checkpoints.advanced(&event.meta.resource_version);
                 if self.received(event).await {
+                    checkpoints.objects_changed();
+                }
+            }
+            Outcome::Oversized { event, line_bytes } => {
+                self.resuming = None;
+                checkpoints.advanced(&event.meta.resource_version);
+                if self.received_oversized(event, line_bytes).await {
                     checkpoints.objects_changed();
                 }
             }
@@ -212,7 +259,8 @@ impl WatchTask {
             self.diff[2] += 1;
             self.publish_vanished(gone).await;
         }
-        let changed = match self.dedupe.listed(&item.meta) {
+        let mark = self.noise.mark(&item);
+        let changed = match self.dedupe.listed(&item.meta, mark) {
             Listed::New if !self.listed_once && self.initial_state == InitialState::Skip => true,
             Listed::New => {
                 self.diff[0] += 1;
@@ -226,6 +274,10 @@ impl WatchTask {
                 true
             }
             Listed::Unchanged => false,
+            Listed::SameMark => {
+                self.metrics.dropped_unchanged.inc();
+                true
+            }
             Listed::Stale => {
                 self.metrics.dropped_stale.inc();
                 false
@@ -286,11 +338,34 @@ impl WatchTask {
 
     /// Judges and publishes one received event; `true` if the memory changed.
     async fn received(&mut self, event: ObjectEvent) -> bool {
+        self.received_as(event, Fit::Whole).await
+    }
+
+    /// A change that arrived in a watch line over `max_line_bytes`, of which only the metadata
+    /// is known: published as such (`Kube-Payload: truncated`), so subscribers learn of it.
+    async fn received_oversized(&mut self, event: ObjectEvent, line_bytes: usize) -> bool {
+        self.metrics.truncated_max_line.inc();
+        tracing::warn!(watch = %self.metrics.watch, namespace = self.namespace(), name = ?event.meta.name, uid = ?event.meta.uid, resource_version = %event.meta.resource_version, line_bytes, "watch line over kubernetes.max_line_bytes; publishing the object's metadata only (Kube-Payload: truncated)");
+        self.received_as(event, Fit::MetadataOnly).await
+    }
+
+    async fn received_as(&mut self, mut event: ObjectEvent, fit: Fit) -> bool {
         self.metrics.received(event.event_type);
         self.metrics.touch();
-        let changed = match self.dedupe.observe(&event.meta, event.event_type) {
+        if !self.in_scope(&mut event) {
+            return false;
+        }
+        let mark = match event.event_type {
+            EventType::Deleted => 0,
+            EventType::Added | EventType::Modified => self.noise.mark(&event),
+        };
+        let changed = match self.dedupe.observe(&event.meta, event.event_type, mark) {
             Verdict::Publish => {
-                self.publish(event, false).await;
+                self.publish_as(event, false, fit).await;
+                true
+            }
+            Verdict::Unchanged => {
+                self.metrics.dropped_unchanged.inc();
                 true
             }
             Verdict::Duplicate => {
@@ -308,6 +383,10 @@ impl WatchTask {
 
     /// Publishes one event unless its type is filtered out; `synthesized` marks list-derived events.
     async fn publish(&mut self, event: ObjectEvent, synthesized: bool) {
+        self.publish_as(event, synthesized, Fit::Whole).await;
+    }
+
+    async fn publish_as(&mut self, event: ObjectEvent, synthesized: bool, fit: Fit) {
         if !self.events.contains(&event.event_type) {
             self.metrics.dropped_filtered.inc();
             return;
@@ -315,13 +394,71 @@ impl WatchTask {
         if synthesized {
             self.metrics.synthesized(event.event_type);
         }
-        match self.fitted_message(&event, synthesized) {
+        let (event, fit) = match self.noise.stripped(&event.object) {
+            Ok(None) => (event, fit),
+            Ok(Some(object)) => {
+                let stripped = ObjectEvent {
+                    object,
+                    watch_line: None,
+                    ..event
+                };
+                (stripped, fit)
+            }
+            Err(e) => {
+                // Never the unstripped object: a stripped path may hold what must not leave.
+                tracing::warn!(watch = %self.metrics.watch, namespace = self.namespace(), name = ?event.meta.name, error = %e, "could not strip the object; publishing its metadata only");
+                (event, Fit::MetadataOnly)
+            }
+        };
+        let message = match fit {
+            Fit::Whole => self.fitted_message(&event, synthesized),
+            Fit::MetadataOnly => self.messages.truncated(&event, synthesized),
+        };
+        match message {
             Ok(message) => self.outbox.publish(message).await,
             Err(e) => {
                 self.metrics.dropped_subject_too_long.inc();
                 tracing::error!(watch = %self.metrics.watch, namespace = self.namespace(), name = ?event.meta.name, uid = ?event.meta.uid, error = %e, "event not published: its subject is longer than NATS accepts (shorten the subject template or the prefix)");
             }
         }
+    }
+
+    /// The namespace selector's matching set changed: relist under the new set, so the memory's
+    /// difference to it is published ([`crate::scope`]).
+    fn scope_changed(&mut self) -> State {
+        let (gained, lost) = self.scope.refresh();
+        tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), namespaces_gained = gained, namespaces_lost = lost, "namespace scope changed: relisting");
+        self.machine.list(ListReason::NamespaceScope)
+    }
+
+    /// Whether `event` is inside the namespace scope (counted as dropped if not); with
+    /// `payload = "metadata"`, also cuts a full object the server sent to its metadata.
+    fn in_scope(&mut self, event: &mut ObjectEvent) -> bool {
+        if !self.scope.admits(event.meta.namespace.as_deref()) {
+            self.metrics.dropped_namespace.inc();
+            return false;
+        }
+        if self.messages.payload == PayloadMode::Metadata && !metadata::is_partial(&event.object) {
+            self.metadata_fallback(event);
+        }
+        true
+    }
+
+    /// The server sent a full object to a metadata-only watch (it cannot convert this resource):
+    /// kube2nats cuts it, so subscribers never see more than they asked for.
+    fn metadata_fallback(&mut self, event: &mut ObjectEvent) {
+        self.metrics.truncated_metadata_fallback.inc();
+        if !self.metadata_fallback_logged {
+            self.metadata_fallback_logged = true;
+            tracing::warn!(watch = %self.metrics.watch, namespace = self.namespace(), "the API server sends full objects, not PartialObjectMetadata, for this resource: kube2nats cuts them to their metadata (payloads unchanged, no bandwidth saved)");
+        }
+        match metadata::to_metadata(&event.object) {
+            Ok(cut) => event.object = cut,
+            // The object was read for its metadata already, so this cannot happen; should it,
+            // the metadata kube2nats read is still all a subscriber gets.
+            Err(_) => event.object = self.messages.vanished_object(&event.meta),
+        }
+        event.watch_line = None;
     }
 
     fn restarted(&mut self, restart: Restart) {
@@ -335,6 +472,12 @@ impl WatchTask {
         if reason == RestartReason::Forbidden {
             self.gauges.set_synced(false);
         }
+        if let Some(refused @ RestartError::MetadataRefused(_)) = &error {
+            // The one line of this fallback; the full objects that follow are cut silently.
+            self.metadata_fallback_logged = true;
+            tracing::warn!(watch = %self.metrics.watch, namespace = self.namespace(), error = %refused, "asking for full objects instead; kube2nats cuts them to their metadata (payloads unchanged, no bandwidth saved)");
+            return;
+        }
         let watch = &*self.metrics.watch;
         let namespace = self.namespace();
         let error = error.as_ref().map(ToString::to_string).unwrap_or_default();
@@ -343,6 +486,9 @@ impl WatchTask {
         match reason {
             RestartReason::StreamEnded => {
                 tracing::debug!(watch, namespace, "watch ended by the server; resuming")
+            }
+            RestartReason::BufferFull => {
+                tracing::debug!(watch, namespace, error, "reopening the watch from its last resourceVersion once NATS has taken buffered data")
             }
             RestartReason::Forbidden => {
                 let rule = rbac::rule_to_add(
@@ -358,6 +504,10 @@ impl WatchTask {
             RestartReason::DecodeError if list_failed => {
                 self.metrics.decode_errors.inc();
                 tracing::warn!(watch, namespace, verb, retry_in = ?retry_in, error, "malformed list response; retrying the list");
+            }
+            RestartReason::LineTooLong => {
+                self.metrics.decode_errors.inc();
+                tracing::warn!(watch, namespace, reason = reason.as_str(), retry_in = ?retry_in, error, "relisting to learn which object changed (raise kubernetes.max_line_bytes to receive such objects whole)");
             }
             RestartReason::DecodeError => {
                 self.metrics.decode_errors.inc();
@@ -385,6 +535,15 @@ impl WatchTask {
     fn namespace(&self) -> &str {
         self.machine.target().namespace.as_deref().unwrap_or("*")
     }
+}
+
+/// How much of an object a message carries.
+#[derive(Clone, Copy)]
+enum Fit {
+    /// All of it, unless it is over the NATS server's `max_payload`.
+    Whole,
+    /// Its metadata only: the rest never arrived whole.
+    MetadataOnly,
 }
 
 /// Sleeps until `at`, or forever when there is nothing to wait for.

@@ -93,6 +93,7 @@ pub fn target(resource: ResourceInfo, namespace: Option<&str>) -> Target {
         watch_timeout: Duration::from_secs(60),
         streaming_list: false,
         max_line_bytes: 1 << 20,
+        metadata_only: false,
     }
 }
 
@@ -183,6 +184,10 @@ pub fn describe(outcome: &Outcome) -> String {
         }
         Outcome::Event(e) => format!(
             "{} {} {}",
+            e.event_type, e.meta.name, e.meta.resource_version
+        ),
+        Outcome::Oversized { event: e, .. } => format!(
+            "{} {} {} (oversized)",
             e.event_type, e.meta.name, e.meta.resource_version
         ),
         Outcome::Bookmark(rv) => format!("bookmark {rv}"),

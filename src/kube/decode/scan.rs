@@ -46,6 +46,9 @@ pub(super) struct Meta<'a> {
     pub resource_version: Option<Cow<'a, str>>,
     pub name: Option<Cow<'a, str>>,
     pub namespace: Option<Cow<'a, str>>,
+    /// The last `generation` member, where it is an integer in `i64` range; any other value is
+    /// no error (it only decides whether a change is news under `changes = "generation"`).
+    pub generation: Option<i64>,
 }
 
 /// Scans a whole watch line.
@@ -102,6 +105,53 @@ pub(super) fn object_head(object: &[u8]) -> Result<Head<'_>> {
     let head = s.head()?;
     s.end()?;
     head
+}
+
+/// What the start of a watch line shows, cut anywhere: each field read before the cut.
+#[derive(Default)]
+pub(super) struct PrefixParts<'a> {
+    pub event_type: Option<&'a str>,
+    pub meta: Meta<'a>,
+    /// The object's `metadata` ended before the cut: a field missing from it is absent.
+    pub metadata_complete: bool,
+}
+
+/// Reads the event type and the object's metadata fields from the start of a watch line; stops
+/// at the cut (or at anything that is not JSON) with what it has.
+pub(super) fn watch_line_prefix(prefix: &[u8]) -> PrefixParts<'_> {
+    let mut parts = PrefixParts::default();
+    let mut s = Scanner { b: prefix, i: 0 };
+    s.ws();
+    // The cut always ends the scan with an error; what was read before it is the answer.
+    let _cut = s.members(|s, key| match &*key.text()? {
+        "type" => {
+            parts.event_type = Some(s.borrowed_str("type")?);
+            Ok(())
+        }
+        "object" => s.members(|s, key| match &*key.text()? {
+            "metadata" => {
+                s.members(|s, key| {
+                    let slot = match &*key.text()? {
+                        "uid" => &mut parts.meta.uid,
+                        "resourceVersion" => &mut parts.meta.resource_version,
+                        "name" => &mut parts.meta.name,
+                        "namespace" => &mut parts.meta.namespace,
+                        _ => return s.skip_value(),
+                    };
+                    if s.peek() != Some(b'"') {
+                        return Err(s.error("metadata field is not a string"));
+                    }
+                    *slot = Some(s.string()?.text()?);
+                    Ok(())
+                })?;
+                parts.metadata_complete = true;
+                Ok(())
+            }
+            _ => s.skip_value(),
+        }),
+        _ => s.skip_value(),
+    });
+    parts
 }
 
 /// A cursor over the bytes of one JSON document.
@@ -351,6 +401,10 @@ impl<'a> Scanner<'a> {
                 "resourceVersion" => (&mut meta.resource_version, 1),
                 "name" => (&mut meta.name, 2),
                 "namespace" => (&mut meta.namespace, 3),
+                "generation" => {
+                    meta.generation = s.integer()?;
+                    return Ok(());
+                }
                 _ => return s.skip_value(),
             };
             let value = s.optional(|s| {
@@ -374,6 +428,20 @@ impl<'a> Scanner<'a> {
             Some(e) => Err(e),
             None => Ok(meta),
         }
+    }
+
+    /// Consumes one value: an integer in `i64` range comes back as such, any other value as
+    /// `None`; only a syntax error is an error.
+    fn integer(&mut self) -> Result<Option<i64>> {
+        if !matches!(self.peek(), Some(b'-' | b'0'..=b'9')) {
+            self.skip_value()?;
+            return Ok(None);
+        }
+        let start = self.i;
+        self.number()?;
+        let token = std::str::from_utf8(&self.b[start..self.i]).unwrap_or("");
+        // serde_json reads `-0` as a float.
+        Ok(token.parse().ok().filter(|_| token != "-0"))
     }
 
     /// Consumes one JSON value of any kind, validating it. Iterative, so nesting depth costs

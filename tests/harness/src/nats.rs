@@ -56,6 +56,8 @@ pub struct NatsOptions {
     /// Require TLS from clients, with a certificate signed by a throwaway CA (see
     /// [`NatsServer::ca_file`]).
     pub tls: bool,
+    /// The server's `max_payload` in bytes; `None`: its default, 1 MiB.
+    pub max_payload: Option<usize>,
 }
 
 impl Default for NatsOptions {
@@ -64,6 +66,7 @@ impl Default for NatsOptions {
             jetstream: true,
             auth: NatsAuth::None,
             tls: false,
+            max_payload: None,
         }
     }
 }
@@ -187,6 +190,9 @@ fn config_text(
 ) -> String {
     let mut conf = String::new();
     let _ = writeln!(conf, "listen: \"127.0.0.1:{port}\"");
+    if let Some(bytes) = opts.max_payload {
+        let _ = writeln!(conf, "max_payload: {bytes}");
+    }
     if opts.jetstream {
         let domain = jetstream_domain
             .map(|d| format!("  domain: {}\n", quote(d)))
@@ -423,6 +429,7 @@ mod tests {
                 jetstream: true,
                 auth: NatsAuth::UserPassword("u".into(), "p\"w".into()),
                 tls: false,
+                max_payload: None,
             },
             None,
         );

@@ -32,6 +32,8 @@ pub struct WatchSpec {
     pub allow_bookmarks: bool,
     /// `timeoutSeconds`: end the body cleanly after this long.
     pub timeout: Option<Duration>,
+    /// Objects are sent as PartialObjectMetadata (negotiated from `Accept`).
+    pub partial: bool,
 }
 
 impl WatchSpec {
@@ -57,7 +59,15 @@ impl WatchSpec {
             ChangeType::Deleted if before => "DELETED",
             _ => return None,
         };
-        Some(event_line(event_type, &change.object))
+        Some(self.line(event_type, &change.object))
+    }
+
+    /// The event line for `object`, cut to its metadata when the watch asked for that.
+    pub fn line(&self, event_type: &str, object: &Value) -> Bytes {
+        match self.partial {
+            true => event_line(event_type, &super::partial::cut(object)),
+            false => event_line(event_type, object),
+        }
     }
 
     /// A BOOKMARK line at `revision`; `initial_events_end` marks the end of the initial events
@@ -73,16 +83,88 @@ impl WatchSpec {
             "apiVersion": self.resource.api_version(),
             "metadata": metadata,
         });
-        event_line("BOOKMARK", &object)
+        self.line("BOOKMARK", &object)
     }
 }
 
-/// `{"type":…,"object":…}\n`.
+/// `{"type":…,"object":…}\n`, in the order kube-apiserver writes it: `type` first; a built-in
+/// object's `kind`, `apiVersion` and `metadata` (in the field order of Go's `ObjectMeta`) before
+/// its body; a custom resource, which the server encodes from unstructured JSON (a Go map: sorted
+/// keys), with every key sorted, so its `metadata` may come late (after `data`, say).
 pub fn event_line(event_type: &str, object: &Value) -> Bytes {
-    let mut line = serde_json::to_vec(&json!({ "type": event_type, "object": object }))
-        .unwrap_or_else(|_| b"{}".to_vec());
-    line.push(b'\n');
+    let mut line = b"{\"type\":".to_vec();
+    write_json(&mut line, &Value::from(event_type));
+    line.extend_from_slice(b",\"object\":");
+    if is_built_in(object) {
+        write_ordered(&mut line, object, &["kind", "apiVersion", "metadata"]);
+    } else {
+        write_json(&mut line, object);
+    }
+    line.extend_from_slice(b"}\n");
     Bytes::from(line)
+}
+
+/// The fields of Go's `ObjectMeta`, in the order they are encoded.
+const OBJECT_META_ORDER: &[&str] = &[
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
+/// Core and `*.k8s.io` groups are Go structs; anything else here is a custom resource.
+fn is_built_in(object: &Value) -> bool {
+    match object["apiVersion"]
+        .as_str()
+        .and_then(|v| v.split_once('/'))
+    {
+        Some((group, _)) => !group.contains('.') || group.ends_with(".k8s.io"),
+        None => true,
+    }
+}
+
+/// Writes `value`, an object, with the keys of `first` first (in that order), then the rest
+/// sorted; `metadata` in `ObjectMeta`'s order.
+fn write_ordered(out: &mut Vec<u8>, value: &Value, first: &[&str]) {
+    let Some(map) = value.as_object() else {
+        return write_json(out, value);
+    };
+    let mut keys: Vec<&String> = first
+        .iter()
+        .filter_map(|k| map.get_key_value(*k).map(|(k, _)| k))
+        .collect();
+    keys.extend(map.keys().filter(|k| !first.contains(&k.as_str())));
+    out.push(b'{');
+    for (i, key) in keys.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_json(out, &Value::from(key.as_str()));
+        out.push(b':');
+        match key.as_str() {
+            "metadata" if first.contains(&"metadata") => {
+                write_ordered(out, &map[key], OBJECT_META_ORDER)
+            }
+            _ => write_json(out, &map[key]),
+        }
+    }
+    out.push(b'}');
+}
+
+fn write_json(out: &mut Vec<u8>, value: &Value) {
+    // Writing a `Value` into a `Vec` cannot fail.
+    let _ = serde_json::to_writer(out, value);
 }
 
 /// Upper bound on waiting for hyper to take queued chunks before an abort (the client may not
