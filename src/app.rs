@@ -208,6 +208,7 @@ async fn run_watches(
     }
     let Some(state) = StateStore::open(
         &config.state,
+        &config.nats.jetstream_api_prefix(),
         nats.client(),
         metrics.state.clone(),
         &shutdown,
@@ -525,6 +526,7 @@ impl TaskParts<'_> {
             watch.cluster.clone(),
             self.plan.resource.clone(),
             watch.payload,
+            watch.format,
         );
         let max_in_flight = match &config.nats.mode {
             NatsMode::Core => 1,

@@ -1,7 +1,8 @@
 //! Subject templates and the token escaping rule.
 //!
 //! A watch publishes each change to a subject built from a template such as the default
-//! `{prefix}.{group}.{version}.{resource}.{namespace}.{name}.{type}`. The template is parsed once,
+//! `{prefix}.{group}.{version}.{resource}.{namespace}.{name}.{type}`, or with `publish.cluster` set
+//! `{prefix}.{cluster}.{group}.…` ([`DEFAULT_CLUSTER_TEMPLATE`]). The template is parsed once,
 //! at start-up ([`SubjectTemplate::parse`]); on the hot path [`SubjectTemplate::render`] only appends
 //! to a reused buffer.
 //!
@@ -77,6 +78,12 @@ pub const PLACEHOLDERS: [&str; 8] = [
 /// The default subject template.
 pub const DEFAULT_TEMPLATE: &str =
     "{prefix}.{group}.{version}.{resource}.{namespace}.{name}.{type}";
+
+/// The default subject template once `publish.cluster` is set: the cluster is the first token
+/// after the prefix, so the clusters publishing into one NATS (leaf nodes into a hub) stay apart,
+/// one subscription (`kube.eu-west.>`) takes one cluster, and `kube.>` still takes them all.
+pub const DEFAULT_CLUSTER_TEMPLATE: &str =
+    "{prefix}.{cluster}.{group}.{version}.{resource}.{namespace}.{name}.{type}";
 
 /// One named slot of a template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -282,6 +289,19 @@ impl fmt::Display for SubjectTemplate {
 impl Default for SubjectTemplate {
     fn default() -> Self {
         SubjectTemplate::parse(DEFAULT_TEMPLATE).expect("the default template is valid")
+    }
+}
+
+impl SubjectTemplate {
+    /// The template of a watch that sets none: [`DEFAULT_TEMPLATE`], or with a cluster name
+    /// [`DEFAULT_CLUSTER_TEMPLATE`].
+    pub fn default_for(cluster: &str) -> SubjectTemplate {
+        if cluster.is_empty() {
+            SubjectTemplate::default()
+        } else {
+            SubjectTemplate::parse(DEFAULT_CLUSTER_TEMPLATE)
+                .expect("the default cluster template is valid")
+        }
     }
 }
 

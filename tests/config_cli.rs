@@ -177,6 +177,14 @@ fn rejects_unknown_placeholder() {
 }
 
 #[test]
+fn rejects_unknown_message_format() {
+    assert_rejected(
+        "[publish]\nformat = \"cloudevents\"\n[[watches]]\nname = \"pods\"\nresource = \"pods\"\nformat = \"cloudevent\"",
+        "watches[0].format: invalid value \"cloudevent\" (allowed: native, cloudevents)",
+    );
+}
+
+#[test]
 fn rejects_invalid_label_selector() {
     assert_rejected(
         &format!("{WATCH}label_selector = \"app in (web\"\n"),

@@ -113,6 +113,9 @@ struct Args {
     /// Durable state of the daemons: on, off, or both (core/jetstream alternate runs).
     #[arg(long, default_value = "on")]
     state: String,
+    /// `publish.format` of the daemons: native or cloudevents.
+    #[arg(long, default_value = "native")]
+    format: String,
     /// Noise-control variants of core/jetstream, comma-separated, alternated: any, content, strip.
     #[arg(long, default_value = "any")]
     noise: String,
@@ -431,12 +434,13 @@ fn start_kube2nats(env: &Env, dir: &Path, cfg: &DaemonCfg<'_>) -> anyhow::Result
 
 fn spawn_kube2nats(bin: &Path, dir: &Path, cfg: &DaemonCfg<'_>) -> anyhow::Result<Proc> {
     let mut toml = format!(
-        "[log]\nfilter = \"info\"\n\n[kubernetes]\napi_url = \"http://127.0.0.1:{}\"\nlist_page_size = 500\n\n[nats]\nurl = \"{}\"\nmode = \"{}\"\n\n[http]\nlisten = \"127.0.0.1:{}\"\n\n[state]\nenabled = {}\n",
+        "[log]\nfilter = \"info\"\n\n[kubernetes]\napi_url = \"http://127.0.0.1:{}\"\nlist_page_size = 500\n\n[nats]\nurl = \"{}\"\nmode = \"{}\"\n\n[http]\nlisten = \"127.0.0.1:{}\"\n\n[state]\nenabled = {}\n\n[publish]\nformat = {:?}\n",
         cfg.api_port,
         cfg.nats_url,
         if cfg.jetstream { "jetstream" } else { "core" },
         cfg.http_port.unwrap_or(0),
         cfg.state,
+        env.args.format,
     );
     for w in 0..cfg.watches {
         let namespaces = cfg

@@ -474,9 +474,11 @@ pub struct HostileMeta {
 /// - the subject is a valid publish subject with exactly the template's 7 tokens, none empty,
 ///   no wildcard or whitespace, and its name token decodes back to the name;
 /// - every header value is accepted by NATS (no CR/LF) and decodes back to its input by the
-///   documented header rule (decode exactly when it holds `%`).
+///   documented header rule (decode exactly when it holds `%`);
+/// - every CloudEvents header value is printable ASCII without space or `"`, and `ce-subject`
+///   and `ce-id` percent-decode back to the name and the unescaped message id.
 pub fn check_message(meta: &HostileMeta) {
-    use kube2nats::config::PayloadMode;
+    use kube2nats::config::{MessageFormat, PayloadMode};
     use kube2nats::event::{EventType, ObjectEvent, ObjectMeta, ResourceInfo, ResourceVersion};
     use kube2nats::publish::message::{header, BuildError, MessageBuilder, MAX_SUBJECT_BYTES};
     use kube2nats::subject::SubjectTemplate;
@@ -494,6 +496,7 @@ pub fn check_message(meta: &HostileMeta) {
             namespaced: meta.namespace.is_some(),
         },
         PayloadMode::Object,
+        MessageFormat::CloudEvents,
     );
     let event = ObjectEvent {
         event_type: EventType::Modified,
@@ -574,4 +577,55 @@ pub fn check_message(meta: &HostileMeta) {
             assert_eq!(&decoded, want, "{name:?} = {value:?}");
         }
     }
+    check_cloudevents_headers(&message, meta);
+}
+
+/// The CloudEvents part of [`check_message`].
+fn check_cloudevents_headers(message: &kube2nats::publish::OutMessage, meta: &HostileMeta) {
+    use kube2nats::publish::cloudevents::header as ce;
+    for (name, values) in message.headers.iter() {
+        let name: &str = name.as_ref();
+        if !name.starts_with("ce-") {
+            continue;
+        }
+        for value in values {
+            assert!(
+                value
+                    .as_str()
+                    .bytes()
+                    .all(|b| (0x21..=0x7e).contains(&b) && b != b'"'),
+                "{name} = {value:?} is not encoded by the binding's rule"
+            );
+        }
+    }
+    let decoded = |name| {
+        let value = message
+            .headers
+            .get(name)
+            .unwrap_or_else(|| panic!("missing CloudEvents header"))
+            .as_str()
+            .to_owned();
+        percent_decode(&value).unwrap_or_else(|| panic!("{value:?} does not percent-decode"))
+    };
+    assert_eq!(decoded(ce::SUBJECT), meta.name);
+    let id = format!("widgets:{}:{}", meta.uid, meta.resource_version);
+    assert_eq!(decoded(ce::ID), id);
+}
+
+/// One round of percent-decoding into UTF-8, as a CloudEvents reader does.
+fn percent_decode(value: &str) -> Option<String> {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = value.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }

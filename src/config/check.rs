@@ -385,6 +385,7 @@ fn check_nats(c: &mut Checker, n: &RawNats) -> Option<NatsConfig> {
         &[("core", false), ("jetstream", true)],
     );
     let jetstream = check_jetstream(c, &n.jetstream);
+    let jetstream_domain = check_jetstream_domain(c, &n.jetstream.domain);
     let mode = if is_jetstream? {
         NatsMode::JetStream(jetstream?)
     } else {
@@ -398,8 +399,26 @@ fn check_nats(c: &mut Checker, n: &RawNats) -> Option<NatsConfig> {
         connect_timeout: connect_timeout?,
         mode,
         queue_capacity: queue_capacity?,
+        jetstream_domain: jetstream_domain?,
         max_buffered_bytes: max_buffered_bytes?,
     })
+}
+
+/// A domain is one subject token of the JetStream API prefix.
+fn check_jetstream_domain(c: &mut Checker, domain: &str) -> Option<Option<String>> {
+    match non_empty(domain) {
+        None => Some(None),
+        Some(d)
+            if d.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') =>
+        {
+            Some(Some(d.to_owned()))
+        }
+        Some(_) => c.fail(
+            "nats.jetstream.domain",
+            format!("invalid domain {domain:?} (allowed: [A-Za-z0-9_-]; \"\" = none)"),
+        ),
+    }
 }
 
 fn check_nats_urls(c: &mut Checker, urls: &str) -> Option<Vec<String>> {
@@ -813,6 +832,23 @@ mod tests {
         );
         let c = load_str(&format!("[nats]\nurl = \"wss://a:443,ws://b\"\n{MINIMAL}")).unwrap();
         assert_eq!(c.nats.servers.len(), 2);
+    }
+
+    /// A domain moves the JetStream API prefix (of the stream and the state bucket alike).
+    #[test]
+    fn jetstream_domain() {
+        let prefix = |extra: &str| {
+            load_str(&format!("{extra}\n{MINIMAL}"))
+                .unwrap()
+                .nats
+                .jetstream_api_prefix()
+        };
+        assert_eq!(prefix(""), "$JS.API");
+        assert_eq!(prefix("[nats.jetstream]\ndomain = \"hub\""), "$JS.hub.API");
+        assert_error(
+            "[nats.jetstream]\ndomain = \"a.b\"",
+            "nats.jetstream.domain: invalid domain \"a.b\" (allowed: [A-Za-z0-9_-]",
+        );
     }
 
     #[test]

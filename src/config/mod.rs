@@ -291,10 +291,24 @@ pub struct NatsConfig {
     /// When it is full (NATS slow or down) publishing waits, and the watches stop reading the API
     /// server: the outage costs bounded memory.
     pub queue_capacity: usize,
+    /// `nats.jetstream.domain`: the JetStream domain of the stream and of the state bucket;
+    /// `None` = the connected server's own.
+    pub jetstream_domain: Option<String>,
     /// One budget, in bytes, for the data held between the API server and NATS across all
     /// watches (read and not yet published, or published and not yet taken by NATS); when it
     /// is spent, the watches stop reading ([`crate::budget`]).
     pub max_buffered_bytes: usize,
+}
+
+impl NatsConfig {
+    /// The subject prefix of the JetStream API: `$JS.API`, or `$JS.{domain}.API` in a domain
+    /// (how a client on a leaf node reaches the hub's JetStream).
+    pub fn jetstream_api_prefix(&self) -> String {
+        match &self.jetstream_domain {
+            None => "$JS.API".to_owned(),
+            Some(domain) => format!("$JS.{domain}.API"),
+        }
+    }
 }
 
 /// At most one NATS authentication method.
@@ -324,6 +338,7 @@ impl std::fmt::Debug for NatsConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("mode", &self.mode)
             .field("queue_capacity", &self.queue_capacity)
+            .field("jetstream_domain", &self.jetstream_domain)
             .field("max_buffered_bytes", &self.max_buffered_bytes)
             .finish()
     }
@@ -478,6 +493,7 @@ pub struct WatchConfig {
     /// `{cluster}` of the subject template.
     pub cluster: String,
     pub payload: PayloadMode,
+    pub format: MessageFormat,
     /// Which MODIFIED events are published and which paths are stripped.
     pub noise: NoiseConfig,
 }
@@ -513,6 +529,23 @@ impl Named for PayloadMode {
         ("event", PayloadMode::Event),
         ("object", PayloadMode::Object),
         ("metadata", PayloadMode::Metadata),
+    ];
+}
+
+/// How a message presents the event, besides its payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageFormat {
+    /// kube2nats' own `Kube-*` headers (and `Nats-Msg-Id`).
+    Native,
+    /// The native headers plus the CloudEvents attributes in binary content mode (`ce-*`
+    /// headers), per the CloudEvents NATS protocol binding.
+    CloudEvents,
+}
+
+impl Named for MessageFormat {
+    const NAMES: &'static [(&'static str, Self)] = &[
+        ("native", MessageFormat::Native),
+        ("cloudevents", MessageFormat::CloudEvents),
     ];
 }
 
@@ -596,6 +629,7 @@ mod tests {
         assert_eq!(w.subject, SubjectTemplate::default());
         assert_eq!(w.subject_prefix, "kube");
         assert_eq!(w.payload, PayloadMode::Event);
+        assert_eq!(w.format, MessageFormat::Native);
         assert_eq!(
             (w.label_selector.as_deref(), w.field_selector.as_deref()),
             (None, None)

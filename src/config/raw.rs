@@ -7,7 +7,10 @@
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
-use super::{Discard, InitialState, LogFormat, Named, PayloadMode, RbacCheck, Retention, Storage};
+use super::{
+    Discard, InitialState, LogFormat, MessageFormat, Named, PayloadMode, RbacCheck, Retention,
+    Storage,
+};
 use crate::event::EventType;
 
 /// `log.filter`: `info` shows start-up, reconnects that need attention and errors, without the
@@ -110,6 +113,8 @@ pub const DEFAULT_STREAM_DISCARD: Discard = Discard::Old;
 pub const DEFAULT_SUBJECT_PREFIX: &str = "kube";
 /// `publish.payload`: the event as the API server sent it, type included.
 pub const DEFAULT_PAYLOAD: PayloadMode = PayloadMode::Event;
+/// `publish.format`: kube2nats' own headers; CloudEvents consumers opt in.
+pub const DEFAULT_FORMAT: MessageFormat = MessageFormat::Native;
 /// `http.listen`: all interfaces, so the kubelet and Prometheus can reach the pod.
 pub const DEFAULT_HTTP_LISTEN: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 9090));
@@ -322,6 +327,10 @@ pub struct RawJetStream {
     pub ack_timeout: String,
     /// >= 1. Default [`DEFAULT_MAX_ACK_INFLIGHT`].
     pub max_ack_inflight: usize,
+    /// The JetStream domain of the stream and of the state bucket; `""` (the default) = the
+    /// domain of the server kube2nats connects to. Set it to the hub's domain when kube2nats
+    /// connects to a leaf node: JetStream requests then cross the leaf-node connection.
+    pub domain: String,
     /// Absent: kube2nats does not manage streams.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream: Option<RawStream>,
@@ -332,6 +341,7 @@ impl Default for RawJetStream {
         RawJetStream {
             ack_timeout: duration(DEFAULT_ACK_TIMEOUT),
             max_ack_inflight: DEFAULT_MAX_ACK_INFLIGHT,
+            domain: String::new(),
             stream: None,
         }
     }
@@ -389,10 +399,13 @@ pub struct RawPublish {
     pub subject_prefix: String,
     /// Value of `{cluster}`; a template using `{cluster}` needs it non-empty. Default `""`.
     pub cluster: String,
-    /// Subject template. Default [`crate::subject::DEFAULT_TEMPLATE`].
+    /// Subject template; `""` (the default) = [`crate::subject::DEFAULT_TEMPLATE`], or with
+    /// `cluster` set [`crate::subject::DEFAULT_CLUSTER_TEMPLATE`].
     pub subject: String,
     /// `event`, `object` or `metadata`. Default [`DEFAULT_PAYLOAD`].
     pub payload: String,
+    /// `native` or `cloudevents`. Default [`DEFAULT_FORMAT`].
+    pub format: String,
 }
 
 impl Default for RawPublish {
@@ -400,8 +413,9 @@ impl Default for RawPublish {
         RawPublish {
             subject_prefix: s(DEFAULT_SUBJECT_PREFIX),
             cluster: String::new(),
-            subject: s(crate::subject::DEFAULT_TEMPLATE),
+            subject: String::new(),
             payload: s(DEFAULT_PAYLOAD.name()),
+            format: s(DEFAULT_FORMAT.name()),
         }
     }
 }
@@ -464,6 +478,8 @@ pub struct RawWatch {
     pub subject: String,
     /// `event`, `object` or `metadata`; `""` = `publish.payload`.
     pub payload: String,
+    /// `native` or `cloudevents`; `""` = `publish.format`.
+    pub format: String,
     /// Noise control: `any`, `generation` or `content`; `""` = `any`.
     pub changes: String,
     /// Paths `changes = "content"` ignores besides the default three.
@@ -486,6 +502,7 @@ impl Default for RawWatch {
             initial_state: s(DEFAULT_INITIAL_STATE.name()),
             subject: String::new(),
             payload: String::new(),
+            format: String::new(),
             changes: String::new(),
             ignore_paths: Vec::new(),
             strip_paths: Vec::new(),

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use super::check::{non_empty, Checker};
 use super::raw::{RawPublish, RawWatch};
 use super::selector::{check_field_selector, check_label_selector, is_dns_label};
-use super::{InitialState, Named, PayloadMode, WatchConfig};
+use super::{InitialState, MessageFormat, Named, PayloadMode, WatchConfig};
 use crate::event::EventType;
 use crate::subject::{validate_prefix, SubjectTemplate};
 
@@ -16,6 +16,7 @@ struct PublishDefaults<'a> {
     prefix: Option<String>,
     subject: Option<SubjectTemplate>,
     payload: Option<PayloadMode>,
+    format: Option<MessageFormat>,
     cluster: &'a str,
 }
 
@@ -46,15 +47,18 @@ fn check_publish<'a>(c: &mut Checker, publish: &'a RawPublish) -> PublishDefault
         Ok(()) => Some(publish.subject_prefix.clone()),
         Err(why) => c.fail("publish.subject_prefix", why),
     };
-    let subject = match SubjectTemplate::parse(&publish.subject) {
-        Ok(t) => Some(t),
-        Err(e) => c.fail("publish.subject", e.to_string()),
+    let subject = match non_empty(&publish.subject).map(SubjectTemplate::parse) {
+        None => Some(SubjectTemplate::default_for(&publish.cluster)),
+        Some(Ok(t)) => Some(t),
+        Some(Err(e)) => c.fail("publish.subject", e.to_string()),
     };
     let payload = c.one_of("publish.payload", &publish.payload, PayloadMode::NAMES);
+    let format = c.one_of("publish.format", &publish.format, MessageFormat::NAMES);
     PublishDefaults {
         prefix,
         subject,
         payload,
+        format,
         cluster: &publish.cluster,
     }
 }
@@ -118,6 +122,10 @@ fn check_watch(
         None => defaults.payload,
         Some(p) => c.one_of(&key("payload"), p, PayloadMode::NAMES),
     };
+    let format = match non_empty(&w.format) {
+        None => defaults.format,
+        Some(f) => c.one_of(&key("format"), f, MessageFormat::NAMES),
+    };
     let noise = super::noise::check_noise(c, i, w);
     Some(WatchConfig {
         name: name?,
@@ -133,6 +141,7 @@ fn check_watch(
         subject_prefix: defaults.prefix.clone()?,
         cluster: defaults.cluster.to_owned(),
         payload: payload?,
+        format: format?,
         noise: noise?,
     })
 }
@@ -298,8 +307,48 @@ mod tests {
         assert!(c.watches[0].subject.uses_cluster());
         assert_eq!(c.watches[0].cluster, "eu");
         assert_error(
+            "[publish]\nformat = \"cloudevent\"",
+            "publish.format: invalid value \"cloudevent\" (allowed: native, cloudevents)",
+        );
+        assert_error(
             "[http]\nlisten = \"9090\"",
             "http.listen: invalid socket address \"9090\"",
+        );
+    }
+
+    /// No subject configured: the default template, led by the cluster once one is named.
+    #[test]
+    fn default_subject_follows_the_cluster() {
+        let subject = |publish: &str| {
+            let c = load_str(&format!("[publish]\n{publish}\n{MINIMAL}")).unwrap();
+            c.watches[0].subject.to_string()
+        };
+        assert_eq!(subject(""), crate::subject::DEFAULT_TEMPLATE);
+        assert_eq!(
+            subject("cluster = \"eu\""),
+            crate::subject::DEFAULT_CLUSTER_TEMPLATE
+        );
+        assert_eq!(
+            subject("cluster = \"eu\"\nsubject = \"{prefix}.{name}\""),
+            "{prefix}.{name}"
+        );
+    }
+
+    /// `format` per watch overrides `publish.format`; unknown values name their key.
+    #[test]
+    fn watch_format() {
+        use crate::config::MessageFormat;
+        let c = load_str(&format!(
+            "[publish]\nformat = \"cloudevents\"\n{MINIMAL}\n[[watches]]\nname = \"n\"\nresource = \"pods\"\nformat = \"native\""
+        ))
+        .unwrap();
+        assert_eq!(
+            (c.watches[0].format, c.watches[1].format),
+            (MessageFormat::CloudEvents, MessageFormat::Native)
+        );
+        assert_watch_error(
+            "format = \"ce\"",
+            "watches[0].format: invalid value \"ce\" (allowed: native, cloudevents)",
         );
     }
 

@@ -98,6 +98,7 @@ pub async fn connect(cfg: &NatsConfig, connected: IntGauge) -> Result<Nats, Conn
         NatsMode::Core => Nats::Core(client),
         NatsMode::JetStream(js) => {
             let context = jetstream::ContextBuilder::new()
+                .api_prefix(cfg.jetstream_api_prefix())
                 .timeout(js.ack_timeout)
                 .max_ack_inflight(CONNECTION_ACK_WINDOW)
                 .build(client.clone());

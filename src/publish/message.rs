@@ -21,8 +21,9 @@ use std::borrow::Cow;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::config::PayloadMode;
+use crate::config::{MessageFormat, PayloadMode};
 use crate::event::{EventType, ObjectEvent, ObjectMeta, ResourceInfo};
+use crate::publish::cloudevents;
 use crate::subject::{escape_token, SubjectFields, SubjectTemplate};
 
 /// Header names: a public interface. Built at compile time, so per message only the values are
@@ -40,6 +41,7 @@ pub mod header {
     pub const SYNTHESIZED: HeaderName = HeaderName::from_static("Kube-Synthesized");
     pub const MSG_ID: HeaderName = HeaderName::from_static("Nats-Msg-Id");
     pub const PAYLOAD: HeaderName = HeaderName::from_static("Kube-Payload");
+    pub const CLUSTER: HeaderName = HeaderName::from_static("Kube-Cluster");
 }
 
 /// The value of `Kube-Payload` on a message whose object was cut to its metadata (too large).
@@ -118,6 +120,8 @@ pub struct MessageBuilder {
     pub resource: ResourceInfo,
     pub api_version: String,
     pub payload: PayloadMode,
+    /// The watch's CloudEvents attributes when its format is `cloudevents`.
+    pub cloudevents: Option<cloudevents::Attributes>,
 }
 
 impl MessageBuilder {
@@ -128,8 +132,13 @@ impl MessageBuilder {
         cluster: String,
         resource: ResourceInfo,
         payload: PayloadMode,
+        format: MessageFormat,
     ) -> MessageBuilder {
         let api_version = resource.api_version();
+        let cloudevents = match format {
+            MessageFormat::Native => None,
+            MessageFormat::CloudEvents => Some(cloudevents::Attributes::new(&cluster, &resource)),
+        };
         MessageBuilder {
             watch,
             template,
@@ -138,6 +147,7 @@ impl MessageBuilder {
             resource,
             api_version,
             payload,
+            cloudevents,
         }
     }
 
@@ -176,9 +186,18 @@ impl MessageBuilder {
         insert(header::NAME, &meta.name);
         insert(header::KIND, &self.resource.kind);
         insert(header::API_VERSION, &self.api_version);
-        insert(header::MSG_ID, &msg_id(&self.watch, meta, event.event_type));
+        let id = msg_id(&self.watch, meta, event.event_type);
+        insert(header::MSG_ID, &id);
+        // Where clusters share one NATS, the subject template may leave the cluster out.
+        if !self.cluster.is_empty() {
+            insert(header::CLUSTER, &self.cluster);
+        }
         if synthesized {
             headers.insert(header::SYNTHESIZED, SYNTHESIZED_RELIST);
+        }
+        if let Some(attributes) = &self.cloudevents {
+            let received = std::time::SystemTime::now();
+            attributes.insert(&mut headers, meta, event.event_type, &id, received);
         }
         Ok(OutMessage {
             subject,
@@ -290,6 +309,10 @@ mod tests {
     use crate::event::ResourceVersion;
 
     fn builder(payload: PayloadMode) -> MessageBuilder {
+        builder_as(payload, MessageFormat::Native)
+    }
+
+    fn builder_as(payload: PayloadMode, format: MessageFormat) -> MessageBuilder {
         MessageBuilder::new(
             "pods".into(),
             SubjectTemplate::parse(
@@ -306,6 +329,7 @@ mod tests {
                 namespaced: true,
             },
             payload,
+            format,
         )
     }
 
@@ -337,6 +361,7 @@ mod tests {
         assert_eq!(h(header::KIND).as_deref(), Some("Pod"));
         assert_eq!(h(header::API_VERSION).as_deref(), Some("v1"));
         assert_eq!(h(header::SYNTHESIZED).as_deref(), Some("relist"));
+        assert_eq!(h(header::CLUSTER), None);
         assert_eq!(
             &m.payload[..],
             br#"{"type":"MODIFIED","object":{"metadata":{}}}"#
@@ -411,6 +436,41 @@ mod tests {
             .headers
             .get(header::SYNTHESIZED)
             .is_none());
+    }
+
+    /// A CloudEvents message keeps every native header and adds the `ce-*` attributes; its id is
+    /// the message id, its payload unchanged; a native message has no `ce-*` header.
+    #[test]
+    fn cloudevents_format_adds_attributes_and_keeps_native_headers() {
+        let native = builder(PayloadMode::Object)
+            .build(&event(None), true)
+            .unwrap();
+        let ce = builder_as(PayloadMode::Object, MessageFormat::CloudEvents)
+            .build(&event(None), true)
+            .unwrap();
+        let names = |m: &OutMessage| {
+            let mut n: Vec<String> = m.headers.iter().map(|(k, _)| k.to_string()).collect();
+            n.sort();
+            n
+        };
+        assert!(names(&native).iter().all(|n| !n.starts_with("ce-")));
+        let ce_names = names(&ce);
+        for n in names(&native) {
+            assert!(ce_names.contains(&n), "{n} missing");
+        }
+        let h = |k: async_nats::HeaderName| ce.headers.get(k).map(|v| v.as_str().to_owned());
+        assert_eq!(h(cloudevents::header::ID), h(header::MSG_ID));
+        assert_eq!(
+            h(cloudevents::header::TYPE).as_deref(),
+            Some("io.k8s.core.v1.pods.modified")
+        );
+        assert_eq!(
+            h(cloudevents::header::SOURCE).as_deref(),
+            Some("/api/v1/namespaces/default/pods")
+        );
+        assert_eq!(h(cloudevents::header::SUBJECT).as_deref(), Some("web.1"));
+        assert_eq!(ce.payload, native.payload);
+        assert_eq!(ce.subject, native.subject);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The NATS side: subjects, headers and payloads, and publishing to core NATS or JetStream with
 //! backpressure and retries.
 
+pub mod cloudevents;
 pub mod connect;
 pub mod message;
 pub mod metrics;

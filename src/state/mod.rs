@@ -120,9 +120,11 @@ enum BucketError {
 
 impl StateStore {
     /// Sets up the bucket (creating it, or checking the existing one), retrying while NATS does
-    /// not answer. `None` if shutdown came first.
+    /// not answer. `None` if shutdown came first. `api_prefix` is the JetStream API's (`$JS.API`,
+    /// or a domain's).
     pub async fn open(
         config: &StateConfig,
+        api_prefix: &str,
         client: &Client,
         metrics: StateMetrics,
         shutdown: &CancellationToken,
@@ -138,6 +140,7 @@ impl StateStore {
             return Some(store(Backend::Disabled));
         }
         let context = jetstream::ContextBuilder::new()
+            .api_prefix(api_prefix)
             .timeout(REQUEST_TIMEOUT)
             .build(client.clone());
         let wanted = kv::Config {

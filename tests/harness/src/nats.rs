@@ -76,6 +76,8 @@ impl Default for NatsOptions {
 pub struct NatsServer {
     binary: PathBuf,
     port: u16,
+    /// Where a hub accepts leaf-node connections ([`NatsServer::start_hub`]).
+    leafnode_port: Option<u16>,
     dir: tempfile::TempDir,
     child: Option<Child>,
 }
@@ -156,16 +158,48 @@ fn tls_block(dir: &Path) -> anyhow::Result<String> {
     ))
 }
 
-fn config_text(port: u16, store_dir: &Path, opts: &NatsOptions) -> String {
+/// The JetStream domain of a hub ([`NatsServer::start_hub`]).
+pub const HUB_DOMAIN: &str = "hub";
+
+/// A server's place in a leaf-node topology.
+enum Leafnodes {
+    None,
+    /// Accepts leaf-node connections on this port.
+    Hub(u16),
+    /// Joins the hub whose leaf-node port this is.
+    LeafOf(u16),
+}
+
+impl Leafnodes {
+    fn block(&self) -> String {
+        match self {
+            Leafnodes::None => String::new(),
+            Leafnodes::Hub(port) => format!("leafnodes {{\n  listen: \"127.0.0.1:{port}\"\n}}\n"),
+            Leafnodes::LeafOf(port) => format!(
+                "leafnodes {{\n  reconnect: \"250ms\"\n  remotes: [ {{ url: \"nats-leaf://127.0.0.1:{port}\" }} ]\n}}\n"
+            ),
+        }
+    }
+}
+
+fn config_text(
+    port: u16,
+    store_dir: &Path,
+    opts: &NatsOptions,
+    jetstream_domain: Option<&str>,
+) -> String {
     let mut conf = String::new();
     let _ = writeln!(conf, "listen: \"127.0.0.1:{port}\"");
     if let Some(bytes) = opts.max_payload {
         let _ = writeln!(conf, "max_payload: {bytes}");
     }
     if opts.jetstream {
+        let domain = jetstream_domain
+            .map(|d| format!("  domain: {}\n", quote(d)))
+            .unwrap_or_default();
         let _ = writeln!(
             conf,
-            "jetstream {{\n  store_dir: {}\n}}",
+            "jetstream {{\n  store_dir: {}\n{domain}}}",
             quote(&store_dir.to_string_lossy())
         );
     }
@@ -201,19 +235,49 @@ impl NatsServer {
 
     /// Starts a server with the given options on a free loopback port.
     pub async fn start_with(opts: NatsOptions) -> anyhow::Result<NatsServer> {
+        Self::start_in_topology(opts, Leafnodes::None).await
+    }
+
+    /// Starts a hub: a server (with `opts`) that also accepts leaf-node connections on a free
+    /// loopback port, so that servers started with [`NatsServer::start_leaf`] join it. Its
+    /// JetStream is in the domain [`HUB_DOMAIN`], which clients of a leaf name to reach it.
+    pub async fn start_hub(opts: NatsOptions) -> anyhow::Result<NatsServer> {
+        Self::start_in_topology(opts, Leafnodes::Hub(free_port().await?)).await
+    }
+
+    /// Starts a leaf node of `hub`: its clients' messages and subscriptions flow to and from the
+    /// hub (and, without JetStream of its own, its clients use the hub's JetStream). The link may
+    /// still be coming up when this returns: a test waits until a message crosses it.
+    pub async fn start_leaf(hub: &NatsServer, opts: NatsOptions) -> anyhow::Result<NatsServer> {
+        let hub_port = hub
+            .leafnode_port
+            .context("the hub was not started with start_hub")?;
+        Self::start_in_topology(opts, Leafnodes::LeafOf(hub_port)).await
+    }
+
+    async fn start_in_topology(
+        opts: NatsOptions,
+        leafnodes: Leafnodes,
+    ) -> anyhow::Result<NatsServer> {
         let binary = find_binary()?;
         let dir = tempfile::tempdir().context("creating the nats-server temp dir")?;
         let store_dir = dir.path().join("jetstream");
         std::fs::create_dir_all(&store_dir).context("creating the JetStream store dir")?;
         let port = free_port().await?;
-        let mut conf = config_text(port, &store_dir, &opts);
+        let domain = matches!(leafnodes, Leafnodes::Hub(_)).then_some(HUB_DOMAIN);
+        let mut conf = config_text(port, &store_dir, &opts, domain);
         if opts.tls {
             conf.push_str(&tls_block(dir.path())?);
         }
+        conf.push_str(&leafnodes.block());
         std::fs::write(dir.path().join("nats.conf"), conf).context("writing nats.conf")?;
         let mut server = NatsServer {
             binary,
             port,
+            leafnode_port: match leafnodes {
+                Leafnodes::Hub(port) => Some(port),
+                _ => None,
+            },
             dir,
             child: None,
         };
@@ -367,6 +431,7 @@ mod tests {
                 tls: false,
                 max_payload: None,
             },
+            None,
         );
         assert!(conf.contains("listen: \"127.0.0.1:4222\""));
         assert!(conf.contains(r#"store_dir: "/tmp/a \"b\"""#));
