@@ -274,12 +274,8 @@ fn current_pods(sim: &ApiServer) -> HashMap<String, (String, u64)> {
 }
 
 /// Problems with the final state: every pod's last message is its current version, every uid
-/// that is gone ends with DELETED (except the `unannounceable`, see [`tail_created_and_deleted`]).
-fn convergence_problems(
-    sim: &ApiServer,
-    seen: &[Seen],
-    unannounceable: &HashSet<String>,
-) -> Vec<String> {
+/// that is gone ends with DELETED.
+fn convergence_problems(sim: &ApiServer, seen: &[Seen]) -> Vec<String> {
     let mut last: HashMap<&str, &Seen> = HashMap::new();
     for s in seen {
         last.insert(&s.uid, s);
@@ -295,7 +291,7 @@ fn convergence_problems(
         }
     }
     for (uid, s) in &last {
-        if !current.contains_key(*uid) && !s.deleted() && !unannounceable.contains(*uid) {
+        if !current.contains_key(*uid) && !s.deleted() {
             problems.push(format!(
                 "{} ({uid}) is gone but its last message is {s:?}",
                 s.name
@@ -312,7 +308,6 @@ async fn converge_after(
     recording: &Recording,
     earlier: &[Seen],
     from: usize,
-    unannounceable: &HashSet<String>,
 ) -> Vec<Seen> {
     let seen = || {
         let mut all = earlier.to_vec();
@@ -321,7 +316,7 @@ async fn converge_after(
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     loop {
-        let problems = convergence_problems(sim, &seen(), unannounceable);
+        let problems = convergence_problems(sim, &seen());
         if problems.is_empty() {
             break;
         }
@@ -338,12 +333,8 @@ async fn converge_after(
 }
 
 /// [`converge_after`] over the whole recording.
-async fn converge(
-    sim: &ApiServer,
-    recording: &Recording,
-    unannounceable: &HashSet<String>,
-) -> Vec<Seen> {
-    converge_after(sim, recording, &[], 0, unannounceable).await
+async fn converge(sim: &ApiServer, recording: &Recording) -> Vec<Seen> {
+    converge_after(sim, recording, &[], 0).await
 }
 
 /// Every message in the `KUBE` stream, in order: what was published, for a run in which the core
@@ -445,27 +436,6 @@ fn change_while_down(sim: &ApiServer, rng: &mut StdRng) -> Vec<(String, u64, &'s
     changes
 }
 
-/// Objects first published after the last checkpoint (so absent from the saved state) and
-/// deleted before kube2nats saw the deletion (while it was down, or just before the kill). When
-/// the API server's history still covers the saved version, the resumed watch replays their
-/// creation and deletion; when it does not, the relist cannot see them and nothing remembers
-/// them: their deletion is not announced. This is the one known gap (at most
-/// `checkpoint_interval` of creations before a crash); the test counts it and holds everything
-/// else to the promise.
-fn tail_created_and_deleted(sim: &ApiServer, before: &[Seen], saved_rv: u64) -> HashSet<String> {
-    let current = current_pods(sim);
-    let mut uids: HashMap<&str, Vec<&Seen>> = HashMap::new();
-    for s in before {
-        uids.entry(&s.uid).or_default().push(s);
-    }
-    uids.into_iter()
-        .filter(|(uid, seen)| {
-            !current.contains_key(*uid) && seen.iter().all(|s| s.rv > saved_rv && !s.deleted())
-        })
-        .map(|(uid, _)| uid.to_owned())
-        .collect()
-}
-
 /// The busy stream, the kill -9 at a seeded moment, changes while down, a restart (after
 /// compaction when `compact`), and every check of the promise.
 async fn crash_and_restart(mode: Mode, seed: u64, compact: bool) {
@@ -486,7 +456,7 @@ async fn crash_and_restart_with(mode: Mode, seed: u64, compact: bool, nats_outag
     let recording = Recording::start(&cluster.nats.url()).await;
     let config = cluster.config(PODS_WATCH, "");
     let daemon = Process::spawn(&config);
-    converge(&cluster.sim, &recording, &HashSet::new()).await;
+    converge(&cluster.sim, &recording).await;
     cluster
         .checkpoint_at_least(PODS_KEY, cluster.sim.resource_version())
         .await;
@@ -529,17 +499,12 @@ async fn crash_and_restart_with(mode: Mode, seed: u64, compact: bool, nats_outag
     let before = before_all;
 
     let changes = change_while_down(sim, &mut rng);
-    let unannounceable = if compact {
-        tail_created_and_deleted(sim, &before, saved_rv)
-    } else {
-        HashSet::new()
-    };
     if compact {
         sim.compact();
     }
     sim.clear_requests();
     let daemon = Process::spawn(&config);
-    let after = &converge_after(sim, &recording, &before, before_len, &unannounceable).await[..];
+    let after = &converge_after(sim, &recording, &before, before_len).await[..];
     let all: Vec<Seen> = before.iter().chain(after).cloned().collect();
     let log = daemon.rest();
 
@@ -547,7 +512,7 @@ async fn crash_and_restart_with(mode: Mode, seed: u64, compact: bool, nats_outag
     problems.extend(run_problems("after the restart", after));
     let (repeats, tail_repeats) = restart_problems(&before, after, saved_rv);
     problems.extend(repeats);
-    problems.extend(convergence_problems(sim, &all, &unannounceable));
+    problems.extend(convergence_problems(sim, &all));
     // Each change made while down, exactly once: every version when the watch resumed, the
     // final state of each object when a relist was needed.
     let after_versions: HashMap<(String, u64, bool), usize> =
@@ -561,24 +526,25 @@ async fn crash_and_restart_with(mode: Mode, seed: u64, compact: bool, nats_outag
         let expected = if compact {
             let is_final = current.get(uid).is_some_and(|(_, now)| now == rv);
             if deleted {
-                // Announced once, as a synthesized DELETED with the last known version, unless
-                // the object was created while down too (then subscribers never knew it).
-                // An object first published after the last checkpoint is not in the saved
-                // state: its deletion is found only if the watch can resume (a known limit).
+                // Announced once, as a synthesized DELETED with the last known version — also
+                // for an object first published after the last checkpoint (the journal keeps
+                // it) — unless it was created while down too (subscribers never knew it). One
+                // created before the kill whose message did not go out may be announced (its
+                // journal record was written first).
                 let announced = after
                     .iter()
                     .filter(|s| &s.uid == uid && s.deleted())
                     .count();
-                let checkpointed = before.iter().any(|s| &s.uid == uid && s.rv <= saved_rv);
-                let in_tail = before.iter().any(|s| &s.uid == uid);
-                let ok = match (checkpointed, in_tail) {
+                let published = before.iter().any(|s| &s.uid == uid);
+                let created_while_down = changes.iter().any(|(u, _, k)| u == uid && *k == "ADDED");
+                let ok = match (published, created_while_down) {
                     (true, _) => announced == 1,
-                    (false, true) => announced <= 1,
-                    (false, false) => announced == 0,
+                    (false, true) => announced == 0,
+                    (false, false) => announced <= 1,
                 };
                 if !ok {
                     problems.push(format!(
-                        "deleted while down: {uid} announced {announced} times (checkpointed: {checkpointed})"
+                        "deleted while down: {uid} announced {announced} times (published before the kill: {published})"
                     ));
                 }
                 continue;
@@ -625,16 +591,12 @@ async fn crash_and_restart_with(mode: Mode, seed: u64, compact: bool, nats_outag
         "log says the state was loaded:\n{log}"
     );
     println!(
-        "{} before the kill ({} ops), {} after the restart, {} repeats of the uncheckpointed tail (saved at {saved_rv}), {} changes while down, {} deletions of tail-created objects not found",
+        "{} before the kill ({} ops), {} after the restart, {} repeats of the uncheckpointed tail (saved at {saved_rv}), {} changes while down",
         before.len(),
         ops,
         after.len(),
         tail_repeats,
         changes.len(),
-        unannounceable
-            .iter()
-            .filter(|uid| !after.iter().any(|s| &s.uid == *uid && s.deleted()))
-            .count()
     );
     assert!(
         problems.is_empty(),
@@ -690,11 +652,212 @@ async fn nats_restart_while_checkpointing_then_kill_9_keeps_the_promise() {
     }
 }
 
+/// The uid of a pod the simulator holds now.
+fn uid_of(sim: &ApiServer, name: &str) -> String {
+    let pod = sim.get("pods", Some(NS), name).expect("the pod exists");
+    pod["metadata"]["uid"].as_str().unwrap().to_owned()
+}
+
+/// How often each (uid, version, deletion) is stored in the `KUBE` stream.
+async fn stored_counts(url: &str) -> HashMap<(String, u64, bool), usize> {
+    let mut counts = HashMap::new();
+    for s in stream_messages(url).await {
+        *counts.entry(version_key(&s)).or_default() += 1;
+    }
+    counts
+}
+
+/// Objects first published after the last checkpoint — so absent from the saved snapshot — and
+/// deleted while kube2nats is down, with the history compacted: the journal written before their
+/// first message lets the relist announce each deletion exactly once, after a kill -9 at the
+/// worst moment (no checkpoint since they were published). A deletion published before the kill
+/// and announced again carries its own version, so JetStream drops the repeat; nothing the
+/// checkpoint covered is published again.
+async fn tail_objects_deleted_while_down(mode: Mode) {
+    let cluster = Cluster::start(mode, 10_000).await;
+    let sim = &cluster.sim;
+    for i in 0..10 {
+        sim.create("pods", Some(NS), pod_named(&format!("p{i}"), 0));
+    }
+    let recording = Recording::start(&cluster.nats.url()).await;
+    let quick = cluster.config(PODS_WATCH, "");
+    // No checkpoint is ever due: what the run publishes is known only to its journal.
+    let never = quick.replace(
+        "checkpoint_interval = \"150ms\"",
+        "checkpoint_interval = \"1h\"",
+    );
+    run_until_checkpointed(&cluster, &recording, &quick, PODS_KEY).await;
+    let saved = cluster.manifest(PODS_KEY).await.unwrap().resume_version;
+
+    let daemon = Process::spawn(&never);
+    daemon.line_with(&["watching from resourceVersion"]);
+    let tail: Vec<String> = (0..5)
+        .map(|i| {
+            let pod = sim.create("pods", Some(NS), pod_named(&format!("p{}", 20 + i), 1));
+            pod["metadata"]["uid"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    sim.update("pods", Some(NS), "p1", |o| {
+        o["metadata"]["labels"]["x"] = "1".into()
+    });
+    let p2 = uid_of(sim, "p2");
+    sim.delete("pods", Some(NS), "p2").unwrap();
+    converge(sim, &recording).await;
+    drop(daemon); // SIGKILL
+    let before_len = recording.mark().await;
+    let before = recording.all()[..before_len].to_vec();
+    assert_eq!(
+        cluster.manifest(PODS_KEY).await.unwrap().resume_version,
+        saved,
+        "no checkpoint since the tail was published"
+    );
+
+    for i in 0..4 {
+        sim.delete("pods", Some(NS), &format!("p{}", 20 + i))
+            .unwrap();
+    }
+    let p3 = uid_of(sim, "p3");
+    sim.delete("pods", Some(NS), "p3").unwrap();
+    sim.compact();
+    sim.clear_requests();
+    let daemon = Process::spawn(&quick);
+    let after = converge_after(sim, &recording, &before, before_len).await;
+    let log = daemon.rest();
+    let deletions = |uid: &str| {
+        after
+            .iter()
+            .filter(|s| s.uid == uid && s.deleted())
+            .collect::<Vec<_>>()
+    };
+    let mut problems = Vec::new();
+    for uid in tail[..4].iter().chain([&p3]) {
+        let d = deletions(uid);
+        if d.len() != 1 || !d[0].synthesized {
+            problems.push(format!("deleted while down: {uid}: {d:?}"));
+        }
+    }
+    // The repeats allowed: what was published after the checkpoint, at the same version.
+    let published: HashSet<_> = before.iter().map(version_key).collect();
+    let tail_uids: HashSet<&str> = tail.iter().map(String::as_str).collect();
+    let p1 = uid_of(sim, "p1");
+    for s in &after {
+        let changed_while_down = s.deleted() && (tail_uids.contains(s.uid.as_str()) || s.uid == p3);
+        let tail_repeat = published.contains(&version_key(s))
+            && (tail_uids.contains(s.uid.as_str()) || s.uid == p1 || s.uid == p2);
+        if !changed_while_down && !tail_repeat {
+            problems.push(format!("published after the restart: {s:?}"));
+        }
+    }
+    problems.extend(run_problems("after the restart", &after));
+    if mode == Mode::JetStream {
+        for (key, n) in stored_counts(&cluster.nats.url()).await {
+            if n != 1 {
+                problems.push(format!("stored {n} times in the stream: {key:?}"));
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "mode {mode:?}: {}\n--- log ---\n{log}",
+        problems.join("\n")
+    );
+    assert_eq!(cluster.lists(PODS_PATH), 1, "a relist was forced");
+    assert!(
+        log.contains("relisted and diffed against the saved objects"),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_published_after_the_last_checkpoint_and_deleted_while_down_are_announced_core() {
+    tail_objects_deleted_while_down(Mode::Core).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_published_after_the_last_checkpoint_and_deleted_while_down_are_announced_jetstream(
+) {
+    tail_objects_deleted_while_down(Mode::JetStream).await;
+}
+
+/// A crash before the first checkpoint: the journal alone says what the first run published, so
+/// the restart announces the deletions made while down (once each) and re-announces each other
+/// object at most once, at the version it was announced with (JetStream keeps one copy).
+async fn crash_before_the_first_checkpoint(mode: Mode) {
+    let cluster = Cluster::start(mode, 10_000).await;
+    let sim = &cluster.sim;
+    for i in 0..5 {
+        sim.create("pods", Some(NS), pod_named(&format!("p{i}"), 0));
+    }
+    let recording = Recording::start(&cluster.nats.url()).await;
+    let never = cluster.config(PODS_WATCH, "").replace(
+        "checkpoint_interval = \"150ms\"",
+        "checkpoint_interval = \"1h\"",
+    );
+    let daemon = Process::spawn(&never);
+    daemon.line_with(&["watching from resourceVersion"]);
+    sim.create("pods", Some(NS), pod_named("p20", 1));
+    converge(sim, &recording).await;
+    drop(daemon);
+    let before_len = recording.mark().await;
+    let before = recording.all()[..before_len].to_vec();
+    assert!(
+        cluster.manifest(PODS_KEY).await.is_none(),
+        "no checkpoint yet"
+    );
+
+    let gone = [uid_of(sim, "p1"), uid_of(sim, "p20")];
+    sim.delete("pods", Some(NS), "p1").unwrap();
+    sim.delete("pods", Some(NS), "p20").unwrap();
+    sim.compact();
+    let daemon = Process::spawn(&never);
+    let after = converge_after(sim, &recording, &before, before_len).await;
+    daemon.line_with(&["a journal of objects published before a crash"]);
+    let log = daemon.rest();
+    let published: HashSet<_> = before.iter().map(version_key).collect();
+    let mut problems = run_problems("after the restart", &after);
+    for uid in &gone {
+        let n = after
+            .iter()
+            .filter(|s| &s.uid == uid && s.deleted())
+            .count();
+        if n != 1 {
+            problems.push(format!("{uid} deleted while down, announced {n} times"));
+        }
+    }
+    for s in after.iter().filter(|s| !s.deleted()) {
+        if !published.contains(&version_key(s)) {
+            problems.push(format!("not a re-announcement: {s:?}"));
+        }
+    }
+    if mode == Mode::JetStream {
+        for (key, n) in stored_counts(&cluster.nats.url()).await {
+            if n != 1 {
+                problems.push(format!("stored {n} times in the stream: {key:?}"));
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "mode {mode:?}: {}\n--- log ---\n{log}",
+        problems.join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_before_the_first_checkpoint_still_announces_deletions_core() {
+    crash_before_the_first_checkpoint(Mode::Core).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_before_the_first_checkpoint_still_announces_deletions_jetstream() {
+    crash_before_the_first_checkpoint(Mode::JetStream).await;
+}
+
 /// Starts a daemon on `cluster` with `config`, waits until every pod is published and a
 /// checkpoint covers the current version, then kills it (-9).
 async fn run_until_checkpointed(cluster: &Cluster, recording: &Recording, config: &str, key: &str) {
     let daemon = Process::spawn(config);
-    converge(&cluster.sim, recording, &HashSet::new()).await;
+    converge(&cluster.sim, recording).await;
     cluster
         .checkpoint_at_least(key, cluster.sim.resource_version())
         .await;
@@ -773,7 +936,7 @@ async fn a_missing_bucket_is_recreated_or_means_a_fresh_start() {
     let recording = Recording::start(&cluster.nats.url()).await;
     let config = cluster.config(PODS_WATCH, "");
     let daemon = Process::spawn(&config);
-    converge(&cluster.sim, &recording, &HashSet::new()).await;
+    converge(&cluster.sim, &recording).await;
     cluster
         .checkpoint_at_least(PODS_KEY, cluster.sim.resource_version())
         .await;
