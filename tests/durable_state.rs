@@ -1063,3 +1063,39 @@ async fn without_jetstream_state_is_memory_only_and_said_once() {
         "said once"
     );
 }
+
+/// A namespace dropped from a watch has its saved state removed (with a log line); the state of a
+/// watch name this configuration does not have — perhaps another kube2nats's, sharing the bucket —
+/// is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_state_of_a_dropped_namespace_is_removed_and_foreign_state_is_kept() {
+    use futures_util::TryStreamExt;
+    let cluster = Cluster::start(Mode::Core, 10_000).await;
+    for ns in ["a", "b"] {
+        cluster.sim.create("pods", Some(ns), pod_named("p0", 0));
+    }
+    let watch = |namespaces: &str| {
+        format!("[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [{namespaces}]\n")
+    };
+    let recording = Recording::start(&cluster.nats.url()).await;
+    let daemon = Process::spawn(&cluster.config(&watch("\"a\", \"b\""), ""));
+    eventually("both pods announced", || recording.all().len() >= 2).await;
+    let rv = cluster.sim.resource_version();
+    cluster.checkpoint_at_least("pods.a", rv).await;
+    cluster.checkpoint_at_least("pods.b", rv).await;
+    drop(daemon);
+    let kv = cluster.kv().await;
+    kv.put("others.b.manifest", "{}".into()).await.unwrap();
+
+    let daemon = Process::spawn(&cluster.config(&watch("\"a\""), ""));
+    let line = daemon.line_with(&["removed the saved state"]);
+    assert!(line.contains("pods.b"), "{line}");
+    let keys: Vec<String> = kv.keys().await.unwrap().try_collect().await.unwrap();
+    assert!(!keys.iter().any(|k| k.starts_with("pods.b.")), "{keys:?}");
+    assert!(keys.iter().any(|k| k == "pods.a.manifest"), "{keys:?}");
+    assert!(keys.iter().any(|k| k == "others.b.manifest"), "{keys:?}");
+    assert!(
+        !daemon.rest().contains("others.b"),
+        "a watch name not configured is not touched"
+    );
+}

@@ -187,6 +187,55 @@ impl StateStore {
         }
     }
 
+    /// Removes the state of targets that this configuration's watches no longer have (a
+    /// namespace dropped from a watch), with a log line each; `targets` are the keys of the
+    /// configured targets ([`target_key`]). A watch name this configuration does not have is left
+    /// alone: another kube2nats sharing the bucket may own it (removed or renamed watches are
+    /// cleaned up by hand, see the README). Best effort: a failure is logged and retried at the
+    /// next start.
+    pub async fn purge_removed(self, targets: Vec<String>) {
+        let Backend::Durable(bucket) = &self.backend else {
+            return;
+        };
+        let listing = async {
+            use futures_util::TryStreamExt;
+            let keys = bucket.store.keys().await.map_err(|e| e.to_string())?;
+            keys.try_collect::<Vec<String>>()
+                .await
+                .map_err(|e| e.to_string())
+        };
+        let keys = match tokio::time::timeout(4 * REQUEST_TIMEOUT, listing).await {
+            Ok(Ok(keys)) => keys,
+            Ok(Err(e)) => return tracing::warn!(error = %e, "cannot list the state bucket to remove the state of removed targets"),
+            Err(_) => return tracing::warn!("listing the state bucket timed out; the state of removed targets stays until the next start"),
+        };
+        let configured: std::collections::HashSet<&str> =
+            targets.iter().map(String::as_str).collect();
+        let watches: std::collections::HashSet<&str> =
+            targets.iter().filter_map(|t| t.split('.').next()).collect();
+        let removed: std::collections::BTreeSet<&str> = keys
+            .iter()
+            .filter_map(|key| {
+                // `{watch}.{namespace}.…`: neither part holds a dot.
+                let target_len = key.match_indices('.').nth(1)?.0;
+                let target = &key[..target_len];
+                let watch = target.split('.').next()?;
+                (watches.contains(watch) && !configured.contains(target)).then_some(target)
+            })
+            .collect();
+        for target in removed {
+            let subjects = format!("{}{target}.>", bucket.store.prefix);
+            match purge(&bucket.store, &subjects, None).await {
+                Ok(()) => {
+                    tracing::info!(key = %target, "removed the saved state of a target this configuration no longer watches")
+                }
+                Err(e) => {
+                    tracing::warn!(key = %target, error = %e, "cannot remove the saved state of a target no longer watched")
+                }
+            }
+        }
+    }
+
     /// The state of one watch target.
     pub fn target(&self, watch: &str, target: &Target) -> TargetState {
         TargetState {
