@@ -62,10 +62,10 @@ fn decode(c: &mut Criterion) {
     group.finish();
 }
 
-/// The cost the one-pass scanner is measured against (README, Performance): two serde_json passes,
+/// The cost the one-pass scanner is measured against (docs/performance.md): two serde_json passes,
 /// one finding the raw object in the line, one parsing the object for `kind` and `metadata`. Not a
 /// decoder (the reference decoder is `serde_reference` in `fuzz/src/lib.rs`), only the parsing
-/// work, so the figure stays comparable with the one the README quotes.
+/// work, so the figure stays comparable with the one docs/performance.md quotes.
 fn serde_two_pass(line: &[u8]) -> (usize, usize) {
     #[derive(serde::Deserialize)]
     struct RawLine<'a> {

@@ -492,7 +492,7 @@ async fn proxy_url_carries_the_requests() {
     assert!(connections.load(std::sync::atomic::Ordering::SeqCst) >= 1);
 }
 
-/// The README's first command on a workstation: the real binary with no `[kubernetes]` section,
+/// The README's from-source command on a workstation: the real binary with no `[kubernetes]` section,
 /// not in a pod, finds `~/.kube/config` as kubectl does and publishes.
 #[tokio::test]
 async fn binary_outside_a_pod_uses_home_kube_config() {
