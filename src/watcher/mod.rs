@@ -251,7 +251,7 @@ impl WatchTask {
             Listed::New if !self.listed_once && self.initial_state == InitialState::Skip => true,
             Listed::New => {
                 self.diff[0] += 1;
-                self.staged.record(&item.meta, EventType::Added);
+                self.staged.record(&item.meta);
                 self.publish(item, true).await;
                 true
             }
@@ -337,7 +337,7 @@ impl WatchTask {
         let changed = match self.dedupe.observe(&event.meta, event.event_type) {
             Verdict::Publish => {
                 if journaled {
-                    self.staged.record(&event.meta, event.event_type);
+                    self.staged.record(&event.meta);
                 }
                 self.publish(event, false).await;
                 true
@@ -452,17 +452,13 @@ struct Staged {
     journal: Option<Journal>,
     /// In order; the first of them is the first message of a recorded object.
     held: Vec<OutMessage>,
-    /// A deletion is recorded: earlier messages of the object must be published before the
-    /// journal says it is gone (a crash would otherwise skip them as older).
-    settle_first: bool,
 }
 
 impl Staged {
     /// The object is about to be published for the first time, or deleted.
-    fn record(&mut self, meta: &crate::event::ObjectMeta, event_type: EventType) {
+    fn record(&mut self, meta: &crate::event::ObjectMeta) {
         if let Some(journal) = &mut self.journal {
             journal.record(meta);
-            self.settle_first |= event_type == EventType::Deleted;
         }
     }
 
@@ -481,8 +477,16 @@ impl Staged {
     /// Writes the journal, then publishes what waited for it, in order.
     async fn flush(&mut self, outbox: &mut Outbox) {
         if let Some(journal) = &mut self.journal {
-            if std::mem::take(&mut self.settle_first) {
-                outbox.settle().await;
+            // Before the journal says an object is deleted, its earlier messages must be
+            // published: after a crash they would be dropped as older than the deletion.
+            let deleted: Vec<u64> = self
+                .held
+                .iter()
+                .filter(|m| m.event_type == EventType::Deleted)
+                .map(|m| m.object_key)
+                .collect();
+            if !deleted.is_empty() {
+                outbox.settle_objects(&deleted).await;
             }
             journal.write().await;
         }
