@@ -2,7 +2,7 @@
 #
 # kube2nats container image: a static (musl) release build on distroless/static, no shell, no
 # package manager, running as UID 65532, fine with a read-only root filesystem.
-#   docker build -t ghcr.io/kube2nats/kube2nats:0.1.0 .
+#   docker build --build-arg REVISION=$(git rev-parse HEAD) -t ghcr.io/kube2nats/kube2nats:0.1.0 .
 #   docker buildx build --platform linux/amd64,linux/arm64 -t ghcr.io/kube2nats/kube2nats:0.1.0 .
 # scripts/check-deploy builds the amd64 binary with the same cargo command (it checks that this
 # file still contains it) and reports its size: the image is that plus about 2 MB of
@@ -41,12 +41,15 @@ RUN case "$TARGETARCH" in \
     fi
 WORKDIR /src
 COPY . .
+# The git revision for kube2nats_build_info (the build context has no .git): build.rs reads it.
+# Declared here, not above, so a new revision does not re-run the toolchain layer.
+ARG REVISION=unknown
 # The cargo caches are build-time mounts (one target dir per architecture); the binary is copied
 # out of them.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target,id=kube2nats-target-$TARGETARCH \
-    source /target.env \
- && cargo build --release --locked --target "$TARGET" --bin kube2nats \
+    . /target.env \
+ && KUBE2NATS_REVISION="$REVISION" cargo build --release --locked --target "$TARGET" --bin kube2nats \
  && cp "target/$TARGET/release/kube2nats" /kube2nats
 
 FROM gcr.io/distroless/static-debian12:nonroot

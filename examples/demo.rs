@@ -3,11 +3,14 @@
 //!
 //! Starts a real `nats-server` on a free loopback port, the simulated kube-apiserver of the test
 //! harness, and kube2nats in-process, configured from TOML text as a user would write it. A
-//! subscriber prints every message that arrives on `kube.>` while a small scripted workload runs
-//! (a Deployment rolls out, its pods start, one goes away, then the rest); then a
-//! few lines of kube2nats' `/metrics`, and everything stops cleanly. Exits non-zero if a message
-//! that should have arrived did not.
+//! subscriber prints every message that arrives on `kube.>`, with its headers, while a small
+//! scripted workload runs (a Deployment rolls out, its pods start, one goes away, then the rest);
+//! then a few lines of kube2nats' `/metrics`. Then it keeps going — a pod is created, started and
+//! deleted every few seconds, and it prints the `nats sub` command to watch from another terminal
+//! — until Ctrl-C, which stops everything cleanly. Exits non-zero if a message that should have
+//! arrived did not.
 //!
+//! `--once` stops after the scripted workload (what scripts/check-demo runs).
 //! `--binary PATH` runs that kube2nats binary as a process instead (stopped with SIGTERM, which
 //! must end it with status 0): scripts/check-deploy runs the demo so with the binary the
 //! container image ships.
@@ -21,6 +24,8 @@ use futures_util::StreamExt;
 use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions};
 use kube2nats_harness::nats::NatsServer;
 use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 /// The namespace the workload runs in.
 const NAMESPACE: &str = "shop";
@@ -28,14 +33,36 @@ const NAMESPACE: &str = "shop";
 const WAIT: Duration = Duration::from_secs(15);
 /// A pause between steps of the workload, so the output reads as a story.
 const STEP: Duration = Duration::from_millis(150);
+/// After the scripted workload, one change every this long until Ctrl-C.
+const TICK: Duration = Duration::from_secs(3);
+/// Headers and payloads are wrapped or cut at this width.
+const WIDTH: usize = 100;
+
+/// What the command line asks for.
+struct Args {
+    binary: Option<PathBuf>,
+    once: bool,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let mut args = Args {
+        binary: None,
+        once: false,
+    };
+    let mut rest = std::env::args().skip(1);
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--once" => args.once = true,
+            "--binary" => args.binary = Some(rest.next().context("--binary needs a path")?.into()),
+            _ => bail!("usage: demo [--once] [--binary PATH-OF-KUBE2NATS]"),
+        }
+    }
+    Ok(args)
+}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let binary = match std::env::args().skip(1).collect::<Vec<_>>().as_slice() {
-        [] => None,
-        [flag, path] if flag == "--binary" => Some(PathBuf::from(path)),
-        _ => bail!("usage: demo [--binary PATH-OF-KUBE2NATS]"),
-    };
+    let args = parse_args()?;
     // kube2nats' own log lines: errors only, so the messages stand out; RUST_LOG=info shows all.
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -58,7 +85,7 @@ async fn main() -> anyhow::Result<()> {
     let dir = tempfile::tempdir().context("creating a temp dir")?;
     let config_path = dir.path().join("kube2nats.toml");
     // A process needs a port known in advance; in-process, kube2nats reports the one it got.
-    let listen = match binary {
+    let listen = match args.binary {
         Some(_) => std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .to_string(),
@@ -70,59 +97,141 @@ async fn main() -> anyhow::Result<()> {
     let nc = async_nats::connect(nats.url())
         .await
         .context("connecting the subscriber")?;
-    let mut sub = nc.subscribe("kube.>").await?;
+    let sub = nc.subscribe("kube.>").await?;
     nc.flush().await?;
 
-    let daemon = Kube2nats::start(binary.as_deref(), &config_path, &listen).await?;
+    let daemon = Kube2nats::start(args.binary.as_deref(), &config_path, &listen).await?;
     let http = format!("http://{}", daemon.http_addr());
-    wait_ready(&http).await?;
-    match &binary {
-        Some(path) => println!(
-            "kube2nats          {} (pid {})",
-            path.display(),
-            daemon.pid()
-        ),
-        None => println!("kube2nats          in-process"),
-    }
-    println!("                   ready, metrics at {http}/metrics (its log: RUST_LOG=info)\n");
-    println!("{:<52} {:<9} {:<22} note", "subject", "type", "name");
-
-    // The subscriber prints while the workload runs.
+    let (arrived_tx, mut arrived) = mpsc::unbounded_channel();
+    let mut counts: HashMap<String, usize> = HashMap::new();
     let expected = 10;
-    let printer = tokio::spawn(async move {
-        let mut counts: HashMap<String, usize> = HashMap::new();
+
+    // Ctrl-C at any point stops everything cleanly; during the first round it cuts it short.
+    let stop = stop_on_signal()?;
+    let first_round = async {
+        wait_ready(&http).await?;
+        match &args.binary {
+            Some(path) => println!(
+                "kube2nats          {} (pid {})",
+                path.display(),
+                daemon.pid()
+            ),
+            None => println!("kube2nats          in-process"),
+        }
+        println!("                   ready, metrics at {http}/metrics (its log: RUST_LOG=info)");
+        println!("subscriber         on 'kube.>': each message's subject, headers and payload\n");
+        // The subscriber prints every message; the event types come back here to be counted.
+        let printer = tokio::spawn(print_messages(sub, arrived_tx));
+        workload(&api).await;
         let deadline = tokio::time::Instant::now() + WAIT;
         while counts.values().sum::<usize>() < expected {
-            let msg = match tokio::time::timeout_at(deadline, sub.next()).await {
-                Ok(Some(msg)) => msg,
+            match tokio::time::timeout_at(deadline, arrived.recv()).await {
+                Ok(Some(event_type)) => *counts.entry(event_type).or_default() += 1,
                 _ => break,
-            };
-            let header = |name: &str| {
-                msg.headers
-                    .as_ref()
-                    .and_then(|h| h.get(name))
-                    .map(|v| v.as_str().to_owned())
-                    .unwrap_or_default()
-            };
-            let event_type = header("Kube-Event-Type");
-            let note = match header("Kube-Synthesized").as_str() {
-                "" => String::new(),
-                how => format!("synthesized: {how}"),
-            };
-            let name = format!("{}/{}", header("Kube-Kind"), header("Kube-Name"));
-            let line = format!(
-                "{:<52} {event_type:<9} {name:<22} {note}",
-                msg.subject.as_str()
-            );
-            println!("{}", line.trim_end());
-            *counts.entry(event_type).or_default() += 1;
+            }
         }
-        counts
-    });
+        print_metrics(&http).await?;
+        anyhow::Ok(printer)
+    };
+    let printer = tokio::select! {
+        _ = stop.cancelled() => None,
+        printer = first_round => Some(printer?),
+    };
 
-    workload(&api).await;
-    let counts = printer.await.context("the subscriber task")?;
+    if printer.is_some() && !args.once && counts.values().sum::<usize>() >= expected {
+        println!(
+            "\nkube2nats keeps running: a pod in namespace {NAMESPACE} changes every {}s.\n\
+             Watch from another terminal with the nats CLI: nats sub -s {} 'kube.>'\n\
+             Press Ctrl-C to stop everything.\n",
+            TICK.as_secs(),
+            nats.url()
+        );
+        keep_changing(&api, &mut arrived, &mut counts, &stop).await;
+        println!();
+    }
 
+    if let Some(printer) = printer {
+        printer.abort();
+    }
+    daemon.stop().await.context("stopping kube2nats")?;
+    drop(api);
+    drop(nats);
+    if stop.is_cancelled() && counts.values().sum::<usize>() < expected {
+        println!("\ninterrupted; everything stopped");
+        return Ok(());
+    }
+
+    let count = |t: &str| counts.get(t).copied().unwrap_or(0);
+    let total: usize = counts.values().sum();
+    println!(
+        "\n{total} messages through nats-server: {} ADDED, {} MODIFIED, {} DELETED; everything stopped",
+        count("ADDED"),
+        count("MODIFIED"),
+        count("DELETED")
+    );
+    if total < expected {
+        bail!("expected {expected} messages, {total} arrived within {WAIT:?}");
+    }
+    Ok(())
+}
+
+/// Prints each message as a subscriber sees it: the subject, the headers, the payload's start.
+/// Sends each message's `Kube-Event-Type` to `arrived`.
+async fn print_messages(mut sub: async_nats::Subscriber, arrived: mpsc::UnboundedSender<String>) {
+    while let Some(msg) = sub.next().await {
+        let mut headers: Vec<(String, String)> = msg
+            .headers
+            .iter()
+            .flat_map(|h| h.iter())
+            .flat_map(|(name, values)| {
+                values
+                    .iter()
+                    .map(|v| (name.to_string(), v.as_str().to_owned()))
+            })
+            .collect();
+        headers.sort();
+        let event_type = headers
+            .iter()
+            .find(|(name, _)| name == "Kube-Event-Type")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        println!("{}", msg.subject.as_str());
+        let fields: Vec<String> = headers.iter().map(|(n, v)| format!("{n}: {v}")).collect();
+        for line in wrap(&fields, WIDTH - 4) {
+            println!("    {line}");
+        }
+        let payload = String::from_utf8_lossy(&msg.payload);
+        let shown: String = payload.chars().take(WIDTH - 24).collect();
+        let more = if shown.len() < payload.len() {
+            "…"
+        } else {
+            ""
+        };
+        println!("    payload ({} bytes): {shown}{more}", msg.payload.len());
+        if arrived.send(event_type).is_err() {
+            return;
+        }
+    }
+}
+
+/// Joins `fields` with two spaces into lines of at most `width` characters (a longer field gets
+/// a line of its own).
+fn wrap(fields: &[String], width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for field in fields {
+        match lines.last_mut() {
+            Some(line) if line.chars().count() + 2 + field.chars().count() <= width => {
+                line.push_str("  ");
+                line.push_str(field);
+            }
+            _ => lines.push(field.clone()),
+        }
+    }
+    lines
+}
+
+/// A few lines of kube2nats' own `/metrics`.
+async fn print_metrics(http: &str) -> anyhow::Result<()> {
     println!("\nfrom {http}/metrics:");
     let metrics = reqwest::get(format!("{http}/metrics"))
         .await
@@ -140,23 +249,53 @@ async fn main() -> anyhow::Result<()> {
     }) {
         println!("  {line}");
     }
-
-    daemon.stop().await.context("stopping kube2nats")?;
-    drop(api);
-    drop(nats);
-
-    let count = |t: &str| counts.get(t).copied().unwrap_or(0);
-    let total: usize = counts.values().sum();
-    println!(
-        "\n{total} messages through nats-server: {} ADDED, {} MODIFIED, {} DELETED; everything stopped",
-        count("ADDED"),
-        count("MODIFIED"),
-        count("DELETED")
-    );
-    if total < expected {
-        bail!("expected {expected} messages, {total} arrived within {WAIT:?}");
-    }
     Ok(())
+}
+
+/// A token cancelled by the first Ctrl-C (SIGINT) or SIGTERM.
+fn stop_on_signal() -> anyhow::Result<CancellationToken> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut terminate =
+        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+        token.cancel();
+    });
+    Ok(stop)
+}
+
+/// Until `stop`: every [`TICK`], one change to a pod `job-N` (created, started, deleted, then the
+/// next), counting the messages that arrive.
+async fn keep_changing(
+    api: &ApiServer,
+    arrived: &mut mpsc::UnboundedReceiver<String>,
+    counts: &mut HashMap<String, usize>,
+    stop: &CancellationToken,
+) {
+    let ns = Some(NAMESPACE);
+    let mut tick = tokio::time::interval(TICK);
+    let mut step = 0_usize;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            Some(event_type) = arrived.recv() => *counts.entry(event_type).or_default() += 1,
+            _ = tick.tick() => {
+                let name = format!("job-{}", step / 3 + 1);
+                match step % 3 {
+                    0 => drop(api.create("pods", ns, pod(&name, "Pending"))),
+                    1 => drop(api.update("pods", ns, &name, |p| p["status"]["phase"] = "Running".into())),
+                    _ => drop(api.delete("pods", ns, &name)),
+                }
+                step += 1;
+            }
+        }
+    }
 }
 
 /// kube2nats, in this process or as a child process.

@@ -108,6 +108,7 @@ fn run(config: Config) -> anyhow::Result<()> {
         let shutdown = shutdown_signal().context("installing signal handlers")?;
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
+            revision = kube2nats::telemetry::metrics::REVISION,
             watches = config.watches.len(),
             "kube2nats starting"
         );

@@ -315,6 +315,33 @@ fn check_config_takes_the_file_as_its_value() {
     assert_config_error(&out, "watches[0].unknown");
 }
 
+/// Every TOML snippet in the README (what a newcomer copies first) is a valid configuration.
+#[test]
+fn the_readme_configuration_snippets_are_valid() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README.md");
+    let snippets: Vec<&str> = readme
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("```").map(|(snippet, _)| snippet))
+        .collect();
+    assert!(!snippets.is_empty(), "the README shows no configuration");
+    for snippet in snippets {
+        let f = config_file(snippet);
+        let out = kube2nats()
+            .arg("--check-config")
+            .arg(f.path())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "README snippet:\n{snippet}\nstderr: {}",
+            stderr(&out)
+        );
+    }
+}
+
 /// Leader election timings that would let a new holder start before the old one stops are
 /// refused, naming the key.
 #[test]

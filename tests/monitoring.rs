@@ -1,10 +1,11 @@
 //! deploy/monitoring/: the alerts pass `promtool check rules` and their unit tests
 //! (`promtool test rules`), and every metric the alerts and the Grafana dashboard query is one a
-//! running kube2nats exports.
+//! running kube2nats exports. docs/metrics.md: the metrics reference lists exactly the families
+//! kube2nats exports, each with its labels.
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -56,7 +57,7 @@ fn alert_rules_pass_promtool_check_and_unit_tests() {
     )
     .unwrap();
     let report = promtool(&["check", "rules", "kube2nats.rules.yaml"], dir.path());
-    assert!(report.contains("SUCCESS: 6 rules found"), "{report}");
+    assert!(report.contains("SUCCESS: 8 rules found"), "{report}");
     promtool(&["test", "rules", "prometheusrule.test.yaml"], dir.path());
 
     // Every alert has a unit test.
@@ -129,11 +130,10 @@ fn exported(scrape: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// Every metric the dashboard and the alerts query is in a real scrape of kube2nats after it
-/// has published, relisted (410), dropped duplicates and met a garbage line: a renamed metric
-/// or a typo in a panel fails here, not on an operator's screen.
-#[tokio::test]
-async fn dashboard_and_alerts_query_only_exported_metrics() {
+/// A scrape of kube2nats after it has published (JetStream, durable state), relisted (410),
+/// restarted its watch (500s), dropped duplicates and met a garbage line: every family it
+/// registers has samples by then.
+async fn exercised_scrape() -> String {
     let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
     sim.create("pods", Some("default"), pod("a"));
     let nats = NatsServer::start().await.unwrap();
@@ -164,7 +164,26 @@ async fn dashboard_and_alerts_query_only_exported_metrics() {
     })
     .await;
     eventually("synced again", || synced(&daemon)).await;
+    eventually("checkpointed", || {
+        metric(
+            &daemon.metrics.render(),
+            "kube2nats_state_checkpoints_total",
+            &[("watch", "pods")],
+        ) >= Some(1.0)
+    })
+    .await;
     let scrape = daemon.metrics.render();
+    daemon.shutdown();
+    daemon.wait().await.unwrap();
+    scrape
+}
+
+/// Every metric the dashboard and the alerts query is in a real scrape of kube2nats after it
+/// has published, relisted (410), dropped duplicates and met a garbage line: a renamed metric
+/// or a typo in a panel fails here, not on an operator's screen.
+#[tokio::test]
+async fn dashboard_and_alerts_query_only_exported_metrics() {
+    let scrape = exercised_scrape().await;
     let exported = exported(&scrape);
 
     let mut queries = dashboard_queries();
@@ -183,18 +202,124 @@ async fn dashboard_and_alerts_query_only_exported_metrics() {
         unknown.is_empty(),
         "queried but not exported: {unknown:?}\nexported: {exported:?}"
     );
-    // The dashboard covers the watch, publish and NATS stages at least.
+    // The dashboard and alerts cover the watch, publish, NATS, state and leader stages at least.
     for family in [
         "kube2nats_watch_synced",
         "kube2nats_events_published_total",
         "kube2nats_publish_errors_total",
         "kube2nats_nats_connected",
         "kube2nats_watch_last_event_timestamp_seconds",
+        "kube2nats_leader",
+        "kube2nats_state_checkpoint_age_seconds",
     ] {
-        assert!(used.contains(family), "{family} is not on the dashboard");
+        assert!(
+            used.contains(family),
+            "{family} is not on the dashboard or in an alert"
+        );
     }
-    daemon.shutdown();
-    daemon.wait().await.unwrap();
+}
+
+/// The label names of a sample line's `{...}`, or none; values may hold escaped quotes.
+fn sample_label_names(labels: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = labels;
+    while let Some((name, after)) = rest.split_once("=\"") {
+        names.insert(name.trim_start_matches(',').trim().to_owned());
+        let mut escaped = false;
+        let end = after
+            .char_indices()
+            .find(|&(_, c)| {
+                let closes = c == '"' && !escaped;
+                escaped = c == '\\' && !escaped;
+                closes
+            })
+            .map_or(after.len(), |(i, _)| i + 1);
+        rest = &after[end..];
+    }
+    names
+}
+
+/// Every `kube2nats_` family of a scrape with the label names of its samples (a histogram's
+/// `le` left out: it belongs to every histogram).
+fn families_with_labels(scrape: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let families = exported(scrape);
+    let mut labels: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in scrape.lines().filter(|l| l.starts_with("kube2nats_")) {
+        let (name, rest) = match line.split_once('{') {
+            Some((name, rest)) => (name, rest.rsplit_once('}').map_or("", |(l, _)| l)),
+            None => (line.split_whitespace().next().unwrap_or(line), ""),
+        };
+        let family = ["", "_bucket", "_sum", "_count"]
+            .iter()
+            .filter_map(|suffix| name.strip_suffix(suffix))
+            .find(|f| families.contains(*f))
+            .unwrap_or_else(|| panic!("sample {name} of no family"));
+        let mut names = sample_label_names(rest);
+        names.remove("le");
+        labels.entry(family.to_owned()).or_default().extend(names);
+    }
+    labels
+}
+
+/// The reference table of docs/metrics.md: each metric with its label names.
+fn documented_metrics() -> BTreeMap<String, BTreeSet<String>> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/metrics.md");
+    let doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path:?}: {e}"));
+    let mut metrics = BTreeMap::new();
+    for row in doc.lines().filter(|l| l.starts_with("| `kube2nats_")) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let name = cells[1].trim_matches('`').to_owned();
+        let labels: BTreeSet<String> = cells[3]
+            .split(',')
+            .map(|l| l.trim().trim_matches('`'))
+            .filter(|l| !l.is_empty() && *l != "—")
+            .map(str::to_owned)
+            .collect();
+        assert!(
+            metrics.insert(name.clone(), labels).is_none(),
+            "{name} is documented twice"
+        );
+    }
+    assert!(!metrics.is_empty(), "no metric rows in {path:?}");
+    metrics
+}
+
+/// docs/metrics.md lists every family kube2nats exports, with exactly its labels, and nothing
+/// it does not export: a metric added, renamed or relabelled without its documentation fails
+/// here.
+#[tokio::test]
+async fn metrics_reference_matches_what_kube2nats_exports() {
+    let exported = families_with_labels(&exercised_scrape().await);
+    let documented = documented_metrics();
+    let undocumented: Vec<&String> = exported
+        .keys()
+        .filter(|f| !documented.contains_key(*f))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "exported but missing from docs/metrics.md: {undocumented:?}"
+    );
+    let unexported: Vec<&String> = documented
+        .keys()
+        .filter(|f| !exported.contains_key(*f))
+        .collect();
+    assert!(
+        unexported.is_empty(),
+        "in docs/metrics.md but not exported: {unexported:?}"
+    );
+    for (family, labels) in &exported {
+        assert_eq!(
+            &documented[family], labels,
+            "labels of {family}: docs/metrics.md vs /metrics"
+        );
+    }
+}
+
+#[test]
+fn sample_label_names_skip_values() {
+    let names = sample_label_names(r#"watch="a,b=\"c\"",reason="x""#);
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    assert_eq!(names, ["reason", "watch"]);
 }
 
 #[test]

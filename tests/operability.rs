@@ -40,6 +40,22 @@ fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     metric(text, name, labels).unwrap_or_else(|| panic!("no sample {name}{labels:?} in:\n{text}"))
 }
 
+/// The commit checked out in this source tree (what build.rs puts in `build_info{revision}`), or
+/// `unknown` outside a git checkout, as the build sees it.
+fn git_head() -> String {
+    if let Ok(revision) = std::env::var("KUBE2NATS_REVISION") {
+        return revision;
+    }
+    std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
 /// Counters and gauges move with events, filtered drops, decode errors, API errors and relists,
 /// by the exact amounts.
 #[tokio::test]
@@ -139,7 +155,10 @@ async fn metrics_count_what_happens() {
         value(
             &now,
             "kube2nats_build_info",
-            &[("version", env!("CARGO_PKG_VERSION"))]
+            &[
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("revision", &git_head())
+            ]
         ),
         1.0
     );
@@ -177,9 +196,16 @@ async fn metrics_count_what_happens() {
         value(
             &now,
             "kube2nats_api_requests_total",
-            &[("verb", "watch"), ("code", "500")]
+            &[("verb", "watch"), ("resource", "pods"), ("code", "500")]
         ),
         2.0
+    );
+    assert!(
+        value(
+            &now,
+            "kube2nats_api_requests_total",
+            &[("verb", "get"), ("resource", "discovery"), ("code", "200")]
+        ) >= 1.0
     );
     assert_eq!(
         value(

@@ -26,14 +26,38 @@ const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(15);
 /// Error bodies are read up to this size: enough for any Status, bounded against a runaway proxy.
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
-/// Registers the API client's metric family, `api_requests_total{verb, code}`.
+/// Registers the API client's metric family, `api_requests_total{verb, resource, code}`.
 pub fn register_api_requests(registry: &prometheus::Registry) -> prometheus::Result<IntCounterVec> {
     crate::telemetry::metrics::counter(
         registry,
         "api_requests_total",
-        "Requests to the Kubernetes API server, by verb and HTTP status code (0 when no response).",
-        &["verb", "code"],
+        "Requests to the Kubernetes API server, by verb, resource (as kubectl names it, or discovery) and HTTP status code (0 when no response).",
+        &["verb", "resource", "code"],
     )
+}
+
+/// The `resource` label of `api_requests_total` for a request path: the resource as kubectl names
+/// it (`pods`, `deployments.apps`, `leases.coordination.k8s.io`), or `discovery` for the API
+/// discovery documents. kube2nats builds its paths from the configured watches plus discovery,
+/// access reviews and its Lease, so the label has no more values than those; object names and
+/// namespaces in a path never reach it.
+pub fn resource_label(path: &str) -> String {
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let (group, rest) = match segments.as_slice() {
+        ["api", _version, rest @ ..] => ("", rest),
+        ["apis", group, _version, rest @ ..] => (*group, rest),
+        _ => return "discovery".to_owned(),
+    };
+    let resource = match rest {
+        [] => return "discovery".to_owned(),
+        ["namespaces", _namespace, resource, ..] => resource,
+        [resource, ..] => resource,
+    };
+    if group.is_empty() {
+        (*resource).to_owned()
+    } else {
+        format!("{resource}.{group}")
+    }
 }
 
 /// A client for one API server, shared by every watch.
@@ -138,7 +162,7 @@ impl ApiClient {
     /// GET a JSON document (discovery), within the request timeout.
     pub async fn get(&self, path: &str) -> Result<Bytes, ApiError> {
         let response = self
-            .send(Verb::Get, |h| h.get(self.url(path, &[])), true)
+            .send(Verb::Get, path, |h| h.get(self.url(path, &[])), true)
             .await?;
         self.read_body(response).await
     }
@@ -146,7 +170,7 @@ impl ApiClient {
     /// One list request (one page), within the request timeout.
     pub async fn list(&self, path: &str, query: &[(&str, &str)]) -> Result<Bytes, ApiError> {
         let response = self
-            .send(Verb::List, |h| h.get(self.url(path, query)), true)
+            .send(Verb::List, path, |h| h.get(self.url(path, query)), true)
             .await?;
         self.read_body(response).await
     }
@@ -154,19 +178,22 @@ impl ApiClient {
     /// POST a JSON body (access reviews, a Lease's creation).
     pub async fn create(&self, path: &str, body: &serde_json::Value) -> Result<Bytes, ApiError> {
         let url = self.url(path, &[]);
-        self.send_json(Verb::Create, |h| h.post(url), body).await
+        self.send_json(Verb::Create, path, |h| h.post(url), body)
+            .await
     }
 
     /// PUT a whole object (a Lease renewal); the API server refuses it with 409 Conflict when the
     /// body's `metadata.resourceVersion` is not the object's current one.
     pub async fn update(&self, path: &str, body: &serde_json::Value) -> Result<Bytes, ApiError> {
         let url = self.url(path, &[]);
-        self.send_json(Verb::Update, |h| h.put(url), body).await
+        self.send_json(Verb::Update, path, |h| h.put(url), body)
+            .await
     }
 
     async fn send_json(
         &self,
         verb: Verb,
+        path: &str,
         build: impl FnOnce(&reqwest::Client) -> reqwest::RequestBuilder,
         body: &serde_json::Value,
     ) -> Result<Bytes, ApiError> {
@@ -175,7 +202,7 @@ impl ApiClient {
                 .header(CONTENT_TYPE, "application/json")
                 .body(body.to_string())
         };
-        let response = self.send(verb, request, true).await?;
+        let response = self.send(verb, path, request, true).await?;
         self.read_body(response).await
     }
 
@@ -187,7 +214,7 @@ impl ApiClient {
         query: &[(&str, &str)],
     ) -> Result<reqwest::Response, ApiError> {
         let response = self
-            .send(Verb::Watch, |h| h.get(self.url(path, query)), false)
+            .send(Verb::Watch, path, |h| h.get(self.url(path, query)), false)
             .await?;
         let content_type = response
             .headers()
@@ -216,11 +243,13 @@ impl ApiClient {
         url
     }
 
-    /// Sends the request `build` makes with the current credentials, counting it by verb and
-    /// code; a 401 drops the cached credentials so the next request fetches new ones.
+    /// Sends the request `build` makes with the current credentials, counting it by verb,
+    /// resource (of `path`) and code; a 401 drops the cached credentials so the next request
+    /// fetches new ones.
     async fn send(
         &self,
         verb: Verb,
+        path: &str,
         build: impl FnOnce(&reqwest::Client) -> reqwest::RequestBuilder,
         whole_request_timeout: bool,
     ) -> Result<reqwest::Response, ApiError> {
@@ -245,11 +274,11 @@ impl ApiClient {
         let response = match sent {
             Ok(Ok(response)) => response,
             Ok(Err(e)) => {
-                self.count(verb, 0);
+                self.count(verb, path, 0);
                 return Err(ApiError::Transport(e));
             }
             Err(_elapsed) => {
-                self.count(verb, 0);
+                self.count(verb, path, 0);
                 return Err(ApiError::ServerError {
                     code: 0,
                     message: format!("no response headers within {:?}", self.request_timeout),
@@ -258,7 +287,7 @@ impl ApiClient {
             }
         };
         let code = response.status().as_u16();
-        self.count(verb, code);
+        self.count(verb, path, code);
         if response.status().is_success() {
             return Ok(response);
         }
@@ -279,9 +308,9 @@ impl ApiClient {
         response.bytes().await.map_err(ApiError::Transport)
     }
 
-    fn count(&self, verb: Verb, code: u16) {
+    fn count(&self, verb: Verb, path: &str, code: u16) {
         self.api_requests
-            .with_label_values(&[verb.as_str(), &code.to_string()])
+            .with_label_values(&[verb.as_str(), &resource_label(path), &code.to_string()])
             .inc();
     }
 }
@@ -389,6 +418,36 @@ pub fn collection_path(resource: &ResourceInfo, namespace: Option<&str>) -> Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The `resource` label names a resource as kubectl does, never an object or a namespace.
+    #[test]
+    fn resource_label_names_the_resource_of_a_path() {
+        for (path, label) in [
+            ("/api", "discovery"),
+            ("/apis", "discovery"),
+            ("/api/v1", "discovery"),
+            ("/apis/apps/v1", "discovery"),
+            ("/api/v1/pods", "pods"),
+            ("/api/v1/namespaces/shop/pods", "pods"),
+            ("/api/v1/namespaces", "namespaces"),
+            ("/api/v1/namespaces/shop", "namespaces"),
+            (
+                "/apis/apps/v1/namespaces/shop/deployments",
+                "deployments.apps",
+            ),
+            ("/apis/example.com/v1alpha1/widgets", "widgets.example.com"),
+            (
+                "/apis/coordination.k8s.io/v1/namespaces/kube2nats/leases/kube2nats",
+                "leases.coordination.k8s.io",
+            ),
+            (
+                "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                "selfsubjectaccessreviews.authorization.k8s.io",
+            ),
+        ] {
+            assert_eq!(resource_label(path), label, "{path}");
+        }
+    }
 
     fn info(group: &str, plural: &str) -> ResourceInfo {
         ResourceInfo {

@@ -1,7 +1,7 @@
 //! The durable state's metrics, registered by the state stage itself.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
@@ -86,7 +86,7 @@ impl StateMetrics {
     /// Handles for one target of `watch`.
     pub fn for_target(&self, watch: &str) -> TargetMetrics {
         let started = Arc::new(AtomicU64::new(unix_millis()));
-        self.ages.add(watch, started.clone());
+        self.ages.add(watch, &started);
         TargetMetrics {
             watch: watch.into(),
             checkpoints: self.checkpoints.with_label_values(&[watch]),
@@ -142,15 +142,18 @@ fn unix_millis() -> u64 {
 
 /// `kube2nats_state_checkpoint_age_seconds{watch}`: how long ago the saved state last matched
 /// what was published, for the target of the watch that lags most. Computed when scraped, so it
-/// keeps growing while checkpoints fail or the watch is stuck.
+/// keeps growing while checkpoints fail or the watch is stuck. Only running targets count: a
+/// target whose task ended (a replica that stood down, a restarted task) is forgotten, so its
+/// frozen timestamp cannot make a live watch look stuck, and a standby exports no age at all.
 #[derive(Clone)]
 struct CheckpointAges {
     gauge: prometheus::GaugeVec,
     targets: Arc<Mutex<Vec<TargetAge>>>,
 }
 
-/// A watch's name and the time (unix millis) one of its targets was last checkpointed.
-type TargetAge = (Arc<str>, Arc<AtomicU64>);
+/// A watch's name and the time (unix millis) one of its targets was last checkpointed; the
+/// target's [`TargetMetrics`] hold the time, so it goes away with them.
+type TargetAge = (Arc<str>, Weak<AtomicU64>);
 
 impl CheckpointAges {
     fn new() -> prometheus::Result<CheckpointAges> {
@@ -167,9 +170,10 @@ impl CheckpointAges {
         })
     }
 
-    fn add(&self, watch: &str, last_current: Arc<AtomicU64>) {
+    fn add(&self, watch: &str, last_current: &Arc<AtomicU64>) {
         if let Ok(mut targets) = self.targets.lock() {
-            targets.push((watch.into(), last_current));
+            targets.retain(|(_, last)| last.strong_count() > 0);
+            targets.push((watch.into(), Arc::downgrade(last_current)));
         }
     }
 }
@@ -181,9 +185,12 @@ impl Collector for CheckpointAges {
 
     fn collect(&self) -> Vec<MetricFamily> {
         let now = unix_millis();
-        if let Ok(targets) = self.targets.lock() {
+        self.gauge.reset();
+        if let Ok(mut targets) = self.targets.lock() {
+            targets.retain(|(_, last)| last.strong_count() > 0);
             let mut oldest: Vec<(&str, u64)> = Vec::new();
             for (watch, last) in targets.iter() {
+                let Some(last) = last.upgrade() else { continue };
                 let last = last.load(Ordering::Relaxed);
                 match oldest.iter_mut().find(|(w, _)| *w == &**watch) {
                     Some((_, l)) => *l = (*l).min(last),
@@ -196,5 +203,49 @@ impl Collector for CheckpointAges {
             }
         }
         self.gauge.collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ages(registry: &Registry) -> Vec<(String, f64)> {
+        registry
+            .gather()
+            .iter()
+            .filter(|f| f.name() == "kube2nats_state_checkpoint_age_seconds")
+            .flat_map(|f| f.get_metric().to_vec())
+            .map(|m| {
+                (
+                    m.get_label()[0].value().to_owned(),
+                    m.get_gauge().get_value(),
+                )
+            })
+            .collect()
+    }
+
+    /// The age is that of the most lagging running target; a target whose task ended no longer
+    /// counts, and with none running the watch has no age series at all.
+    #[test]
+    fn checkpoint_age_counts_only_running_targets() {
+        let registry = Registry::new();
+        let metrics = StateMetrics::register(&registry).unwrap();
+        let stale = metrics.for_target("pods");
+        stale
+            .last_current
+            .store(unix_millis() - 3_600_000, Ordering::Relaxed);
+        let live = metrics.for_target("pods");
+        let age = ages(&registry);
+        assert_eq!(age.len(), 1);
+        assert!(age[0].1 >= 3_600.0, "{age:?}");
+
+        drop(stale);
+        let age = ages(&registry);
+        assert_eq!(age.len(), 1);
+        assert!(age[0].1 < 60.0, "the ended target still counts: {age:?}");
+
+        drop(live);
+        assert_eq!(ages(&registry), []);
     }
 }

@@ -73,18 +73,21 @@ impl Metrics {
     }
 }
 
-/// `build_info{version}`, always 1: which build runs.
+/// The git revision the binary was built from, or `unknown` (see build.rs).
+pub const REVISION: &str = env!("KUBE2NATS_REVISION");
+
+/// `build_info{version, revision}`, always 1: which build runs.
 fn register_build_info(registry: &Registry) -> prometheus::Result<()> {
     let build_info = IntGaugeVec::new(
         opts(
             "build_info",
-            "Always 1; the version label says which build runs.",
+            "Always 1; the labels say which build runs: its version and git revision (unknown when built outside a git checkout).",
         ),
-        &["version"],
+        &["version", "revision"],
     )?;
     registry.register(Box::new(build_info.clone()))?;
     build_info
-        .with_label_values(&[env!("CARGO_PKG_VERSION")])
+        .with_label_values(&[env!("CARGO_PKG_VERSION"), REVISION])
         .set(1);
     Ok(())
 }

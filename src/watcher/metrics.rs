@@ -47,7 +47,7 @@ impl WatchFamilies {
         let relists = counter(
             registry,
             "relists_total",
-            "Lists started, by reason (initial, expired, too_large_resource_version, ...).",
+            "Lists started, by reason: initial (a namespace's first list: at start, after taking over the Lease, after a task restart; not a relist, so alerts exclude it), expired, too_large_resource_version, continue_expired, streaming_unsupported.",
             &["watch", "reason"],
         )?;
         let decode_errors = counter(

@@ -80,11 +80,8 @@ pub fn client(sim: &ApiServer, token_file: Option<PathBuf>, reload: Duration) ->
 
 /// A client for `endpoint`, counting its requests into a throwaway counter.
 pub fn api_client(endpoint: Endpoint) -> Arc<ApiClient> {
-    let counter = prometheus::IntCounterVec::new(
-        prometheus::Opts::new("api_requests_total", "test"),
-        &["verb", "code"],
-    )
-    .expect("counter");
+    let counter = kube2nats::kube::client::register_api_requests(&prometheus::Registry::new())
+        .expect("counter");
     Arc::new(ApiClient::new(endpoint, Duration::from_secs(5), counter).expect("API client"))
 }
 
