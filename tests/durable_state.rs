@@ -160,11 +160,7 @@ async fn tail_objects_deleted_while_down(mode: Mode) {
     }
     problems.extend(run_problems("after the restart", &after));
     if mode == Mode::JetStream {
-        for (key, n) in stored_counts(&cluster.nats.url()).await {
-            if n != 1 {
-                problems.push(format!("stored {n} times in the stream: {key:?}"));
-            }
-        }
+        problems.extend(stored_more_than_once(&cluster.nats.url()).await);
     }
     assert!(
         problems.is_empty(),
@@ -240,11 +236,7 @@ async fn crash_before_the_first_checkpoint(mode: Mode) {
         }
     }
     if mode == Mode::JetStream {
-        for (key, n) in stored_counts(&cluster.nats.url()).await {
-            if n != 1 {
-                problems.push(format!("stored {n} times in the stream: {key:?}"));
-            }
-        }
+        problems.extend(stored_more_than_once(&cluster.nats.url()).await);
     }
     assert!(
         problems.is_empty(),

@@ -547,14 +547,10 @@ pub async fn crash_and_restart_cycles(
         );
         if mode == Mode::JetStream {
             // Every repeat of the uncheckpointed tail carried the first publish's Nats-Msg-Id.
-            let stored_twice: Vec<_> = stored_counts(&cluster.nats.url())
-                .await
-                .into_iter()
-                .filter(|(_, n)| *n > 1)
-                .collect();
+            let stored_twice = stored_more_than_once(&cluster.nats.url()).await;
             assert!(
                 stored_twice.is_empty(),
-                "mode {mode:?} seed {seed} cycle {i}: stored more than once in the stream: {stored_twice:?}"
+                "mode {mode:?} seed {seed} cycle {i}: {stored_twice:?}"
             );
         }
         report.tail_repeats += tail_repeats;
@@ -666,11 +662,15 @@ async fn check_restart(
     (daemon, problems, tail_repeats, changes.len(), log)
 }
 
-/// How often each (uid, version, deletion) is stored in the `KUBE` stream.
-pub async fn stored_counts(url: &str) -> HashMap<(String, u64, bool), usize> {
-    let mut counts = HashMap::new();
+/// Each (uid, version, deletion) the `KUBE` stream holds more than once, as a problem.
+pub async fn stored_more_than_once(url: &str) -> Vec<String> {
+    let mut counts: HashMap<_, usize> = HashMap::new();
     for s in stream_messages(url).await {
         *counts.entry(version_key(&s)).or_default() += 1;
     }
     counts
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(key, n)| format!("stored {n} times in the stream: {key:?}"))
+        .collect()
 }
