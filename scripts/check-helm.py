@@ -4,9 +4,10 @@ Helm v4 library), for scripts/check-deploy.
 Writes the rendered variants to OUT/helm-*.yaml (check-deploy then validates them with
 kubernetes-validate and checkov like the kustomize output) and each rendered ConfigMap's TOML to
 OUT/helm-*.toml (checked with kube2nats --check-config). Checks here: `helm lint --strict`, every
-watch of the rendered configuration has its RBAC rule in the rendered Role/ClusterRole, values
-that kube2nats cannot honour are refused at render time, and the chart's copy of the alerts is
-deploy/monitoring/prometheusrule.yaml.
+watch of the rendered configuration has its RBAC rule in the rendered Role/ClusterRole, with
+leader election the Lease's rules, downward-API identity, PodDisruptionBudget and anti-affinity
+agree with the configuration, values that kube2nats cannot honour are refused at render time, and
+the chart's copy of the alerts is deploy/monitoring/prometheusrule.yaml.
 
 Usage: check-helm.py OUT
 """
@@ -41,8 +42,15 @@ VARIANTS = {
     },
 }
 
+VARIANTS["helm-replicas"] = {
+    # Three replicas, one publisher: leader election, a PodDisruptionBudget, spread over nodes.
+    "replicas": 3,
+    "leaderElection": {"enabled": True},
+}
+
 REFUSED = {
-    "leader election before it exists": ({"leaderElection": {"enabled": True}}, "leader election"),
+    "several replicas without leader election": ({"replicas": 2}, "leaderElection.enabled"),
+    "an unknown anti-affinity": ({"replicas": 2, "leaderElection": {"enabled": True}, "podAntiAffinity": "sometimes"}, "podAntiAffinity"),
     "all namespaces with namespaced RBAC": (
         {"config": {"watches": [{"name": "pods", "resource": "pods", "namespaces": []}]}},
         "set rbac.scope=cluster",
@@ -110,6 +118,51 @@ def check_hardening(name, docs):
             fail(f"{name}: {probe} does not probe {path}")
 
 
+def check_leader_election(name, docs, config):
+    """With leader election: the configuration names the Lease, the pod knows its name and
+    namespace, the Role allows exactly what the elector does on that Lease, and with several
+    replicas a PodDisruptionBudget and anti-affinity select the Deployment's pods."""
+    election = config.get("leader_election", {})
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]
+    replicas = deployment["spec"]["replicas"]
+    if not election.get("enabled"):
+        if replicas > 1:
+            fail(f"{name}: {replicas} replicas without leader election")
+        return
+    lease = election["lease_name"]
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in pod["spec"]["containers"][0].get("env", [])}
+    for var, field in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")):
+        if env.get(var) != field:
+            fail(f"{name}: {var} is not the downward API's {field}")
+    rules = [
+        r
+        for d in docs
+        if d["kind"] == "Role" and d["metadata"]["namespace"] == NAMESPACE
+        for r in d["rules"]
+        if "coordination.k8s.io" in r["apiGroups"] and "leases" in r["resources"]
+    ]
+    named = [r for r in rules if r.get("resourceNames") == [lease]]
+    if not named or not {"get", "update"} <= set(named[0]["verbs"]):
+        fail(f"{name}: no rule for get and update on the Lease {lease}")
+    if not any("create" in r["verbs"] and not r.get("resourceNames") for r in rules):
+        fail(f"{name}: no rule for create on leases (it cannot carry resourceNames)")
+    if any(set(r["verbs"]) - {"get", "update", "create"} for r in rules) or any(
+        set(r["verbs"]) - {"create"} and not r.get("resourceNames") for r in rules
+    ):
+        fail(f"{name}: the Lease rules grant more than get/update on the Lease and create")
+    if replicas > 1:
+        labels = pod["metadata"]["labels"]
+        pdbs = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+        if not pdbs or not pdbs[0]["spec"]["selector"]["matchLabels"].items() <= labels.items():
+            fail(f"{name}: no PodDisruptionBudget selecting the pods")
+        anti = pod["spec"].get("affinity", {}).get("podAntiAffinity", {})
+        terms = [t["podAffinityTerm"] for t in anti.get("preferredDuringSchedulingIgnoredDuringExecution", [])]
+        terms += anti.get("requiredDuringSchedulingIgnoredDuringExecution", [])
+        if not any(t["labelSelector"]["matchLabels"].items() <= labels.items() for t in terms):
+            fail(f"{name}: no pod anti-affinity spreading the replicas")
+
+
 def main(out):
     out = pathlib.Path(out)
     report = lint(CHART, strict=True, namespace=NAMESPACE)
@@ -129,6 +182,7 @@ def main(out):
         config = tomllib.loads(toml_text)
         check_rbac(name, docs, config)
         check_hardening(name, docs)
+        check_leader_election(name, docs, config)
         kinds = ",".join(d["kind"] for d in docs)
         print(f"{name}: {len(docs)} objects ({kinds})", file=sys.stderr)
 

@@ -149,13 +149,11 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         tokio::spawn(async move {
             let result =
                 run_watches(config, client, nats.clone(), stages, readiness, shutdown).await;
-            // Draining waits for the server; with NATS down it would wait forever.
-            match tokio::time::timeout(NATS_DRAIN_TIMEOUT, nats.client().drain()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::debug!(error = %e, "draining the NATS connection failed"),
-                Err(_) => {
-                    tracing::warn!(timeout = ?NATS_DRAIN_TIMEOUT, "NATS connection not drained in time (NATS unreachable?); messages still in the client's buffer are lost")
-                }
+            let discard = result
+                .as_ref()
+                .is_err_and(|e| e.downcast_ref::<QueuedAfterLostTerm>().is_some());
+            if !discard {
+                drain_nats(&nats).await;
             }
             http_stop.cancel();
             let _ = http_task.await;
@@ -168,6 +166,18 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         shutdown,
         main,
     })
+}
+
+/// Drains the NATS connection, within [`NATS_DRAIN_TIMEOUT`]: draining waits for the server, and
+/// with NATS down it would wait forever.
+async fn drain_nats(nats: &Nats) {
+    match tokio::time::timeout(NATS_DRAIN_TIMEOUT, nats.client().drain()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "draining the NATS connection failed"),
+        Err(_) => {
+            tracing::warn!(timeout = ?NATS_DRAIN_TIMEOUT, "NATS connection not drained in time (NATS unreachable?); messages still in the client's buffer are lost")
+        }
+    }
 }
 
 /// Discovers the watched resources (the warm part a standby does too), then runs the watch
@@ -185,7 +195,7 @@ async fn run_watches(
         return Ok(());
     };
     let plans = plan(&config, &discovery)?;
-    check_rbac(&client, &config, &plans).await?;
+    check_rbac(&client, &config, &plans, elector.as_ref()).await?;
     if !ensure_stream(&config, &nats, &shutdown).await {
         return Ok(());
     }
@@ -242,6 +252,16 @@ fn elector(
         config.leader_election.clone(),
         metrics.leader.clone(),
     )))
+}
+
+/// A term was lost while NATS did not take the messages already handed to the client (not
+/// flushed within `within`). Once reconnected the client would publish them after another
+/// replica had taken over, out of order with its messages, so kube2nats exits without draining
+/// (its pod restarts as a standby) — as client-go's controllers exit on a lost lease.
+#[derive(Debug, thiserror::Error)]
+#[error("lost the Lease with messages still queued for NATS (not flushed within {within:?}); exiting so that they are never published after another replica took over")]
+struct QueuedAfterLostTerm {
+    within: Duration,
 }
 
 /// What a term of watching needs: everything resolved while warm.
@@ -302,6 +322,7 @@ impl Watches<'_> {
         }
         term.tasks.abort_all();
         while term.tasks.join_next().await.is_some() {}
+        self.flush_after_lost_term().await?;
         self.readiness.set_standby();
         for m in &term.watch_metrics {
             m.clear();
@@ -310,6 +331,24 @@ impl Watches<'_> {
             m.queue_depth.set(0);
         }
         Ok(())
+    }
+
+    /// After a lost term, makes sure the messages already handed to the NATS client reach the
+    /// server before another replica can take over; if they cannot (NATS unreachable), the
+    /// client would send them on reconnecting, behind the next holder's: only ending the process
+    /// discards them.
+    async fn flush_after_lost_term(&self) -> Result<(), QueuedAfterLostTerm> {
+        let election = &self.config.leader_election;
+        // Another replica acquires no sooner than lease_duration after this one's last renewal,
+        // which is renew_deadline before now: half that margin leaves the flush room to land.
+        let within = election
+            .lease_duration
+            .saturating_sub(election.renew_deadline)
+            / 2;
+        match tokio::time::timeout(within, self.nats.client().flush()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) | Err(_) => Err(QueuedAfterLostTerm { within }),
+        }
     }
 
     fn spawn(&self, shutdown: &CancellationToken) -> Term {
@@ -522,22 +561,27 @@ fn plan<'a>(config: &'a Config, discovery: &Discovery) -> anyhow::Result<Vec<Wat
         .collect()
 }
 
-/// The start-up RBAC self-check; with `rbac_check = "fail"` a refusal stops kube2nats.
+/// The start-up RBAC self-check (the watches, and the Lease when leader election is on); with
+/// `rbac_check = "fail"` a refusal stops kube2nats.
 async fn check_rbac(
     client: &ApiClient,
     config: &Config,
     plans: &[WatchPlan<'_>],
+    elector: Option<&Elector>,
 ) -> anyhow::Result<()> {
-    let accesses: Vec<rbac::Access> = plans
+    let leases = rbac::lease_resource();
+    let mut accesses: Vec<rbac::Access> = plans
         .iter()
         .flat_map(|p| {
-            p.namespaces.iter().map(move |ns| rbac::Access {
-                watch: &p.watch.name,
-                resource: &p.resource,
-                namespace: ns.as_deref(),
-            })
+            p.namespaces
+                .iter()
+                .map(move |ns| rbac::Access::watch(&p.watch.name, &p.resource, ns.as_deref()))
         })
         .collect();
+    if let Some(elector) = elector {
+        let (namespace, name) = elector.lease();
+        accesses.extend(rbac::Access::lease(&leases, namespace, name));
+    }
     let refusals = rbac::self_check(client, &accesses).await;
     match config.kubernetes.rbac_check {
         RbacCheck::Fail if !refusals.is_empty() => Err(rbac::RbacDenied(refusals).into()),

@@ -3,9 +3,10 @@
 //!
 //! Before its watches start, kube2nats asks the API server (SelfSubjectAccessReview, which every
 //! authenticated identity may create) whether it may `list` and `watch` each watched resource in
-//! each namespace. A refusal is logged with the exact rule to add; depending on
-//! `kubernetes.rbac_check` kube2nats then keeps running (the watch retries until the Role is
-//! fixed) or exits with code 3.
+//! each namespace, and, with leader election on, `get` and `update` its Lease and `create` leases
+//! in the Lease's namespace. A refusal is logged with the exact rule to add; depending on
+//! `kubernetes.rbac_check` kube2nats then keeps running (the watch or the election retries until
+//! the Role is fixed) or exits with code 3.
 
 use serde::Deserialize;
 use serde_json::json;
@@ -16,20 +17,37 @@ use crate::kube::{ApiClient, ApiError};
 
 const ACCESS_REVIEW_PATH: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
 
+/// Who needs a permission: one watch, or leader election.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose<'a> {
+    Watch(&'a str),
+    LeaderElection,
+}
+
 /// One permission kube2nats needs and does not have.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
-    pub watch: String,
+    /// The watch's name, or `leader election`.
+    pub needed_by: String,
     pub verb: Verb,
     pub resource: ResourceInfo,
     /// `None`: all namespaces (or cluster-scoped).
     pub namespace: Option<String>,
+    /// The one object the permission is needed on (`resourceNames` in the rule).
+    pub name: Option<String>,
+    /// The verbs of the rule to add (a watch also needs `get`, which the check does not ask).
+    pub grant: Vec<Verb>,
 }
 
 impl Refusal {
     /// `add to a Role in namespace "default" …: {apiGroups: [""], resources: ["pods"], …}`.
     pub fn rule(&self) -> String {
-        rule_to_add(&self.resource, self.namespace.as_deref())
+        rule_for(
+            &self.resource,
+            self.namespace.as_deref(),
+            self.name.as_deref(),
+            &self.grant,
+        )
     }
 }
 
@@ -38,11 +56,63 @@ impl Refusal {
 #[error("RBAC does not allow {} required permission(s); see the log lines above for the rules to add", .0.len())]
 pub struct RbacDenied(pub Vec<Refusal>);
 
-/// What to check: one watch's resource in one namespace (or all).
+/// What to check: `check` on one resource in one namespace (or all), on one object by name or on
+/// the collection; `grant` is what the rule to add allows.
 pub struct Access<'a> {
-    pub watch: &'a str,
+    pub purpose: Purpose<'a>,
     pub resource: &'a ResourceInfo,
     pub namespace: Option<&'a str>,
+    pub name: Option<&'a str>,
+    pub check: &'static [Verb],
+    pub grant: &'static [Verb],
+}
+
+impl<'a> Access<'a> {
+    /// A watch lists and watches its resource (and the rule grants `get` too, as kubectl's
+    /// "read" roles do).
+    pub fn watch(watch: &'a str, resource: &'a ResourceInfo, namespace: Option<&'a str>) -> Self {
+        Access {
+            purpose: Purpose::Watch(watch),
+            resource,
+            namespace,
+            name: None,
+            check: &[Verb::List, Verb::Watch],
+            grant: &[Verb::Get, Verb::List, Verb::Watch],
+        }
+    }
+
+    /// Leader election reads and renews one Lease by name, and creates it when it does not exist
+    /// yet: `create` cannot be limited to a name (the object has none until created), so it is a
+    /// rule of its own. `leases` comes from [`lease_resource`].
+    pub fn lease(leases: &'a ResourceInfo, namespace: &'a str, name: &'a str) -> [Self; 2] {
+        let access = |name, check, grant| Access {
+            purpose: Purpose::LeaderElection,
+            resource: leases,
+            namespace: Some(namespace),
+            name,
+            check,
+            grant,
+        };
+        [
+            access(
+                Some(name),
+                &[Verb::Get, Verb::Update],
+                &[Verb::Get, Verb::Update],
+            ),
+            access(None, &[Verb::Create], &[Verb::Create]),
+        ]
+    }
+}
+
+/// `leases.coordination.k8s.io/v1`, the resource leader election uses.
+pub fn lease_resource() -> ResourceInfo {
+    ResourceInfo {
+        group: "coordination.k8s.io".into(),
+        version: "v1".into(),
+        plural: "leases".into(),
+        kind: "Lease".into(),
+        namespaced: true,
+    }
 }
 
 #[derive(Deserialize)]
@@ -56,41 +126,68 @@ struct ReviewStatus {
     allowed: bool,
 }
 
-/// Asks about `list` and `watch` for each access; logs each refusal with the rule to add, and
-/// returns them. A review that cannot be asked (old server, network) is logged and skipped: the
-/// watches themselves will report what is wrong.
+/// Asks about each verb of each access; logs each refusal with the rule to add, and returns them.
+/// A review that cannot be asked (old server, network) is logged and skipped: the watches and the
+/// election themselves will report what is wrong.
 pub async fn self_check(client: &ApiClient, accesses: &[Access<'_>]) -> Vec<Refusal> {
     let mut refusals = Vec::new();
     for access in accesses {
-        for verb in [Verb::List, Verb::Watch] {
+        for &verb in access.check {
             match allowed(client, verb, access).await {
                 Ok(true) => {}
                 Ok(false) => {
-                    let refusal = Refusal {
-                        watch: access.watch.to_owned(),
-                        verb,
-                        resource: access.resource.clone(),
-                        namespace: access.namespace.map(str::to_owned),
-                    };
-                    tracing::error!(
-                        watch = access.watch,
-                        verb = verb.as_str(),
-                        resource = %access.resource.plural,
-                        group = %access.resource.group,
-                        namespace = access.namespace.unwrap_or("*"),
-                        rule = %refusal.rule(),
-                        "RBAC does not allow the request; add the rule"
-                    );
+                    let refusal = refused(access, verb);
+                    log_refusal(access, &refusal);
                     refusals.push(refusal);
                 }
                 Err(e) => {
-                    tracing::warn!(watch = access.watch, verb = verb.as_str(), error = %e, "cannot check RBAC with a SelfSubjectAccessReview; skipping the check");
+                    tracing::warn!(verb = verb.as_str(), resource = %access.resource.plural, error = %e, "cannot check RBAC with a SelfSubjectAccessReview; skipping the check");
                     return refusals;
                 }
             }
         }
     }
     refusals
+}
+
+fn refused(access: &Access<'_>, verb: Verb) -> Refusal {
+    Refusal {
+        needed_by: match access.purpose {
+            Purpose::Watch(watch) => watch.to_owned(),
+            Purpose::LeaderElection => "leader election".to_owned(),
+        },
+        verb,
+        resource: access.resource.clone(),
+        namespace: access.namespace.map(str::to_owned),
+        name: access.name.map(str::to_owned),
+        grant: access.grant.to_vec(),
+    }
+}
+
+fn log_refusal(access: &Access<'_>, refusal: &Refusal) {
+    let resource = &access.resource;
+    let namespace = access.namespace.unwrap_or("*");
+    let rule = refusal.rule();
+    match access.purpose {
+        Purpose::Watch(watch) => tracing::error!(
+            watch,
+            verb = refusal.verb.as_str(),
+            resource = %resource.plural,
+            group = %resource.group,
+            namespace,
+            rule = %rule,
+            "RBAC does not allow the request; add the rule"
+        ),
+        Purpose::LeaderElection => tracing::error!(
+            verb = refusal.verb.as_str(),
+            resource = %resource.plural,
+            group = %resource.group,
+            namespace,
+            name = access.name.unwrap_or("*"),
+            rule = %rule,
+            "RBAC does not allow leader election's request on its Lease (the replica cannot acquire or renew it); add the rule"
+        ),
+    }
 }
 
 async fn allowed(client: &ApiClient, verb: Verb, access: &Access<'_>) -> Result<bool, ApiError> {
@@ -101,6 +198,9 @@ async fn allowed(client: &ApiClient, verb: Verb, access: &Access<'_>) -> Result<
     });
     if let Some(ns) = access.namespace {
         attributes["namespace"] = ns.into();
+    }
+    if let Some(name) = access.name {
+        attributes["name"] = name.into();
     }
     let body = json!({
         "apiVersion": "authorization.k8s.io/v1",
@@ -114,15 +214,35 @@ async fn allowed(client: &ApiClient, verb: Verb, access: &Access<'_>) -> Result<
 }
 
 /// The Role (one namespace) or ClusterRole (all namespaces, or a cluster-scoped resource) rule that
-/// grants kube2nats what it needs on `resource`.
+/// grants kube2nats what a watch needs on `resource`.
 pub fn rule_to_add(resource: &ResourceInfo, namespace: Option<&str>) -> String {
+    rule_for(
+        resource,
+        namespace,
+        None,
+        &[Verb::Get, Verb::List, Verb::Watch],
+    )
+}
+
+/// The rule granting `verbs` on `resource` in `namespace` (a ClusterRole for all namespaces),
+/// limited to the object `name` if given.
+fn rule_for(
+    resource: &ResourceInfo,
+    namespace: Option<&str>,
+    name: Option<&str>,
+    verbs: &[Verb],
+) -> String {
     let scope = match namespace {
         Some(ns) => format!("a Role in namespace {ns:?} (bound to kube2nats' ServiceAccount)"),
         None => "a ClusterRole (bound with a ClusterRoleBinding)".to_owned(),
     };
+    let verbs: Vec<String> = verbs.iter().map(|v| format!("{:?}", v.as_str())).collect();
+    let names = name.map_or(String::new(), |n| format!(", resourceNames: [{n:?}]"));
     format!(
-        "add to {scope}: {{apiGroups: [{:?}], resources: [{:?}], verbs: [\"get\", \"list\", \"watch\"]}}",
-        resource.group, resource.plural
+        "add to {scope}: {{apiGroups: [{:?}], resources: [{:?}], verbs: [{}]{names}}}",
+        resource.group,
+        resource.plural,
+        verbs.join(", ")
     )
 }
 
@@ -144,5 +264,20 @@ mod tests {
             r#"add to a Role in namespace "default" (bound to kube2nats' ServiceAccount): {apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"]}"#
         );
         assert!(rule_to_add(&pods, None).starts_with("add to a ClusterRole"));
+    }
+
+    #[test]
+    fn the_lease_rules_name_the_lease_except_for_create() {
+        let leases = lease_resource();
+        let [named, create] = Access::lease(&leases, "ops", "kube2nats");
+        let rule = |a: &Access<'_>| refused(a, a.check[0]).rule();
+        assert_eq!(
+            rule(&named),
+            r#"add to a Role in namespace "ops" (bound to kube2nats' ServiceAccount): {apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["get", "update"], resourceNames: ["kube2nats"]}"#
+        );
+        assert_eq!(
+            rule(&create),
+            r#"add to a Role in namespace "ops" (bound to kube2nats' ServiceAccount): {apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["create"]}"#
+        );
     }
 }

@@ -391,6 +391,61 @@ async fn rbac_self_check_names_the_rule_to_add() {
     assert_eq!(code, Some(3), "log:\n{}", process.rest());
 }
 
+/// With leader election on, the self-check also asks for the Lease — `get` and `update` on it by
+/// name, `create` on leases (which no rule can limit to a name) — and reports a refusal with the
+/// rule to add; with `rbac_check = "fail"` kube2nats exits with code 3 before standing by.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_self_check_covers_the_lease_when_leader_election_is_on() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let pods = || Rule::new(&["get", "list", "watch"], &[""], &["pods"], &["default"]);
+    let leases =
+        |verbs: &[&str]| Rule::new(verbs, &["coordination.k8s.io"], &["leases"], &["default"]);
+    let lease_by_name = || leases(&["get", "update"]).named(&["kube2nats"]);
+    sim.set_rules(INITIAL_TOKEN, vec![pods(), lease_by_name()]);
+    let nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let election = "[leader_election]\nenabled = true\nnamespace = \"default\"\n";
+    let warn = config_text(&sim, &nats, &dir, &format!("{election}{PODS_WATCH}"));
+    let process = Process::spawn_env(&warn, &[], &[("POD_NAME", "k2n-0")]);
+    let line = process.line_with(&["RBAC does not allow leader election"]);
+    assert!(
+        line.contains(r#"verb="create""#) && line.contains("resource=leases"),
+        "{line}"
+    );
+    assert!(line.contains(r#"add to a Role in namespace "default" (bound to kube2nats' ServiceAccount): {apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["create"]}"#), "{line}");
+    let reviews: Vec<String> = sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("selfsubjectaccessreviews"))
+        .map(|r| r.path)
+        .collect();
+    assert_eq!(
+        reviews.len(),
+        5,
+        "list and watch of pods, get, update and create of the Lease"
+    );
+    assert!(
+        !process.rest().contains("RBAC does not allow"),
+        "get and update on the named Lease are allowed"
+    );
+    drop(process);
+
+    // With the rule the line names added, the replica creates the Lease and holds it.
+    sim.set_rules(
+        INITIAL_TOKEN,
+        vec![pods(), lease_by_name(), leases(&["create"])],
+    );
+    let process = Process::spawn_env(&warn, &[], &[("POD_NAME", "k2n-0")]);
+    process.line_with(&["acquired the Lease"]);
+    drop(process);
+
+    sim.set_rules(INITIAL_TOKEN, vec![pods()]);
+    let fail = warn.replace("[kubernetes]", "[kubernetes]\nrbac_check = \"fail\"");
+    let mut process = Process::spawn_env(&fail, &[], &[("POD_NAME", "k2n-0")]);
+    let (code, _) = process.wait_exit(WAIT);
+    assert_eq!(code, Some(3), "log:\n{}", process.rest());
+}
+
 /// SIGTERM during a busy stream: exit 0 within the grace period, and every event read from the
 /// API server was published (JetStream-acknowledged) before exit: the stream holds the changes
 /// from the first on, in order, none skipped and none twice, as many as kube2nats read.

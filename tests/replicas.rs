@@ -9,9 +9,24 @@
 //! them. Timings are short (lease 3 s, renew deadline 2 s, retry 0.5 s) so the tests are quick;
 //! every wait is a wait-for-condition with a generous bound.
 //!
-//! Exactly once across a takeover needs durable state (the new holder resumes where the old one
-//! checkpointed). Without it, the new holder relists and announces every object again as ADDED;
-//! [`DURABLE_STATE`] says which of the two is asserted.
+//! What "exactly once" means across a takeover depends on how the holder went:
+//! - **Released** (SIGTERM): the holder stops its watches at an event boundary, publishes what is
+//!   in flight, writes a last checkpoint, and only then releases the Lease; the next holder loads
+//!   that checkpoint after acquiring. Every change is published exactly once, in core and
+//!   JetStream mode alike.
+//! - **Lost** (kill -9, or cut off from the API server): the holder cannot write a checkpoint of
+//!   what it published last. Checkpoints are never ahead of what is published, so the new holder
+//!   resumes from the old one's last checkpoint and publishes every change since it again: it
+//!   *replays*, in the same order, exactly the old holder's messages after that checkpoint, and
+//!   nothing else. A core subscriber sees that replay (at most `state.checkpoint_interval` of
+//!   the stream); a JetStream stream drops it by `Nats-Msg-Id`, so the stream holds every change
+//!   exactly once. No design can do better in core mode: a publish and a checkpoint are two
+//!   writes, and a process killed between them has done the one and not the other (checkpointing
+//!   first would lose the change instead of repeating it).
+//!
+//! The tests assert exactly that: after a lost holder, the next term begins with precisely the
+//! old term's messages newer than the version the new holder logged as loaded, and past that
+//! replay no change is published twice, none is missing, and per object the order holds.
 
 mod common;
 
@@ -27,15 +42,9 @@ use kube2nats_harness::nats::NatsServer;
 use serde_json::Value;
 use tokio::time::Instant;
 
-/// Whether kube2nats keeps durable state (`[state]`, loaded when a term starts). With it a
-/// takeover publishes every change exactly once; without it, the new holder's relist repeats the
-/// objects the old holder already announced (as ADDED of the same version) and misses deletions
-/// made while nobody held the Lease. Switch this on when durable state is on main.
-const DURABLE_STATE: bool = false;
-
-/// The test timings: client-go's ratios, scaled down 5×.
+/// The test timings: client-go's ratios and the default checkpoint interval, scaled down 5×.
 const LEASE_DURATION: Duration = Duration::from_secs(3);
-const LEADER_ELECTION: &str = "[leader_election]\nenabled = true\nnamespace = \"default\"\nlease_duration = \"3s\"\nrenew_deadline = \"2s\"\nretry_period = \"500ms\"\n";
+const LEADER_ELECTION: &str = "[leader_election]\nenabled = true\nnamespace = \"default\"\nlease_duration = \"3s\"\nrenew_deadline = \"2s\"\nretry_period = \"500ms\"\n[state]\ncheckpoint_interval = \"1s\"\n";
 
 /// The watch every replica runs.
 const PODS_WATCH: &str =
@@ -82,6 +91,27 @@ impl Replica {
     async fn metric(&self, name: &str) -> Option<f64> {
         metric(&self.http("/metrics").await?.1, name, &[])
     }
+
+    /// The resourceVersion this replica resumed from when its term began (its log line saying
+    /// it loaded the saved state): where the previous holder's last checkpoint stood.
+    fn resumed_from(&self) -> u64 {
+        let line = self.line(&["loaded saved state"]);
+        line.split("resource_version=")
+            .nth(1)
+            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no resource_version in {line:?}"))
+    }
+
+    /// Waits until this replica has written a checkpoint, so that a takeover has state to load.
+    async fn checkpointed(&self) {
+        eventually_async("a checkpoint of the holder", || async {
+            self.metric("kube2nats_state_checkpoints_total")
+                .await
+                .is_some_and(|n| n >= 1.0)
+        })
+        .await;
+    }
 }
 
 /// One message as the subscriber received it.
@@ -93,7 +123,6 @@ struct Received {
     uid: String,
     name: String,
     rv: u64,
-    synthesized: bool,
     msg_id: String,
     at: Instant,
 }
@@ -124,7 +153,6 @@ impl Subscriber {
                     uid: header("Kube-Uid"),
                     name: header("Kube-Name"),
                     rv: header("Kube-Resource-Version").parse().unwrap_or(0),
-                    synthesized: g.header("Kube-Synthesized") == Some("relist"),
                     msg_id: header("Nats-Msg-Id"),
                     at,
                 });
@@ -139,10 +167,22 @@ impl Subscriber {
 
     /// The first message published by `publisher`, waiting for it until `within`.
     async fn first_from(&self, publisher: &str, within: Duration) -> Option<Received> {
+        self.first_from_after(publisher, 0, within).await
+    }
+
+    /// The first message published by `publisher` after the first `skip` messages, waiting for
+    /// it until `within`.
+    async fn first_from_after(
+        &self,
+        publisher: &str,
+        skip: usize,
+        within: Duration,
+    ) -> Option<Received> {
         let deadline = Instant::now() + within;
         loop {
-            if let Some(r) = self.all().into_iter().find(|r| r.publisher == publisher) {
-                return Some(r);
+            let all = self.all();
+            if let Some(r) = all.iter().skip(skip).find(|r| r.publisher == publisher) {
+                return Some(r.clone());
             }
             if Instant::now() >= deadline {
                 return None;
@@ -222,7 +262,7 @@ impl Producer {
     }
 }
 
-fn seed(sim: &ApiServer, n: usize) -> Vec<Change> {
+fn seed_pods(sim: &ApiServer, n: usize) -> Vec<Change> {
     (0..n)
         .map(|i| {
             Change::of(
@@ -277,71 +317,155 @@ async fn caught_up(sim: &ApiServer, subscriber: &Subscriber, changes: &[Change])
     tokio::time::sleep(Duration::from_millis(300)).await;
 }
 
-/// The delivery promise across takeovers, for messages `got` and the changes actually made:
+/// How a term began.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handover {
+    /// The first term: nothing was published before it.
+    First,
+    /// The previous holder settled, checkpointed and released the Lease (SIGTERM).
+    Released,
+    /// The previous holder stopped without a last checkpoint (kill -9, cut off); this one
+    /// resumed from the saved `resumed_from`.
+    Lost { resumed_from: u64 },
+}
+
+/// One term, in the order terms followed each other.
+#[derive(Debug, Clone, Copy)]
+struct Term {
+    publisher: &'static str,
+    handover: Handover,
+}
+
+/// The (uid, resourceVersion) a message publishes: one version of one object, as its
+/// `Nats-Msg-Id` names it (a deletion has a version of its own).
+fn key(r: &Received) -> (&str, u64) {
+    (r.uid.as_str(), r.rv)
+}
+
+/// What a replay repeats of a message: its `Nats-Msg-Id` (so JetStream drops it) and its type.
+fn replayable(r: &Received) -> (&str, &str) {
+    (r.msg_id.as_str(), r.event_type.as_str())
+}
+
+/// The delivery promise across takeovers, for the messages `got` (in the order the NATS server
+/// relayed them) and the changes actually made:
 /// - publishers take turns: the messages of one term never interleave with another's (no
-///   interval with two publishers), and `terms` lists the publishers in order;
-/// - every message is a change that happened, per-object versions never go backwards;
-/// - nothing lost: every live object's current version was published;
-/// - with durable state, every change exactly once; without, a repeat is only an ADDED from a
-///   relist by a later holder, of a version already published.
-fn assert_delivery(got: &[Received], changes: &[Change], terms: &[&str]) {
-    let mut runs: Vec<&str> = Vec::new();
+///   interval with two publishers), and the terms are `terms`;
+/// - a term after a released Lease repeats nothing; a term after a lost holder begins by
+///   replaying exactly the previous term's messages newer than the checkpoint it resumed from,
+///   in the same order (see the module doc for why that is the bound);
+/// - past the replays: every change published exactly once, nothing else published, and per
+///   object the versions only go up.
+///
+/// Returns how many messages were replays.
+fn assert_delivery(got: &[Received], changes: &[Change], terms: &[Term]) -> usize {
+    let mut runs: Vec<(&str, Vec<&Received>)> = Vec::new();
     for r in got {
-        if runs.last() != Some(&r.publisher.as_str()) {
-            runs.push(&r.publisher);
+        match runs.last_mut() {
+            Some((publisher, run)) if *publisher == r.publisher => run.push(r),
+            _ => runs.push((&r.publisher, vec![r])),
         }
     }
+    let publishers: Vec<&str> = runs.iter().map(|(p, _)| *p).collect();
+    let expected: Vec<&str> = terms.iter().map(|t| t.publisher).collect();
     assert_eq!(
-        runs, terms,
+        publishers, expected,
         "publishers must take turns, one term each, never interleaved"
     );
 
+    let mut once: Vec<&Received> = Vec::new();
+    let mut replayed = 0;
+    for (i, ((_, run), term)) in runs.iter().zip(terms).enumerate() {
+        let replay: Vec<(&str, &str)> = match term.handover {
+            Handover::First | Handover::Released => Vec::new(),
+            Handover::Lost { resumed_from } => runs[i - 1]
+                .1
+                .iter()
+                .filter(|r| r.rv > resumed_from)
+                .map(|r| replayable(r))
+                .collect(),
+        };
+        let head: Vec<(&str, &str)> = run
+            .iter()
+            .take(replay.len())
+            .map(|r| replayable(r))
+            .collect();
+        assert_eq!(
+            head, replay,
+            "term {i} of {} ({:?}) must begin by republishing exactly the previous term's messages after its last checkpoint, and nothing else",
+            term.publisher, term.handover
+        );
+        replayed += replay.len();
+        once.extend(&run[replay.len()..]);
+    }
+
     let made: HashSet<(&str, u64)> = changes.iter().map(|c| (c.uid.as_str(), c.rv)).collect();
     let mut last: HashMap<&str, u64> = HashMap::new();
-    let mut seen: HashMap<(&str, u64, bool), &Received> = HashMap::new();
-    let mut repeats = 0;
-    for r in got {
+    let mut seen: HashMap<(&str, u64), &Received> = HashMap::new();
+    for r in &once {
         assert!(
-            made.contains(&(r.uid.as_str(), r.rv)),
+            made.contains(&key(r)),
             "published a version that never existed: {r:?}"
         );
-        // A DELETED synthesized by a new holder's relist carries the last version its saved
-        // state knows, which may be older than one the old holder published after its last
-        // checkpoint.
-        let synthesized_delete = r.event_type == "DELETED" && r.synthesized;
         let before = last.insert(&r.uid, r.rv).unwrap_or(0);
         assert!(
-            before <= r.rv || synthesized_delete,
+            before < r.rv,
             "order broken for {}: {before} then {r:?}",
             r.name
         );
-        if let Some(first) = seen.insert((&r.uid, r.rv, r.event_type == "DELETED"), r) {
-            repeats += 1;
-            if DURABLE_STATE {
-                panic!("published twice with durable state: {first:?} and {r:?}");
-            }
-            // The new holder's relist announces again, at the same version (and Nats-Msg-Id),
-            // what the old one published after its last checkpoint: an object (ADDED, or
-            // MODIFIED against the journal's first version) or a journaled deletion.
-            assert!(
-                r.synthesized && r.publisher != first.publisher && r.msg_id == first.msg_id,
-                "a repeat must be the relist of a new holder announcing an unchanged object: first {first:?}, again {r:?}"
-            );
+        if let Some(first) = seen.insert(key(r), r) {
+            panic!("published twice (outside a replay): {first:?} and {r:?}");
         }
     }
-    if DURABLE_STATE {
-        let published: HashSet<(&str, u64)> = got.iter().map(|r| (r.uid.as_str(), r.rv)).collect();
-        let missing: Vec<&Change> = changes
-            .iter()
-            .filter(|c| !published.contains(&(c.uid.as_str(), c.rv)))
-            .collect();
-        assert!(missing.is_empty(), "changes never published: {missing:?}");
-    }
+    let missing: Vec<&Change> = changes
+        .iter()
+        .filter(|c| !seen.contains_key(&(c.uid.as_str(), c.rv)))
+        .collect();
+    assert!(missing.is_empty(), "changes never published: {missing:?}");
     eprintln!(
-        "delivery: {} messages for {} changes, {repeats} repeat(s) from relists, terms {terms:?}",
+        "delivery: {} messages for {} changes, {replayed} replayed after lost holders, terms {:?}",
         got.len(),
-        changes.len()
+        changes.len(),
+        terms
+            .iter()
+            .map(|t| (t.publisher, t.handover))
+            .collect::<Vec<_>>()
     );
+    replayed
+}
+
+/// The JetStream stream holds every change exactly once (replays dropped by `Nats-Msg-Id`), and
+/// per object in the order they were made.
+async fn assert_stream_exactly_once(nats: &NatsServer, changes: &[Change]) {
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    let mut stream = js.get_stream("KUBE").await.unwrap();
+    let info = stream.info().await.unwrap();
+    let mut stored: Vec<(String, u64)> = Vec::new();
+    for seq in info.state.first_sequence..=info.state.last_sequence {
+        let m = stream.get_raw_message(seq).await.unwrap();
+        let header = |n: &str| {
+            m.headers
+                .get(n)
+                .map(|v| v.as_str().to_owned())
+                .unwrap_or_default()
+        };
+        stored.push((
+            header("Kube-Uid"),
+            header("Kube-Resource-Version").parse().unwrap_or(0),
+        ));
+    }
+    let mut last: HashMap<&str, u64> = HashMap::new();
+    for (uid, rv) in &stored {
+        let before = last.insert(uid, *rv).unwrap_or(0);
+        assert!(
+            before < *rv,
+            "stream: {uid} at {rv} after {before} (twice, or out of order)"
+        );
+    }
+    let made: HashSet<(&str, u64)> = changes.iter().map(|c| (c.uid.as_str(), c.rv)).collect();
+    let held: HashSet<(&str, u64)> = stored.iter().map(|(u, rv)| (u.as_str(), *rv)).collect();
+    assert_eq!(held.len(), stored.len(), "the stream holds a version twice");
+    assert_eq!(held, made, "the stream holds every change, and only them");
 }
 
 /// Every live object at the end was published at its current version (the final state reached
@@ -365,8 +489,23 @@ fn assert_final_state(sim: &ApiServer, got: &[Received], changes: &[Change]) {
     }
 }
 
+/// The NATS settings of a test: core mode, or JetStream with one stream over every replica's
+/// subjects (so that `Nats-Msg-Id` de-duplicates across them).
+const CORE: &str = "";
+const JETSTREAM: &str =
+    "mode = \"jetstream\"\n[nats.jetstream.stream]\nname = \"KUBE\"\nsubjects = [\"a.>\", \"b.>\", \"c.>\"]\n";
+
+fn mode_name(mode: &str) -> &'static str {
+    if mode.is_empty() {
+        "core"
+    } else {
+        "jetstream"
+    }
+}
+
 /// Two replicas, `a` the holder and `b` the standby, with a subscriber and a busy stream running.
 struct Pair {
+    mode: &'static str,
     sim: Arc<ApiServer>,
     nats: NatsServer,
     subscriber: Subscriber,
@@ -376,11 +515,11 @@ struct Pair {
 }
 
 impl Pair {
-    async fn start(mode: &str) -> Pair {
+    async fn start(mode: &'static str) -> Pair {
         let sim = simulator().await;
         let nats = NatsServer::start().await.unwrap();
         let subscriber = Subscriber::start(&nats).await;
-        let changes = seed(&sim, 20);
+        let changes = seed_pods(&sim, 20);
         let a = Replica::start(&sim, &nats, "a", mode);
         a.line(&["acquired the Lease"]);
         a.line(&["synced"]);
@@ -388,6 +527,7 @@ impl Pair {
         b.line(&["held by another replica", "replica-a"]);
         let producer = Producer::start(sim.clone(), changes);
         Pair {
+            mode,
             sim,
             nats,
             subscriber,
@@ -398,23 +538,38 @@ impl Pair {
     }
 
     /// Lets the new holder work for a moment, stops the stream, waits until it is published, and
-    /// checks the delivery promise for the terms `a` then `b`; returns what was received.
-    async fn finish(self) -> (Vec<Received>, NatsServer) {
+    /// checks the delivery promise for the terms `a` then `b` (and the stream's content in
+    /// JetStream mode); returns how many messages `b` replayed.
+    async fn finish(self, handover: Handover) -> usize {
         tokio::time::sleep(Duration::from_millis(1000)).await;
         let changes = self.producer.stop().await;
         caught_up(&self.sim, &self.subscriber, &changes).await;
         let got = self.subscriber.all();
-        assert_delivery(&got, &changes, &["a", "b"]);
+        let terms = [
+            Term {
+                publisher: "a",
+                handover: Handover::First,
+            },
+            Term {
+                publisher: "b",
+                handover,
+            },
+        ];
+        let replayed = assert_delivery(&got, &changes, &terms);
         assert_final_state(&self.sim, &got, &changes);
-        (got, self.nats)
+        if self.mode == JETSTREAM {
+            assert_stream_exactly_once(&self.nats, &changes).await;
+        }
+        replayed
     }
 }
 
 /// Two replicas on a busy stream; kill -9 of the holder. The standby is ready and publishes
 /// nothing while it waits; it takes over within lease duration + 5 s; the two never publish at
-/// the same time, nothing is lost, order holds per object. `mode` is `""` (core) or the
-/// JetStream settings, in which case the stream holds each distinct `Nats-Msg-Id` once.
-async fn kill_9_of_the_holder(mode: &str) -> Duration {
+/// the same time; the new holder replays exactly what the old one published after its last
+/// checkpoint, and past that every change is published once, in order per object (in JetStream
+/// mode the stream holds every change exactly once).
+async fn kill_9_of_the_holder(mode: &'static str) {
     let mut pair = Pair::start(mode).await;
     let (a, b) = (&mut pair.a, &pair.b);
     eventually_async("the standby to be ready", || async {
@@ -424,21 +579,19 @@ async fn kill_9_of_the_holder(mode: &str) -> Duration {
     assert_eq!(b.metric("kube2nats_leader").await, Some(0.0));
     assert_eq!(a.metric("kube2nats_leader").await, Some(1.0));
 
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    a.checkpointed().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     a.process.kill();
     let killed = Instant::now();
     b.line(&["acquired the Lease"]);
     let acquired = killed.elapsed();
+    let resumed_from = b.resumed_from();
     let first = pair
         .subscriber
         .first_from("b", LEASE_DURATION + Duration::from_secs(5))
         .await
         .expect("the standby publishes within lease duration + 5 s");
     let takeover = first.at.duration_since(killed);
-    let kind = if mode.is_empty() { "core" } else { "jetstream" };
-    eprintln!(
-        "kill -9 takeover ({kind}): acquired after {acquired:?}, first publish after {takeover:?}"
-    );
     assert!(
         takeover <= LEASE_DURATION + Duration::from_secs(5),
         "{takeover:?}"
@@ -447,42 +600,28 @@ async fn kill_9_of_the_holder(mode: &str) -> Duration {
         b.metric("kube2nats_leader_transitions_total").await,
         Some(1.0)
     );
-    let (got, nats) = pair.finish().await;
-
-    if !mode.is_empty() {
-        let nc = async_nats::connect(nats.url()).await.unwrap();
-        let mut stream = async_nats::jetstream::new(nc)
-            .get_stream("KUBE")
-            .await
-            .unwrap();
-        let ids: HashSet<&str> = got.iter().map(|r| r.msg_id.as_str()).collect();
-        assert_eq!(
-            stream.info().await.unwrap().state.messages,
-            ids.len() as u64,
-            "the stream holds each Nats-Msg-Id once"
-        );
-    }
-    takeover
+    let replayed = pair.finish(Handover::Lost { resumed_from }).await;
+    eprintln!(
+        "kill -9 takeover ({}): acquired after {acquired:?}, first publish after {takeover:?}; {replayed} message(s) replayed from resourceVersion {resumed_from}",
+        mode_name(mode)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_the_holder_hands_over_within_lease_duration_plus_5s_core() {
-    kill_9_of_the_holder("").await;
+    kill_9_of_the_holder(CORE).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_the_holder_hands_over_within_lease_duration_plus_5s_jetstream() {
-    kill_9_of_the_holder(
-        "mode = \"jetstream\"\n[nats.jetstream.stream]\nname = \"KUBE\"\nsubjects = [\"a.>\", \"b.>\", \"c.>\"]\n",
-    )
-    .await;
+    kill_9_of_the_holder(JETSTREAM).await;
 }
 
-/// SIGTERM of the holder during a busy stream: it settles, releases the Lease, exits 0, and the
-/// standby publishes within 3 s; nothing is lost and the two never publish at once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_of_the_holder_hands_over_within_3s() {
-    let mut pair = Pair::start("").await;
+/// SIGTERM of the holder during a busy stream: it settles, checkpoints, releases the Lease and
+/// exits 0; the standby publishes within 3 s, from that checkpoint: every change exactly once,
+/// nothing repeated even on a core subscription, and the two never publish at once.
+async fn sigterm_of_the_holder(mode: &'static str) {
+    let mut pair = Pair::start(mode).await;
     tokio::time::sleep(Duration::from_millis(1000)).await;
     pair.a.process.terminate();
     let terminated = Instant::now();
@@ -495,9 +634,23 @@ async fn sigterm_of_the_holder_hands_over_within_3s() {
     let a = &mut pair.a;
     let (code, _) = tokio::task::block_in_place(|| a.process.wait_exit(Duration::from_secs(10)));
     assert_eq!(code, Some(0), "log:\n{}", a.process.rest());
-    eprintln!("SIGTERM takeover: first publish after {takeover:?}");
+    let resumed_from = pair.b.resumed_from();
+    eprintln!(
+        "SIGTERM takeover ({}): first publish after {takeover:?}, resumed from resourceVersion {resumed_from}",
+        mode_name(mode)
+    );
     assert!(takeover <= Duration::from_secs(3), "{takeover:?}");
-    pair.finish().await;
+    assert_eq!(pair.finish(Handover::Released).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_of_the_holder_hands_over_within_3s_exactly_once_core() {
+    sigterm_of_the_holder(CORE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_of_the_holder_hands_over_within_3s_exactly_once_jetstream() {
+    sigterm_of_the_holder(JETSTREAM).await;
 }
 
 /// The holder alone loses the API server (its requests get no answer; its open watch keeps
@@ -505,7 +658,7 @@ async fn sigterm_of_the_holder_hands_over_within_3s() {
 /// before the standby can acquire, and stays a standby once reconnected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holder_cut_off_from_the_api_server_stops_publishing_before_the_other_acquires() {
-    let pair = Pair::start("").await;
+    let pair = Pair::start(CORE).await;
     let (a, subscriber) = (&pair.a, &pair.subscriber);
     tokio::time::sleep(Duration::from_millis(1000)).await;
     pair.sim.cut_off(&Replica::token("a"));
@@ -530,101 +683,244 @@ async fn holder_cut_off_from_the_api_server_stops_publishing_before_the_other_ac
     assert!(last_a.at < first_b.at, "a published after b started");
     assert_eq!(a.metric("kube2nats_leader").await, Some(0.0));
     assert!(a.metric("kube2nats_lease_renew_failures_total").await >= Some(1.0));
+    let resumed_from = pair.b.resumed_from();
 
     pair.sim.reconnect(&Replica::token("a"));
     a.line(&["held by another replica", "replica-b"]);
-    pair.finish().await;
+    pair.finish(Handover::Lost { resumed_from }).await;
 }
 
-/// Three replicas, the holder killed (-9) again and again while the stream is busy, each killed
-/// replica restarted: every takeover within lease duration + 5 s, the publishers take turns, and
-/// the delivery promise holds across all of it.
+/// The holder loses the API server and NATS at once: the messages it handed to the NATS client
+/// before its term ended cannot be recalled, and the client would send them once NATS is back —
+/// after the standby took over, behind its messages. So it exits with code 1 instead of standing
+/// by (its pod restarts as a standby), and once NATS is back only the new holder publishes: the
+/// stream (which keeps what arrives while no subscriber is reconnected yet) holds nothing from
+/// the old holder after the outage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_replicas_with_repeated_kills_take_turns_and_lose_nothing() {
+async fn holder_cut_off_from_the_api_server_and_nats_exits_rather_than_publish_late() {
+    let mut pair = Pair::start(JETSTREAM).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let before_outage = stream_last_sequence(&pair.nats).await;
+    pair.nats.stop().await;
+    pair.sim.cut_off(&Replica::token("a"));
+    let a = &mut pair.a;
+    a.line(&["could not renew the Lease within the renew deadline"]);
+    let (code, _) = tokio::task::block_in_place(|| a.process.wait_exit(WAIT));
+    let rest = a.process.rest();
+    assert_eq!(code, Some(1), "log:\n{rest}");
+    assert!(
+        rest.contains("lost the Lease with messages still queued for NATS"),
+        "{rest}"
+    );
+    let mark = pair.subscriber.all().len();
+    // Messages stored after this instant arrived after the outage (the server has exited).
+    let restarted_at = unix_nanos(std::time::SystemTime::now());
+    pair.nats.restart().await.unwrap();
+    pair.b.line(&["acquired the Lease"]);
+    pair.subscriber
+        .first_from_after("b", mark, WAIT * 2)
+        .await
+        .expect("the new holder publishes once NATS is back");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let nc = async_nats::connect(pair.nats.url()).await.unwrap();
+    let stream = async_nats::jetstream::new(nc)
+        .get_stream("KUBE")
+        .await
+        .unwrap();
+    let last = stream_last_sequence(&pair.nats).await;
+    for seq in before_outage + 1..=last {
+        let m = stream.get_raw_message(seq).await.unwrap();
+        assert!(
+            m.subject.starts_with("b.") || m.time.unix_timestamp_nanos() < restarted_at,
+            "stored after the outage from the old holder: {} (sequence {seq})",
+            m.subject
+        );
+    }
+    pair.producer.stop().await;
+}
+
+fn unix_nanos(t: std::time::SystemTime) -> i128 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128)
+}
+
+async fn stream_last_sequence(nats: &NatsServer) -> u64 {
+    let nc = async_nats::connect(nats.url()).await.unwrap();
+    let mut stream = async_nats::jetstream::new(nc)
+        .get_stream("KUBE")
+        .await
+        .unwrap();
+    stream.info().await.unwrap().state.last_sequence
+}
+
+/// What the randomized run does to the holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Fault {
+    /// kill -9 (OOM kill, node loss); the replica is started again as a standby.
+    Kill,
+    /// SIGTERM (a rolling update); the replica is started again as a standby.
+    Terminate,
+    /// Cut off from the API server (not from NATS); reconnected once another holds the Lease.
+    CutOff,
+}
+
+/// `KUBE2NATS_REPLICA_SEED` replays a run; `KUBE2NATS_REPLICA_ROUNDS` sets its length.
+fn replica_seed_and_rounds() -> (u64, usize) {
+    let seed = std::env::var("KUBE2NATS_REPLICA_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    let rounds = std::env::var("KUBE2NATS_REPLICA_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6);
+    (seed, rounds)
+}
+
+/// Three replicas on a busy stream; again and again the holder is killed (-9), terminated or cut
+/// off from the API server, at a random moment, chosen by a seed (printed; replay with
+/// `KUBE2NATS_REPLICA_SEED`). Every takeover is within lease duration + 5 s (3 s after a
+/// SIGTERM), the publishers take turns, and the delivery promise holds across all of it: replays
+/// only after lost holders and exactly those, otherwise every change once, in order; in JetStream
+/// mode the stream holds every change exactly once.
+async fn three_replicas_under_repeated_faults(mode: &'static str) {
+    use rand::{Rng as _, SeedableRng as _};
+    let (seed, rounds) = replica_seed_and_rounds();
+    let kind = mode_name(mode);
+    println!("three replicas ({kind}): seed {seed}, {rounds} rounds (replay with KUBE2NATS_REPLICA_SEED={seed} KUBE2NATS_REPLICA_ROUNDS={rounds})");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let sim = simulator().await;
     let nats = NatsServer::start().await.unwrap();
     let subscriber = Subscriber::start(&nats).await;
-    let changes = seed(&sim, 20);
+    let changes = seed_pods(&sim, 20);
     let names = ["a", "b", "c"];
-    let mut replicas: Vec<Replica> = Vec::new();
-    for name in names {
-        replicas.push(Replica::start(&sim, &nats, name, ""));
-    }
+    let mut replicas: Vec<Replica> = names
+        .iter()
+        .map(|name| Replica::start(&sim, &nats, name, mode))
+        .collect();
+    let mut holder = index_of(wait_for_holder(&sim, None, WAIT).await);
+    // The stream starts once the first list is done: a list reports current versions only.
+    replicas[holder].line(&["synced"]);
     let producer = Producer::start(sim.clone(), changes);
-    let mut terms: Vec<&str> = Vec::new();
-    let mut takeovers = Vec::new();
-    for round in 0..4 {
-        let holder = wait_for_holder(&sim).await;
-        let index = names.iter().position(|n| *n == holder).unwrap();
-        if terms.last() != Some(&names[index]) {
-            terms.push(names[index]);
-        }
+    let mut terms = vec![Term {
+        publisher: names[holder],
+        handover: Handover::First,
+    }];
+    let mut takeovers: Vec<(Fault, Duration)> = Vec::new();
+    for round in 0..rounds {
+        // The holder publishes in its term before anything happens to it.
+        let since = subscriber.all().len().saturating_sub(1);
         subscriber
-            .first_from(names[index], WAIT)
+            .first_from_after(names[holder], since, WAIT)
             .await
-            .expect("the holder publishes");
-        tokio::time::sleep(Duration::from_millis(800)).await;
-        replicas[index].process.kill();
-        let killed = Instant::now();
-        let published_before = subscriber.all().len();
-        let next = loop {
-            let h = wait_for_holder(&sim).await;
-            if h != holder {
-                break h;
-            }
-            assert!(
-                killed.elapsed() < LEASE_DURATION + Duration::from_secs(5),
-                "no takeover"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            .unwrap_or_else(|| panic!("seed {seed} round {round}: the holder never published"));
+        replicas[holder].checkpointed().await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(200..1500))).await;
+        let fault = match rng.random_range(0..4) {
+            0 | 1 => Fault::Kill,
+            2 => Fault::Terminate,
+            _ => Fault::CutOff,
         };
-        let first = loop {
-            let all = subscriber.all();
-            if let Some(r) = all[published_before..].iter().find(|r| r.publisher == next) {
-                break r.clone();
-            }
-            assert!(
-                killed.elapsed() < LEASE_DURATION + Duration::from_secs(5),
-                "round {round}: {next} never published"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        let mark = subscriber.all().len();
+        let at = Instant::now();
+        match fault {
+            Fault::Kill => replicas[holder].process.kill(),
+            Fault::Terminate => replicas[holder].process.terminate(),
+            Fault::CutOff => sim.cut_off(&Replica::token(names[holder])),
+        }
+        let bound = match fault {
+            Fault::Terminate => Duration::from_secs(3),
+            Fault::Kill | Fault::CutOff => LEASE_DURATION + Duration::from_secs(5),
         };
-        takeovers.push(first.at.duration_since(killed));
-        // The killed replica comes back as a standby, as its pod's container would.
-        replicas[index] = Replica::start(&sim, &nats, names[index], "");
+        let next = index_of(wait_for_holder(&sim, Some(names[holder]), bound * 2).await);
+        let resumed_from = replicas[next].resumed_from();
+        let first = subscriber
+            .first_from_after(names[next], mark, WAIT)
+            .await
+            .unwrap_or_else(|| {
+                panic!("seed {seed} round {round}: {} never published", names[next])
+            });
+        let takeover = first.at.duration_since(at);
+        assert!(
+            takeover <= bound,
+            "seed {seed} round {round}: {fault:?} took {takeover:?} to hand over (bound {bound:?})"
+        );
+        takeovers.push((fault, takeover));
+        terms.push(Term {
+            publisher: names[next],
+            handover: match fault {
+                Fault::Terminate => Handover::Released,
+                Fault::Kill | Fault::CutOff => Handover::Lost { resumed_from },
+            },
+        });
+        // The old holder comes back as a standby, as its pod's container would.
+        match fault {
+            Fault::Kill => replicas[holder] = Replica::start(&sim, &nats, names[holder], mode),
+            Fault::Terminate => {
+                let old = &mut replicas[holder];
+                let (code, _) =
+                    tokio::task::block_in_place(|| old.process.wait_exit(Duration::from_secs(10)));
+                assert_eq!(code, Some(0), "seed {seed} round {round}: SIGTERM exit");
+                replicas[holder] = Replica::start(&sim, &nats, names[holder], mode);
+            }
+            Fault::CutOff => sim.reconnect(&Replica::token(names[holder])),
+        }
+        holder = next;
     }
-    let holder = wait_for_holder(&sim).await;
-    terms.push(names[names.iter().position(|n| *n == holder).unwrap()]);
+    let since = subscriber.all().len().saturating_sub(1);
+    subscriber
+        .first_from_after(names[holder], since, WAIT)
+        .await
+        .expect("the last holder publishes");
     tokio::time::sleep(Duration::from_millis(800)).await;
     let changes = producer.stop().await;
     caught_up(&sim, &subscriber, &changes).await;
     let got = subscriber.all();
-    terms.dedup();
-    assert_delivery(&got, &changes, &terms);
+    let replayed = assert_delivery(&got, &changes, &terms);
     assert_final_state(&sim, &got, &changes);
+    if mode == JETSTREAM {
+        assert_stream_exactly_once(&nats, &changes).await;
+    }
     takeovers.sort();
-    eprintln!(
-        "three replicas: takeovers {takeovers:?} (median {:?}, max {:?})",
-        takeovers[takeovers.len() / 2],
-        takeovers.last().unwrap()
-    );
+    eprintln!("three replicas ({kind}), seed {seed}: {replayed} replayed; takeovers {takeovers:?}");
 }
 
-/// The Lease's holder as the API server has it (`a`, `b` or `c`); waits while it has none.
-async fn wait_for_holder(sim: &ApiServer) -> &'static str {
-    let deadline = Instant::now() + WAIT;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_under_repeated_faults_take_turns_and_lose_nothing_core() {
+    three_replicas_under_repeated_faults(CORE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_under_repeated_faults_take_turns_and_lose_nothing_jetstream() {
+    three_replicas_under_repeated_faults(JETSTREAM).await;
+}
+
+fn index_of(name: &str) -> usize {
+    ["a", "b", "c"].iter().position(|n| *n == name).unwrap()
+}
+
+/// The Lease's holder as the API server has it (`a`, `b` or `c`), once it is not `not` (and not
+/// empty), waiting for that until `within`.
+async fn wait_for_holder(sim: &ApiServer, not: Option<&str>, within: Duration) -> &'static str {
+    let deadline = Instant::now() + within;
     loop {
         let holder = sim
             .get("leases", Some("default"), "kube2nats")
             .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_owned))
             .unwrap_or_default();
-        match holder.as_str() {
-            "replica-a" => return "a",
-            "replica-b" => return "b",
-            "replica-c" => return "c",
-            _ => {}
+        let found = match holder.as_str() {
+            "replica-a" => Some("a"),
+            "replica-b" => Some("b"),
+            "replica-c" => Some("c"),
+            _ => None,
+        };
+        if let Some(found) = found.filter(|h| Some(*h) != not) {
+            return found;
         }
-        assert!(Instant::now() < deadline, "no holder");
+        assert!(
+            Instant::now() < deadline,
+            "no new holder within {within:?} (was {not:?})"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -160,6 +160,9 @@ impl TryFrom<RawConfig> for Config {
         let grace_period = c.duration("shutdown.grace_period", &shutdown.grace_period);
         let state = super::state::check_state(&mut c, &state);
         let leader_election = super::leader::check_leader_election(&mut c, &leader_election);
+        if let (Some(nats), Some(state), Some(election)) = (&nats, &state, &leader_election) {
+            super::leader::check_replay_window(&mut c, &nats.mode, state, election);
+        }
         match (
             log,
             kubernetes,

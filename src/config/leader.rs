@@ -12,6 +12,7 @@ use std::time::Duration;
 use super::check::{non_empty, Checker};
 use super::raw::s;
 use super::selector::is_dns_label;
+use super::{NatsMode, StateConfig, StreamConfig};
 
 /// `leader_election.lease_name`.
 pub const DEFAULT_LEASE_NAME: &str = "kube2nats";
@@ -151,6 +152,46 @@ pub(super) fn check_leader_election(
     })
 }
 
+/// Room, in a takeover's replay, for the new holder to load the state and publish.
+const REPLAY_MARGIN: Duration = Duration::from_secs(10);
+
+/// With replicas, durable state and a stream kube2nats manages: the stream's duplicate window
+/// must reach back over a takeover's replay. A holder killed just before a checkpoint leaves
+/// `checkpoint_interval` of messages unrecorded, which the next holder publishes again (same
+/// `Nats-Msg-Id`s) up to `lease_duration` + two jittered retries + loading later; a window
+/// shorter than that stores them twice.
+pub(super) fn check_replay_window(
+    c: &mut Checker,
+    mode: &NatsMode,
+    state: &StateConfig,
+    election: &LeaderElectionConfig,
+) {
+    let NatsMode::JetStream(js) = mode else {
+        return;
+    };
+    let Some(StreamConfig {
+        duplicate_window, ..
+    }) = &js.stream
+    else {
+        return;
+    };
+    if !election.enabled || !state.enabled {
+        return;
+    }
+    let replay = state.checkpoint_interval
+        + election.lease_duration
+        + election.retry_period.mul_f64(1.0 + RETRY_JITTER_FACTOR)
+        + REPLAY_MARGIN;
+    if *duplicate_window < replay {
+        c.fail::<()>(
+            "nats.jetstream.stream.duplicate_window",
+            format!(
+                "{duplicate_window:?} is shorter than a takeover's replay may reach back ({replay:?}: state.checkpoint_interval + leader_election.lease_duration + 2.2 × retry_period + {REPLAY_MARGIN:?}); the stream would store the replayed messages twice"
+            ),
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
@@ -213,5 +254,23 @@ mod tests {
         assert!(lines("namespace = \"a.b\"")[0]
             .starts_with("leader_election.namespace: invalid namespace"));
         assert!(lines("enable = true")[0].contains("leader_election.enable"));
+    }
+
+    #[test]
+    fn the_duplicate_window_must_cover_a_takeover_s_replay() {
+        let jetstream = |window: &str| {
+            format!("[nats]\nmode = \"jetstream\"\n[nats.jetstream.stream]\nduplicate_window = \"{window}\"\n[leader_election]\nenabled = true\n")
+        };
+        // 5 s + 15 s + 2.2 × 2 s + 10 s.
+        assert_eq!(
+            errors(&jetstream("30s")),
+            ["nats.jetstream.stream.duplicate_window: 30s is shorter than a takeover's replay may reach back (34.4s: state.checkpoint_interval + leader_election.lease_duration + 2.2 × retry_period + 10s); the stream would store the replayed messages twice"]
+        );
+        assert!(load_str(&format!("{}{MINIMAL}", jetstream("35s"))).is_ok());
+        // No replicas, or no durable state: no replay to cover.
+        let single = jetstream("30s").replace("enabled = true", "enabled = false");
+        assert!(load_str(&format!("{single}{MINIMAL}")).is_ok());
+        let stateless = format!("[state]\nenabled = false\n{}{MINIMAL}", jetstream("30s"));
+        assert!(load_str(&stateless).is_ok());
     }
 }

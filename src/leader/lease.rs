@@ -106,6 +106,11 @@ impl LeaseApi {
         }
     }
 
+    /// The Lease's namespace and name.
+    pub fn lease(&self) -> (&str, &str) {
+        (&self.namespace, &self.name)
+    }
+
     /// `namespace/name`, for log lines.
     pub fn describe(&self) -> String {
         format!("{}/{}", self.namespace, self.name)

@@ -179,6 +179,11 @@ impl Elector {
         }
     }
 
+    /// The Lease this replica competes for: its namespace and name.
+    pub fn lease(&self) -> (&str, &str) {
+        self.api.lease()
+    }
+
     /// Alternates standby and terms until `shutdown`: waits to acquire the Lease, runs
     /// `lead(lost)` while renewing it, cancels `lost` the moment renewal misses its deadline (and
     /// goes back to standby once `lead` has returned), and releases the Lease after `lead`

@@ -64,6 +64,10 @@ numbers as integers.
 {{- $_ := set $http "listen" (printf "0.0.0.0:%d" (int .Values.metricsPort)) -}}
 {{- $_ := set $cfg "http" $http -}}
 {{- $_ := set $cfg "watches" (fromYaml (include "kube2nats.watches" .)).watches -}}
+{{- if .Values.leaderElection.enabled -}}
+{{- $election := dict "enabled" true "lease_name" (include "kube2nats.leaseName" .) "lease_duration" .Values.leaderElection.leaseDuration "renew_deadline" .Values.leaderElection.renewDeadline "retry_period" .Values.leaderElection.retryPeriod -}}
+{{- $_ := set $cfg "leader_election" $election -}}
+{{- end -}}
 {{- include "kube2nats.wholeNumbers" $cfg -}}
 {{- toToml $cfg -}}
 {{- end -}}
@@ -117,4 +121,9 @@ kube2nats' integer keys refuse.
 {{- $all = concat $all .namespaces -}}
 {{- end -}}
 {{- toYaml (dict "namespaces" (uniq $all)) -}}
+{{- end -}}
+
+{{/* The Lease leader election uses (in the release namespace). */}}
+{{- define "kube2nats.leaseName" -}}
+{{- default (include "kube2nats.fullname" .) .Values.leaderElection.leaseName -}}
 {{- end -}}
