@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backoff::Backoff;
+use crate::budget::Budget;
 use crate::config::{BackoffConfig, Config, InitialState, NatsMode, RbacCheck, WatchConfig};
 use crate::event::{EventType, ResourceInfo};
 use crate::kube::client::register_api_requests;
@@ -209,10 +210,15 @@ async fn run_watches(
     else {
         return Ok(());
     };
+    let budget = Budget::new(
+        config.nats.max_buffered_bytes,
+        metrics.publish.buffered_bytes.clone(),
+    );
     let watches = Watches {
         config: &config,
         client: &client,
         nats: &nats,
+        budget: &budget,
         metrics: &metrics,
         readiness: &readiness,
         state: &state,
@@ -269,6 +275,8 @@ struct Watches<'a> {
     config: &'a Config,
     client: &'a Arc<ApiClient>,
     nats: &'a Nats,
+    /// `nats.max_buffered_bytes`, shared by every target.
+    budget: &'a Budget,
     metrics: &'a StageMetrics,
     readiness: &'a Readiness,
     state: &'a StateStore,
@@ -370,6 +378,7 @@ impl Watches<'_> {
                     config: self.config,
                     client: self.client,
                     nats: self.nats,
+                    budget: self.budget,
                     state: self.state,
                     plan,
                 };
@@ -405,6 +414,7 @@ struct TaskParts<'a> {
     config: &'a Config,
     client: &'a Arc<ApiClient>,
     nats: &'a Nats,
+    budget: &'a Budget,
     state: &'a StateStore,
     plan: &'a WatchPlan<'a>,
 }
@@ -449,6 +459,7 @@ impl TaskParts<'_> {
             target,
             backoff: config.kubernetes.backoff,
             nats: self.nats.clone(),
+            budget: self.budget.clone(),
             max_in_flight,
             messages,
             events: watch.events.clone(),
@@ -471,6 +482,7 @@ struct TaskFactory {
     target: Arc<Target>,
     backoff: BackoffConfig,
     nats: Nats,
+    budget: Budget,
     max_in_flight: usize,
     messages: MessageBuilder,
     events: Vec<EventType>,
@@ -486,13 +498,15 @@ impl TaskFactory {
             self.client.clone(),
             self.target.clone(),
             Backoff::new(self.backoff),
-        );
+        )
+        .with_budget(self.budget.clone());
         let outbox = Outbox::new(
             self.nats.clone(),
             self.max_in_flight,
             self.publish_metrics.clone(),
             self.gauges.clone(),
-        );
+        )
+        .with_budget(self.budget.clone());
         WatchTask::new(
             machine,
             outbox,
@@ -519,10 +533,10 @@ async fn drain(
     })
     .await;
     if drained.is_err() {
-        let abandoned: i64 = targets.iter().map(TargetGauges::queued).sum();
+        let abandoned: i64 = targets.iter().map(TargetGauges::unconfirmed).sum();
         tasks.abort_all();
         anyhow::bail!(
-            "shutdown grace period of {:?} exceeded: abandoned {abandoned} unacknowledged message(s) and the events being published by {} watch task(s); they will be re-announced by the next start's list",
+            "shutdown grace period of {:?} exceeded: abandoned {abandoned} message(s) not yet acknowledged or flushed by NATS, held by {} watch task(s); the next start re-announces them (by its list, or from the checkpoint)",
             grace_period,
             tasks.len()
         );

@@ -7,6 +7,7 @@
 //! - [`rbac`]: the start-up self-check of the permissions every watch needs.
 //! - [`watcher`]: one task per watch: the list+watch state machine and the driver acting on it.
 //! - [`backoff`]: the delay between failed attempts, of a watch or of a publish.
+//! - [`budget`]: the one byte budget for data held between the API server and NATS.
 //! - [`event`]: the typed values passed from the watch stage to the publish stage.
 //! - [`dedupe`]: what each watch has published, so no change is published twice or missed.
 //! - [`subject`]: subject templates and the token escaping rule.
@@ -30,6 +31,7 @@ mod fuzz_props;
 
 pub mod app;
 pub mod backoff;
+pub mod budget;
 pub mod config;
 pub mod dedupe;
 pub mod event;

@@ -589,6 +589,7 @@ async fn nats_auth_by_token_and_user_password() {
             jetstream: false,
             auth: auth.clone(),
             tls: false,
+            max_payload: None,
         })
         .await
         .unwrap();
@@ -646,6 +647,7 @@ async fn nats_tls_with_a_custom_ca_and_nkey_auth() {
         jetstream: false,
         auth: NatsAuth::NKey(user.public_key()),
         tls: true,
+        max_payload: None,
     })
     .await
     .unwrap();

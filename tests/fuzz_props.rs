@@ -141,11 +141,26 @@ fn the_reader_sees_events_errors_and_truncation() {
         items[3]
     );
     assert_eq!(items, props::read_reference(body, 1 << 20));
-    let limited = props::read_chunked(props::chunks(body, &[1, 1, 1]), 40);
-    assert_eq!(
-        limited,
-        vec!["frame error: watch line longer than 40 bytes".to_owned()]
+    // Over the limit, a line is reported by its first bytes (and what they show) and the
+    // stream goes on; an unterminated tail over the limit is a truncation.
+    let limited = props::read_chunked(props::chunks(body, &[1, 1, 1]), 81);
+    assert_eq!(limited.len(), 4, "{limited:#?}");
+    assert!(
+        limited[0].starts_with("oversized 84 bytes")
+            && limited[0].contains("Some((Added, ObjectMeta { uid: \"u\", resource_version: \"1\""),
+        "{}",
+        limited[0]
     );
+    assert_eq!(limited, props::read_reference(body, 81));
+    let tiny = props::read_chunked(props::chunks(body, &[1, 1, 1]), 10);
+    assert!(tiny[0].starts_with("oversized 84 bytes"), "{tiny:#?}");
+    assert!(
+        tiny.last()
+            .unwrap()
+            .starts_with("frame error: watch stream ended inside a line"),
+        "{tiny:#?}"
+    );
+    assert_eq!(tiny, props::read_reference(body, 10));
 }
 
 proptest! {

@@ -395,7 +395,7 @@ fn assert_delivery(got: &[Received], changes: &[Change], terms: &[Term]) -> usiz
                     .collect();
                 tail.into_iter()
                     .filter(|r| r.event_type == "DELETED" || !deleted.contains(r.uid.as_str()))
-                    .map(|r| replayable(r))
+                    .map(replayable)
                     .collect()
             }
         };

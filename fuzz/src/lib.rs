@@ -14,8 +14,8 @@
 //! compiles in both places.
 
 use bytes::Bytes;
-use kube2nats::kube::decode::decode_line;
-use kube2nats::kube::framing::FrameError;
+use kube2nats::kube::decode::{decode_line, decode_line_prefix};
+use kube2nats::kube::framing::{FrameError, OVERSIZED_PREFIX_BYTES};
 use kube2nats::kube::stream::{LineStream, StreamError};
 use kube2nats::subject::escape_token;
 
@@ -54,20 +54,27 @@ pub fn read_chunked(body: Vec<Bytes>, max_line_bytes: usize) -> Items {
         let mut items = Vec::new();
         loop {
             match lines.next_line().await {
-                Ok(Some(line)) => items.push(describe(&line.bytes, line.terminated)),
+                Ok(Some(line)) => items.push(match line.oversized {
+                    Some(line_bytes) => oversized(&line.bytes, line_bytes),
+                    None => describe(&line.bytes, line.terminated),
+                }),
                 Ok(None) => return items,
                 Err(StreamError::Frame(e)) => {
                     items.push(format!("frame error: {e}"));
                     return items;
                 }
-                Err(e @ StreamError::Transport(_)) => panic!("no transport in play: {e}"),
+                Err(e @ (StreamError::Transport(_) | StreamError::BudgetSpent)) => {
+                    panic!("no transport or budget in play: {e}")
+                }
             }
         }
     })
 }
 
 /// The reference: the whole body split on `\n`; a line longer than `max_line_bytes` (counting
-/// everything before its `\n`, as the limit protects the buffer) ends the stream; trailing `\r`s
+/// everything before its `\n`, as the limit protects the buffer) is reported by its first
+/// `min(max_line_bytes, OVERSIZED_PREFIX_BYTES)` bytes and its length, and the stream goes on;
+/// an unterminated tail over the limit ends it as a truncation; trailing `\r`s
 /// are trimmed; empty lines are skipped; the part after the last `\n` is a final unterminated
 /// line unless it is only whitespace.
 pub fn read_reference(data: &[u8], max_line_bytes: usize) -> Items {
@@ -77,8 +84,9 @@ pub fn read_reference(data: &[u8], max_line_bytes: usize) -> Items {
     let tail = parts.pop().unwrap_or_default();
     for raw in parts {
         if raw.len() > max_line_bytes {
-            items.push(too_long(max_line_bytes));
-            return items;
+            let cap = max_line_bytes.min(OVERSIZED_PREFIX_BYTES);
+            items.push(oversized(&raw[..cap], raw.len()));
+            continue;
         }
         let line = trim_cr(raw);
         if !line.is_empty() {
@@ -86,7 +94,10 @@ pub fn read_reference(data: &[u8], max_line_bytes: usize) -> Items {
         }
     }
     if tail.len() > max_line_bytes {
-        items.push(too_long(max_line_bytes));
+        let cut = FrameError::Truncated {
+            leftover_bytes: tail.len(),
+        };
+        items.push(format!("frame error: {cut}"));
         return items;
     }
     let line = trim_cr(tail);
@@ -96,10 +107,13 @@ pub fn read_reference(data: &[u8], max_line_bytes: usize) -> Items {
     items
 }
 
-fn too_long(max_line_bytes: usize) -> String {
+/// An over-long line as the watcher sees it: its length, its kept prefix, and the change that
+/// prefix shows.
+fn oversized(prefix: &[u8], line_bytes: usize) -> String {
     format!(
-        "frame error: {}",
-        FrameError::LineTooLong { max_line_bytes }
+        "oversized {line_bytes} bytes: {:?} -> {:?}",
+        String::from_utf8_lossy(prefix),
+        decode_line_prefix(prefix, true)
     )
 }
 

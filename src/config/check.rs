@@ -373,6 +373,12 @@ fn check_nats(c: &mut Checker, n: &RawNats) -> Option<NatsConfig> {
     let tls = check_nats_tls(c, n);
     let connect_timeout = c.positive("nats.connect_timeout", &n.connect_timeout);
     let queue_capacity = c.range("nats.queue_capacity", n.queue_capacity, 1, None);
+    let max_buffered_bytes = c.range(
+        "nats.max_buffered_bytes",
+        n.max_buffered_bytes,
+        super::raw::MIN_MAX_BUFFERED_BYTES,
+        None,
+    );
     let is_jetstream = c.one_of(
         "nats.mode",
         &n.mode,
@@ -392,6 +398,7 @@ fn check_nats(c: &mut Checker, n: &RawNats) -> Option<NatsConfig> {
         connect_timeout: connect_timeout?,
         mode,
         queue_capacity: queue_capacity?,
+        max_buffered_bytes: max_buffered_bytes?,
     })
 }
 
@@ -676,6 +683,10 @@ mod tests {
         assert_error(
             "[nats]\nqueue_capacity = 0",
             "nats.queue_capacity: 0 is out of range (allowed: >= 1)",
+        );
+        assert_error(
+            "[nats]\nmax_buffered_bytes = 1000",
+            "nats.max_buffered_bytes: 1000 is out of range (allowed: >= 1048576)",
         );
         assert_error(
             "[nats.jetstream]\nmax_ack_inflight = 0",

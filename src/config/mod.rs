@@ -289,6 +289,10 @@ pub struct NatsConfig {
     /// When it is full (NATS slow or down) publishing waits, and the watches stop reading the API
     /// server: the outage costs bounded memory.
     pub queue_capacity: usize,
+    /// One budget, in bytes, for the data held between the API server and NATS across all
+    /// watches (read and not yet published, or published and not yet taken by NATS); when it
+    /// is spent, the watches stop reading ([`crate::budget`]).
+    pub max_buffered_bytes: usize,
 }
 
 /// At most one NATS authentication method.
@@ -318,6 +322,7 @@ impl std::fmt::Debug for NatsConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("mode", &self.mode)
             .field("queue_capacity", &self.queue_capacity)
+            .field("max_buffered_bytes", &self.max_buffered_bytes)
             .finish()
     }
 }

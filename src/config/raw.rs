@@ -66,6 +66,13 @@ pub const DEFAULT_NATS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// `nats.queue_capacity`: messages queued towards the NATS connection before publishing waits;
 /// small, so a NATS outage costs bounded memory (the API server keeps the history, not kube2nats).
 pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
+/// `nats.max_buffered_bytes`: 32 MiB. The shipped manifests limit the container to 128 MiB; the
+/// process needs ~15 MiB without data, and beyond the budget it holds up to one read chunk per
+/// watch connection, one over-budget line and the HTTP/2 flow-control windows (see
+/// `kube::client`), so 32 MiB leaves room for those and the allocator's slack.
+pub const DEFAULT_MAX_BUFFERED_BYTES: usize = 32 * 1024 * 1024;
+/// Smallest `max_buffered_bytes` accepted: less than a typical large object only adds reconnects.
+pub const MIN_MAX_BUFFERED_BYTES: usize = 1024 * 1024;
 /// `nats.jetstream.ack_timeout`: async-nats' default request timeout.
 pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(5);
 /// `nats.jetstream.max_ack_inflight`: enough to keep throughput high over a round trip of a few ms,
@@ -280,6 +287,8 @@ pub struct RawNats {
     pub connect_timeout: String,
     /// Events, >= 1. Default [`DEFAULT_QUEUE_CAPACITY`].
     pub queue_capacity: usize,
+    /// Bytes, >= [`MIN_MAX_BUFFERED_BYTES`]. Default [`DEFAULT_MAX_BUFFERED_BYTES`].
+    pub max_buffered_bytes: usize,
     pub jetstream: RawJetStream,
 }
 
@@ -299,6 +308,7 @@ impl Default for RawNats {
             tls_key_file: String::new(),
             connect_timeout: duration(DEFAULT_NATS_CONNECT_TIMEOUT),
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
             jetstream: RawJetStream::default(),
         }
     }

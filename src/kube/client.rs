@@ -19,6 +19,13 @@ use crate::event::ResourceInfo;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// TCP keepalive, so the kernel notices a peer that vanished without closing the connection.
 const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+/// HTTP/2 flow-control windows: how much the API server may send ahead of what kube2nats has
+/// read, per watch stream and per connection (many watches share one HTTP/2 connection). That data
+/// sits in the process outside the byte budget (`nats.max_buffered_bytes`), so it is capped:
+/// hyper's defaults (2 MiB a stream, 5 MiB a connection) let a few paused watches hold megabytes.
+/// 1 MiB per connection still carries a watch at several hundred MB/s in-cluster.
+const H2_STREAM_WINDOW_BYTES: u32 = 256 * 1024;
+const H2_CONNECTION_WINDOW_BYTES: u32 = 1024 * 1024;
 /// HTTP/2 PING interval and timeout: a half-open HTTP/2 connection fails within about a minute
 /// instead of hanging until the watch's own deadline.
 const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
@@ -328,6 +335,8 @@ fn build_http(
         .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
         .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
         .http2_keep_alive_while_idle(true)
+        .http2_initial_stream_window_size(H2_STREAM_WINDOW_BYTES)
+        .http2_initial_connection_window_size(H2_CONNECTION_WINDOW_BYTES)
         .user_agent(concat!("kube2nats/", env!("CARGO_PKG_VERSION")));
     if let Some(pem) = &tls.ca_pem {
         let certs =

@@ -84,6 +84,38 @@ pub fn decode_line(line: &Bytes) -> Result<WatchLine, DecodeError> {
     }))
 }
 
+/// Reads the change a watch line reports from its first bytes only (the line was too long to
+/// keep): the event type and the object's metadata, when they come before the cut.
+/// kube-apiserver writes `type` first and an object's `kind`, `apiVersion` and `metadata` before
+/// its body, so they usually do; nothing guarantees it, hence the `None`. `namespaced` says
+/// whether the object must have a namespace: a cut before it leaves the object unknown.
+pub fn decode_line_prefix(prefix: &[u8], namespaced: bool) -> Option<(EventType, ObjectMeta)> {
+    let parts = scan::watch_line_prefix(prefix);
+    let event_type = match parts.event_type? {
+        "ADDED" => EventType::Added,
+        "MODIFIED" => EventType::Modified,
+        "DELETED" => EventType::Deleted,
+        _ => return None,
+    };
+    let text = |field: Option<std::borrow::Cow<'_, str>>| {
+        field.filter(|s| !s.is_empty()).map(|s| s.into_owned())
+    };
+    let meta = parts.meta;
+    let namespace = text(meta.namespace);
+    if namespaced && namespace.is_none() && !parts.metadata_complete {
+        return None;
+    }
+    Some((
+        event_type,
+        ObjectMeta {
+            uid: text(meta.uid)?,
+            resource_version: ResourceVersion::new(text(meta.resource_version)?),
+            name: text(meta.name)?,
+            namespace,
+        },
+    ))
+}
+
 /// Bookmarks are one in hundreds of lines: serde reads them.
 fn decode_bookmark(object: &[u8]) -> Result<WatchLine, DecodeError> {
     let bookmark: BookmarkObject =
@@ -162,6 +194,43 @@ mod tests {
         assert!(ev.object.starts_with(br#"{"kind":"Pod""#));
         assert!(ev.object.ends_with(br#"{"x":[1,2]}}"#));
         assert_eq!(ev.watch_line.as_ref(), Some(&l));
+    }
+
+    #[test]
+    fn a_prefix_gives_the_metadata_written_before_the_cut() {
+        let line = br#"{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web","namespace":"default","uid":"u-1","resourceVersion":"42","labels":{"a":"b"}},"spec":{"x":"#;
+        for cut in 0..=line.len() {
+            let got = decode_line_prefix(&line[..cut], true);
+            // Everything is known once `resourceVersion` has been read whole.
+            let known = std::str::from_utf8(&line[..cut])
+                .unwrap()
+                .contains(r#""42""#);
+            assert_eq!(got.is_some(), known, "cut at {cut}");
+        }
+        let (event_type, meta) = decode_line_prefix(line, true).unwrap();
+        assert_eq!(event_type, EventType::Modified);
+        assert_eq!(meta.uid, "u-1");
+        assert_eq!(meta.resource_version.as_str(), "42");
+        assert_eq!(meta.name, "web");
+        assert_eq!(meta.namespace.as_deref(), Some("default"));
+    }
+
+    #[test]
+    fn a_prefix_without_metadata_or_with_it_late_gives_nothing() {
+        let late = br#"{"type":"ADDED","object":{"data":{"k":"xxxxxxxx"#;
+        assert!(decode_line_prefix(late, true).is_none());
+        let no_ns =
+            br#"{"type":"ADDED","object":{"metadata":{"name":"n","uid":"u","resourceVersion":"1","#;
+        assert!(
+            decode_line_prefix(no_ns, true).is_none(),
+            "the namespace may follow"
+        );
+        assert!(decode_line_prefix(no_ns, false).is_some(), "cluster-scoped");
+        let closed = br#"{"type":"ADDED","object":{"metadata":{"name":"n","uid":"u","resourceVersion":"1"},"spec":"#;
+        assert!(decode_line_prefix(closed, true).is_some());
+        let bookmark = br#"{"type":"BOOKMARK","object":{"metadata":{"name":"n","uid":"u","resourceVersion":"1"},"#;
+        assert!(decode_line_prefix(bookmark, false).is_none());
+        assert!(decode_line_prefix(b"\xff\xfe garbage", false).is_none());
     }
 
     #[test]

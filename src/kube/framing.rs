@@ -3,19 +3,35 @@
 //! The API server sends one JSON document per line over chunked transfer encoding, but chunk
 //! boundaries fall anywhere: a chunk may hold many lines, or a line may span many chunks. The
 //! [`LineDecoder`] buffers what has arrived and hands out whole lines without copying them.
+//!
+//! A line over `max_line_bytes` is not buffered: the decoder keeps its first bytes (at most
+//! [`OVERSIZED_PREFIX_BYTES`]), skips the rest up to the newline, and hands out the prefix as
+//! [`Frame::Oversized`], so the watcher can still say which object changed (its metadata comes
+//! first in what kube-apiserver writes) and the stream goes on with the next line.
 
 use bytes::{Bytes, BytesMut};
+
+/// How much of an over-long line is kept: enough for the event type and the object's metadata
+/// fields that kube-apiserver writes first (kind, apiVersion, name, namespace, uid,
+/// resourceVersion), even behind long labels; small enough that many watches may hold one.
+pub const OVERSIZED_PREFIX_BYTES: usize = 64 * 1024;
 
 /// Why the byte stream could not be cut into lines.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
-    /// A line grew past the configured limit; protects memory against a server (or proxy) that
-    /// never sends a newline.
-    #[error("watch line longer than {max_line_bytes} bytes")]
-    LineTooLong { max_line_bytes: usize },
     /// The body ended in the middle of a line.
     #[error("watch stream ended inside a line ({leftover_bytes} bytes after the last newline)")]
     Truncated { leftover_bytes: usize },
+}
+
+/// One item of the stream: a whole line, or the start of a line too long to keep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// A complete line, without its newline (and any `\r` before it).
+    Line(Bytes),
+    /// A line over `max_line_bytes`: its first bytes (at most [`OVERSIZED_PREFIX_BYTES`] and at
+    /// most `max_line_bytes`), and its whole length before the newline. The rest was skipped.
+    Oversized { prefix: Bytes, line_bytes: usize },
 }
 
 /// Cuts a byte stream into lines.
@@ -33,6 +49,9 @@ pub struct LineDecoder {
     /// Received bytes after `partial`, not yet cut into lines.
     chunk: Bytes,
     max_line_bytes: usize,
+    /// Set while skipping the rest of an over-long line: its kept prefix is `partial`, and this
+    /// is how many bytes the line has had so far.
+    skipping: Option<usize>,
 }
 
 impl LineDecoder {
@@ -41,7 +60,18 @@ impl LineDecoder {
             partial: BytesMut::new(),
             chunk: Bytes::new(),
             max_line_bytes,
+            skipping: None,
         }
+    }
+
+    /// Bytes held that have not been handed out as a line yet.
+    pub fn buffered_bytes(&self) -> usize {
+        self.partial.len() + self.chunk.len()
+    }
+
+    /// The most of an over-long line that is kept.
+    fn prefix_cap(&self) -> usize {
+        self.max_line_bytes.min(OVERSIZED_PREFIX_BYTES)
     }
 
     /// Appends a received chunk (copied; see [`push_bytes`](Self::push_bytes)).
@@ -63,21 +93,25 @@ impl LineDecoder {
     }
 
     /// The next complete line, without its `\n` (and without a `\r` before it). Empty lines are
-    /// skipped: they carry no event.
-    pub fn next_line(&mut self) -> Result<Option<Bytes>, FrameError> {
+    /// skipped: they carry no event. An over-long line comes out as its prefix once its newline
+    /// has arrived; the lines after it follow as usual.
+    pub fn next_frame(&mut self) -> Option<Frame> {
         loop {
             let Some(newline) = memchr::memchr(b'\n', &self.chunk) else {
-                // No newline yet: keep the bytes as the start of a line.
-                self.partial.extend_from_slice(&self.chunk);
-                self.chunk = Bytes::new();
-                return if self.partial.len() > self.max_line_bytes {
-                    Err(self.too_long())
-                } else {
-                    Ok(None)
-                };
+                // No newline yet: keep the bytes as the start of a line (or of its prefix).
+                let chunk = std::mem::take(&mut self.chunk);
+                self.keep(&chunk);
+                return None;
             };
-            if self.partial.len() + newline > self.max_line_bytes {
-                return Err(self.too_long());
+            if self.skipping.is_some() || self.partial.len() + newline > self.max_line_bytes {
+                // The end of a line over the limit: keep its prefix and report it.
+                let rest = self.chunk.split_to(newline + 1);
+                self.keep(&rest[..newline]);
+                let line_bytes = self.skipping.take().unwrap_or(newline);
+                return Some(Frame::Oversized {
+                    prefix: self.partial.split().freeze(),
+                    line_bytes,
+                });
             }
             let mut line = if self.partial.is_empty() {
                 self.chunk.split_to(newline + 1)
@@ -88,21 +122,49 @@ impl LineDecoder {
             };
             line.truncate(trim_line_end(&line));
             if !line.is_empty() {
-                return Ok(Some(line));
+                return Some(Frame::Line(line));
             }
         }
     }
 
-    fn too_long(&self) -> FrameError {
-        FrameError::LineTooLong {
-            max_line_bytes: self.max_line_bytes,
+    /// The next complete line; an over-long line is skipped (see [`next_frame`](Self::next_frame)).
+    pub fn next_line(&mut self) -> Option<Bytes> {
+        loop {
+            match self.next_frame()? {
+                Frame::Line(line) => return Some(line),
+                Frame::Oversized { .. } => continue,
+            }
         }
+    }
+
+    /// Adds `bytes` (without a newline) to the line being assembled: all of them while the line
+    /// is within the limit, only up to the prefix cap once it is not.
+    fn keep(&mut self, bytes: &[u8]) {
+        let total = self.skipping.unwrap_or(self.partial.len()) + bytes.len();
+        if self.skipping.is_none() && total <= self.max_line_bytes {
+            self.partial.extend_from_slice(bytes);
+            return;
+        }
+        let cap = self.prefix_cap();
+        if self.partial.len() > cap {
+            // A fresh buffer of just the prefix gives back the memory of the rest.
+            self.partial = BytesMut::from(&self.partial[..cap]);
+        }
+        let room = cap - self.partial.len();
+        self.partial
+            .extend_from_slice(&bytes[..room.min(bytes.len())]);
+        self.skipping = Some(total);
     }
 
     /// Called when the body has ended: an empty buffer is a clean end, anything else a truncated line.
     /// A last line that is complete JSON but lacks its newline is still a truncation here; the
     /// caller decides whether to try it (see [`LineDecoder::take_unterminated`]).
     pub fn finish(&self) -> Result<(), FrameError> {
+        if let Some(seen) = self.skipping {
+            return Err(FrameError::Truncated {
+                leftover_bytes: seen + self.chunk.len(),
+            });
+        }
         let leftover_bytes = self
             .partial
             .iter()
@@ -119,6 +181,10 @@ impl LineDecoder {
     /// Takes whatever follows the last newline. At the end of a body this is a final line that
     /// arrived without its newline; the caller may still decode it.
     pub fn take_unterminated(&mut self) -> Option<Bytes> {
+        if self.skipping.is_some() {
+            // An over-long line cut off by the end of the body: only `finish` can report it.
+            return None;
+        }
         self.partial.extend_from_slice(&self.chunk);
         self.chunk = Bytes::new();
         let rest = self.partial.split().freeze();
@@ -147,7 +213,7 @@ mod tests {
         let mut out = Vec::new();
         for chunk in chunks {
             d.push(chunk);
-            while let Some(line) = d.next_line().unwrap() {
+            while let Some(line) = d.next_line() {
                 out.push(line);
             }
         }
@@ -189,25 +255,87 @@ mod tests {
     fn unterminated_final_line_can_be_taken() {
         let mut d = LineDecoder::new(64);
         d.push(b"{\"a\":1}\n{\"b\":2}");
-        assert_eq!(d.next_line().unwrap().as_deref(), Some(&b"{\"a\":1}"[..]));
-        assert_eq!(d.next_line().unwrap(), None);
+        assert_eq!(d.next_line().as_deref(), Some(&b"{\"a\":1}"[..]));
+        assert_eq!(d.next_line(), None);
         assert_eq!(d.take_unterminated().as_deref(), Some(&b"{\"b\":2}"[..]));
         assert_eq!(d.finish(), Ok(()));
     }
 
+    fn oversized(prefix: &'static [u8], line_bytes: usize) -> Option<Frame> {
+        Some(Frame::Oversized {
+            prefix: Bytes::from_static(prefix),
+            line_bytes,
+        })
+    }
+
     #[test]
-    fn over_long_line_is_an_error_even_before_its_newline() {
+    fn over_long_line_comes_out_as_its_prefix_and_the_next_line_follows() {
         let mut d = LineDecoder::new(8);
         d.push(b"0123456789");
+        assert_eq!(d.next_frame(), None, "not reported before its newline");
+        d.push(b"abc\r\n{\"a\":1}\n");
+        assert_eq!(d.next_frame(), oversized(b"01234567", 14));
         assert_eq!(
-            d.next_line(),
-            Err(FrameError::LineTooLong { max_line_bytes: 8 })
+            d.next_frame(),
+            Some(Frame::Line(Bytes::from_static(b"{\"a\":1}")))
         );
+        assert_eq!(d.next_frame(), None);
+        assert_eq!(d.finish(), Ok(()));
+    }
+
+    #[test]
+    fn an_over_long_line_keeps_only_a_bounded_prefix() {
+        let max = OVERSIZED_PREFIX_BYTES * 4;
+        let mut d = LineDecoder::new(max);
+        for _ in 0..16 {
+            d.push(&[b'x'; OVERSIZED_PREFIX_BYTES]);
+            assert_eq!(d.next_frame(), None);
+            assert!(d.partial.capacity() <= max + OVERSIZED_PREFIX_BYTES);
+        }
+        assert!(d.partial.len() <= OVERSIZED_PREFIX_BYTES);
+        d.push(b"\n");
+        let Some(Frame::Oversized { prefix, line_bytes }) = d.next_frame() else {
+            panic!("an oversized frame")
+        };
+        assert_eq!(prefix.len(), OVERSIZED_PREFIX_BYTES);
+        assert_eq!(line_bytes, 16 * OVERSIZED_PREFIX_BYTES);
+    }
+
+    #[test]
+    fn every_split_point_of_an_over_long_line_gives_the_same_frames() {
+        const BODY: &[u8] = b"{\"a\":1}\n0123456789ab\n{\"b\":2}\n";
+        for i in 0..=BODY.len() {
+            for j in i..=BODY.len() {
+                let mut d = LineDecoder::new(8);
+                let mut frames = Vec::new();
+                for part in [&BODY[..i], &BODY[i..j], &BODY[j..]] {
+                    d.push(part);
+                    while let Some(f) = d.next_frame() {
+                        frames.push(f);
+                    }
+                }
+                assert_eq!(
+                    frames,
+                    vec![
+                        Frame::Line(Bytes::from_static(b"{\"a\":1}")),
+                        oversized(b"01234567", 12).unwrap(),
+                        Frame::Line(Bytes::from_static(b"{\"b\":2}")),
+                    ],
+                    "split at {i},{j}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_body_that_ends_inside_an_over_long_line_is_truncated() {
         let mut d = LineDecoder::new(8);
-        d.push(b"0123456789\n");
+        d.push(b"0123456789");
+        assert_eq!(d.next_frame(), None);
+        assert_eq!(d.take_unterminated(), None);
         assert_eq!(
-            d.next_line(),
-            Err(FrameError::LineTooLong { max_line_bytes: 8 })
+            d.finish(),
+            Err(FrameError::Truncated { leftover_bytes: 10 })
         );
     }
 
@@ -217,12 +345,12 @@ mod tests {
         let mut d = LineDecoder::new(64);
         d.push_bytes(chunk.clone());
         let within = |l: &Bytes| chunk.as_ptr_range().contains(&l.as_ptr());
-        let a = d.next_line().unwrap().unwrap();
-        let b = d.next_line().unwrap().unwrap();
+        let a = d.next_line().unwrap();
+        let b = d.next_line().unwrap();
         assert!(within(&a) && within(&b));
-        assert_eq!(d.next_line().unwrap(), None);
+        assert_eq!(d.next_line(), None);
         d.push_bytes(Bytes::from_static(b"333}\n"));
-        assert_eq!(d.next_line().unwrap().as_deref(), Some(&b"{\"c\":333}"[..]));
+        assert_eq!(d.next_line().as_deref(), Some(&b"{\"c\":333}"[..]));
         assert_eq!(d.finish(), Ok(()));
     }
 
@@ -230,16 +358,16 @@ mod tests {
     fn a_line_spanning_chunks_counts_towards_the_limit() {
         let mut d = LineDecoder::new(8);
         d.push_bytes(Bytes::from_static(b"12345"));
-        assert_eq!(d.next_line(), Ok(None));
+        assert_eq!(d.next_frame(), None);
         d.push_bytes(Bytes::from_static(b"678\n"));
-        assert_eq!(d.next_line().unwrap().as_deref(), Some(&b"12345678"[..]));
-        d.push_bytes(Bytes::from_static(b"12345"));
-        assert_eq!(d.next_line(), Ok(None));
-        d.push_bytes(Bytes::from_static(b"6789\n"));
         assert_eq!(
-            d.next_line(),
-            Err(FrameError::LineTooLong { max_line_bytes: 8 })
+            d.next_frame(),
+            Some(Frame::Line(Bytes::from_static(b"12345678")))
         );
+        d.push_bytes(Bytes::from_static(b"12345"));
+        assert_eq!(d.next_frame(), None);
+        d.push_bytes(Bytes::from_static(b"6789\n"));
+        assert_eq!(d.next_frame(), oversized(b"12345678", 9));
     }
 
     #[test]

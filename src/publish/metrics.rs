@@ -21,6 +21,8 @@ pub struct PublishFamilies {
     jetstream_duplicates: IntCounterVec,
     /// `nats_connected`: one connection for the process.
     pub nats_connected: IntGauge,
+    /// `buffered_bytes`: the byte budget in use, for the process.
+    pub buffered_bytes: IntGauge,
 }
 
 impl PublishFamilies {
@@ -56,6 +58,11 @@ impl PublishFamilies {
             "1 while connected to a NATS server.",
         ))?;
         registry.register(Box::new(nats_connected.clone()))?;
+        let buffered_bytes = IntGauge::with_opts(opts(
+            "buffered_bytes",
+            "Bytes held between the API server and NATS (read and not yet published, or published and not yet acknowledged or flushed); watches stop reading at nats.max_buffered_bytes.",
+        ))?;
+        registry.register(Box::new(buffered_bytes.clone()))?;
         Ok(PublishFamilies {
             events_published,
             publish_errors,
@@ -63,6 +70,7 @@ impl PublishFamilies {
             publish_queue_depth,
             jetstream_duplicates,
             nats_connected,
+            buffered_bytes,
         })
     }
 

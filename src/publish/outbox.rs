@@ -10,7 +10,13 @@
 //!   older version of an object behind a newer one.
 //!
 //! Core NATS acknowledges nothing: a message is handed to the client once (it queues messages
-//! while disconnected) and the outbox only flushes before a checkpoint.
+//! while disconnected) and the outbox flushes before a checkpoint, and whenever the byte budget
+//! is spent.
+//!
+//! Every message holds its bytes against the process's byte budget ([`crate::budget`]) until NATS
+//! has taken it: acknowledged (JetStream) or flushed to the socket (core). While the budget is
+//! spent, [`Outbox::publish`] first waits for this target's own messages to be taken, so the
+//! watch stops reading.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -22,6 +28,7 @@ use tokio::time::Instant;
 use super::message::OutMessage;
 use super::metrics::PublishMetrics;
 use crate::backoff::Backoff;
+use crate::budget::{Budget, Charge};
 use crate::config::BackoffConfig;
 use crate::telemetry::target::TargetGauges;
 
@@ -58,6 +65,8 @@ struct InFlight {
     msg: OutMessage,
     ack: PublishAckFuture,
     sent_at: Instant,
+    /// The message's bytes, held against the budget until it is acknowledged.
+    charge: Charge,
 }
 
 /// The publishing side of one watch target.
@@ -76,6 +85,12 @@ struct Window {
     /// Where `publish_queue_depth` gets this target's share.
     gauges: TargetGauges,
     retry: Backoff,
+    budget: Budget,
+    /// Core mode: the bytes handed to the client since its last flush, and how many messages.
+    unflushed: Charge,
+    unflushed_messages: usize,
+    /// Messages taken out of `in_flight` (or not yet in it) while they are being sent.
+    in_hand: usize,
 }
 
 impl Outbox {
@@ -94,8 +109,19 @@ impl Outbox {
                 metrics,
                 gauges,
                 retry: Backoff::new(RETRY_BACKOFF),
+                budget: Budget::unlimited(),
+                unflushed: Charge::none(),
+                unflushed_messages: 0,
+                in_hand: 0,
             },
         }
+    }
+
+    /// Holds every message's bytes against `budget` until NATS has taken it.
+    pub fn with_budget(mut self, budget: Budget) -> Outbox {
+        self.window.unflushed = budget.charge(0);
+        self.window.budget = budget;
+        self
     }
 
     /// The largest message (payload and headers) the connected server accepts; `None` before
@@ -104,12 +130,26 @@ impl Outbox {
         Some(self.nats.client().max_payload()).filter(|&n| n > 0)
     }
 
-    /// Hands one message to NATS; returns once it is accepted (core) or in the ack window (JetStream).
+    /// Hands one message to NATS; returns once it is accepted (core) or in the ack window
+    /// (JetStream), and the byte budget is not spent by this target's messages.
     pub async fn publish(&mut self, msg: OutMessage) {
+        let charge = self.window.budget.charge(msg.wire_len());
         match &self.nats {
-            Nats::Core(client) => self.window.publish_core(client, msg).await,
+            Nats::Core(client) => {
+                self.window.publish_core(client, msg, charge).await;
+                while self.window.budget.exhausted() && self.window.unflushed_messages > 0 {
+                    if !self.window.flush(client).await {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            }
             Nats::JetStream { client, context } => {
-                self.window.publish_jetstream(client, context, msg).await
+                self.window
+                    .publish_jetstream(client, context, msg, charge)
+                    .await;
+                while self.window.budget.exhausted() && !self.window.in_flight.is_empty() {
+                    self.window.complete_oldest(client, context).await;
+                }
             }
         }
     }
@@ -124,13 +164,7 @@ impl Outbox {
                 }
                 true
             }
-            Nats::Core(client) => match client.flush().await {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::debug!(watch = %self.window.metrics.watch, error = %e, "flush to NATS failed; messages stay queued in the client");
-                    false
-                }
-            },
+            Nats::Core(client) => self.window.flush(client).await,
         }
     }
 }
@@ -161,13 +195,21 @@ impl Window {
     /// A core publish fails only for a message over `max_payload`, an invalid subject or a closed
     /// client, and retrying helps none of them; so the message is handed over once, without a
     /// copy. (While NATS is disconnected the client queues it; a full queue makes this wait.)
-    async fn publish_core(&mut self, client: &Client, msg: OutMessage) {
+    async fn publish_core(&mut self, client: &Client, msg: OutMessage, charge: Charge) {
         let started = Instant::now();
         let bytes = msg.payload.len();
-        match client
+        self.in_hand = 1;
+        self.report();
+        let published = client
             .publish_with_headers(msg.subject.clone(), msg.headers, msg.payload)
-            .await
-        {
+            .await;
+        self.in_hand = 0;
+        if published.is_ok() {
+            self.unflushed.absorb(charge);
+            self.unflushed_messages += 1;
+        }
+        self.report();
+        match published {
             Ok(()) => {
                 self.metrics.published(msg.event_type);
                 self.metrics
@@ -184,12 +226,40 @@ impl Window {
         }
     }
 
+    /// Core mode: a flush round trip; once it returns, what was handed over before it is out
+    /// of the process. `true` when it did.
+    async fn flush(&mut self, client: &Client) -> bool {
+        match client.flush().await {
+            Ok(()) => {
+                self.unflushed.set(0);
+                self.unflushed_messages = 0;
+                self.report();
+                true
+            }
+            Err(e) => {
+                tracing::debug!(watch = %self.metrics.watch, error = %e, "flush to NATS failed; messages stay queued in the client");
+                false
+            }
+        }
+    }
+
+    /// Reports what this target holds: `publish_queue_depth` (unacknowledged JetStream
+    /// publishes) and, for the count abandoned at shutdown, everything not yet taken by NATS.
+    fn report(&self) {
+        self.gauges.set_queued(self.in_flight.len());
+        self.gauges
+            .set_unconfirmed(self.in_flight.len() + self.in_hand + self.unflushed_messages);
+    }
+
     async fn publish_jetstream(
         &mut self,
         client: &Client,
         context: &jetstream::Context,
         msg: OutMessage,
+        charge: Charge,
     ) {
+        self.in_hand += 1;
+        self.report();
         while self.in_flight.len() >= self.max_in_flight
             || self
                 .in_flight
@@ -200,9 +270,15 @@ impl Window {
         }
         let sent_at = Instant::now();
         if let Some(ack) = self.send(client, context, &msg).await {
-            self.in_flight.push_back(InFlight { msg, ack, sent_at });
+            self.in_flight.push_back(InFlight {
+                msg,
+                ack,
+                sent_at,
+                charge,
+            });
         }
-        self.gauges.set_queued(self.in_flight.len());
+        self.in_hand -= 1;
+        self.report();
     }
 
     /// Sends one JetStream publish, retrying until the client accepts it; `None` for a message
@@ -235,10 +311,12 @@ impl Window {
             msg,
             mut ack,
             sent_at,
+            charge,
         }) = self.in_flight.pop_front()
         else {
             return;
         };
+        self.in_hand += 1;
         loop {
             match ack.await {
                 Ok(reply) => {
@@ -262,7 +340,9 @@ impl Window {
                 }
             }
         }
-        self.gauges.set_queued(self.in_flight.len());
+        drop(charge);
+        self.in_hand -= 1;
+        self.report();
     }
 
     /// After a failed acknowledgement the rest of the window has most likely failed too (NATS
@@ -271,9 +351,20 @@ impl Window {
     /// back flagged duplicate and are not stored twice.
     async fn resend_window(&mut self, client: &Client, context: &jetstream::Context) {
         let window = std::mem::take(&mut self.in_flight);
-        for InFlight { msg, sent_at, .. } in window {
+        for InFlight {
+            msg,
+            sent_at,
+            charge,
+            ..
+        } in window
+        {
             if let Some(ack) = self.send(client, context, &msg).await {
-                self.in_flight.push_back(InFlight { msg, ack, sent_at });
+                self.in_flight.push_back(InFlight {
+                    msg,
+                    ack,
+                    sent_at,
+                    charge,
+                });
             }
         }
     }

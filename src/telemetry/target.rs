@@ -28,6 +28,9 @@ struct Shares {
     synced: AtomicBool,
     tracked: AtomicI64,
     queued: AtomicI64,
+    /// Messages not yet taken by NATS (unacknowledged, unflushed or being sent): what a
+    /// shutdown past its grace period abandons.
+    unconfirmed: AtomicI64,
 }
 
 impl TargetGauges {
@@ -40,6 +43,7 @@ impl TargetGauges {
             synced: AtomicBool::new(false),
             tracked: AtomicI64::new(0),
             queued: AtomicI64::new(0),
+            unconfirmed: AtomicI64::new(0),
         }))
     }
 
@@ -69,11 +73,23 @@ impl TargetGauges {
         self.0.queued.load(Ordering::SeqCst)
     }
 
+    /// Messages this target holds that NATS has not taken yet.
+    pub fn set_unconfirmed(&self, messages: usize) {
+        let now = i64::try_from(messages).unwrap_or(i64::MAX);
+        self.0.unconfirmed.store(now, Ordering::SeqCst);
+    }
+
+    /// What this target last reported as not taken by NATS.
+    pub fn unconfirmed(&self) -> i64 {
+        self.0.unconfirmed.load(Ordering::SeqCst)
+    }
+
     /// Takes this target's share out of every gauge: its task is gone.
     pub fn withdraw(&self) {
         self.set_synced(false);
         self.set_tracked(0);
         self.set_queued(0);
+        self.set_unconfirmed(0);
     }
 }
 

@@ -13,9 +13,10 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
-use crate::event::{EventType, ObjectEvent, ResourceInfo, ResourceVersion};
+use crate::budget::Budget;
+use crate::event::{EventType, ObjectEvent, ObjectMeta, ResourceInfo, ResourceVersion};
 use crate::kube::client::{collection_path, Verb};
-use crate::kube::decode::{decode_line, DecodeError, WatchLine};
+use crate::kube::decode::{decode_line, decode_line_prefix, DecodeError, WatchLine};
 use crate::kube::error::body_excerpt;
 use crate::kube::framing::FrameError;
 use crate::kube::list::parse_list_page;
@@ -59,6 +60,9 @@ pub enum ListReason {
     ContinueExpired,
     /// The server does not support streaming lists; a paged list replaces it.
     StreamingUnsupported,
+    /// A watch line over `max_line_bytes` did not show which object changed: only a list (whose
+    /// pages have no line limit) can tell.
+    LineTooLong,
 }
 
 impl ListReason {
@@ -69,6 +73,7 @@ impl ListReason {
             ListReason::TooLargeResourceVersion => "too_large_resource_version",
             ListReason::ContinueExpired => "continue_expired",
             ListReason::StreamingUnsupported => "streaming_unsupported",
+            ListReason::LineTooLong => "line_too_long",
         }
     }
 }
@@ -94,8 +99,13 @@ pub enum RestartReason {
     Forbidden,
     /// Connection refused, reset, TLS failure.
     Transport,
-    /// A malformed, over-long or truncated line.
+    /// A malformed or truncated line.
     DecodeError,
+    /// A line over `max_line_bytes` whose first bytes do not say which object changed.
+    LineTooLong,
+    /// The byte budget ran out in the middle of a line: reopened from the last version once
+    /// there is room.
+    BufferFull,
     /// An ERROR event other than 410 inside the stream.
     ErrorEvent,
     /// A response kube2nats cannot use (404, 4xx, a non-JSON body).
@@ -116,6 +126,8 @@ impl RestartReason {
             RestartReason::Forbidden => "forbidden",
             RestartReason::Transport => "transport",
             RestartReason::DecodeError => "decode_error",
+            RestartReason::LineTooLong => "line_too_long",
+            RestartReason::BufferFull => "buffer_full",
             RestartReason::ErrorEvent => "error_event",
             RestartReason::UnexpectedResponse => "unexpected_response",
         }
@@ -168,6 +180,11 @@ pub enum RestartError {
     IdleTimeout,
     #[error("watch ended within a second without a line")]
     VeryShortWatch,
+    #[error("watch line of {line_bytes} bytes, over max_line_bytes ({max_line_bytes}), without the object's metadata in its first bytes")]
+    LineTooLong {
+        line_bytes: usize,
+        max_line_bytes: usize,
+    },
     #[error("streaming list not usable, falling back to paged lists: {0}")]
     StreamingUnsupported(StreamingRefusal),
 }
@@ -205,6 +222,12 @@ pub enum Outcome {
     },
     /// A change received on the watch.
     Event(ObjectEvent),
+    /// A change received on the watch in a line over `max_line_bytes`: only its metadata is
+    /// known (`object` is empty); it is published as such.
+    Oversized {
+        event: ObjectEvent,
+        line_bytes: usize,
+    },
     /// The watch has seen everything up to this version.
     Bookmark(ResourceVersion),
     /// A watch opened from this version.
@@ -253,6 +276,11 @@ pub struct Watching {
 /// What reading one line of an open watch gave.
 enum Read {
     Line(WatchLine),
+    /// A line over `max_line_bytes`: the change its first bytes show, if they show one.
+    Oversized {
+        change: Option<(EventType, ObjectMeta)>,
+        line_bytes: usize,
+    },
     /// The server closed the body cleanly.
     Ended,
     /// The stream broke.
@@ -267,6 +295,8 @@ pub struct Machine {
     backoff: Backoff,
     /// Cleared for good once the server shows it does not support streaming lists.
     streaming_list: bool,
+    /// Bytes held between the API server and NATS, shared by every target.
+    budget: Budget,
 }
 
 impl Machine {
@@ -279,7 +309,14 @@ impl Machine {
             path,
             backoff,
             streaming_list,
+            budget: Budget::unlimited(),
         }
+    }
+
+    /// Charges what the watch streams buffer to `budget`, and waits for room before reading.
+    pub fn with_budget(mut self, budget: Budget) -> Machine {
+        self.budget = budget;
+        self
     }
 
     pub fn target(&self) -> &Target {
@@ -479,6 +516,8 @@ impl Machine {
     }
 
     async fn open_watch(&mut self, rv: ResourceVersion) -> (Outcome, State) {
+        // A watch opened while the budget is spent could not be read.
+        self.budget.room().await;
         let timeout = self.server_timeout();
         let timeout_secs = timeout.as_secs().to_string();
         let mut query = vec![
@@ -509,7 +548,11 @@ impl Machine {
         let opened_at = Instant::now();
         Watching {
             rv,
-            stream: LineStream::new(response, self.target.max_line_bytes),
+            stream: LineStream::with_budget(
+                response,
+                self.target.max_line_bytes,
+                self.budget.clone(),
+            ),
             opened_at,
             deadline: opened_at
                 + server_timeout
@@ -519,8 +562,16 @@ impl Machine {
     }
 
     /// Reads and decodes the next line, waiting no longer than the watch's deadline.
-    async fn next_line(w: &mut Watching) -> Read {
-        let next = tokio::time::timeout_at(w.deadline, w.stream.next_line()).await;
+    async fn next_line(w: &mut Watching, namespaced: bool) -> Read {
+        let next = loop {
+            match tokio::time::timeout_at(w.deadline, w.stream.next_line()).await {
+                // Waiting for the byte budget is not a silent server: the deadline starts over.
+                Err(_) if w.stream.waiting_for_room() => {
+                    w.deadline = Instant::now() + WATCH_DEADLINE_MARGIN;
+                }
+                next => break next,
+            }
+        };
         let line = match next {
             Ok(Ok(Some(line))) => line,
             Ok(Ok(None)) => return Read::Ended,
@@ -533,8 +584,15 @@ impl Machine {
             Ok(Err(e @ StreamError::Transport(_))) => {
                 return Read::Lost(RestartReason::Transport, e.into())
             }
+            Ok(Err(e @ StreamError::BudgetSpent)) => {
+                return Read::Lost(RestartReason::BufferFull, e.into())
+            }
         };
         w.received_any = true;
+        if let Some(line_bytes) = line.oversized {
+            let change = decode_line_prefix(&line.bytes, namespaced);
+            return Read::Oversized { change, line_bytes };
+        }
         match decode_line(&line.bytes) {
             Ok(decoded) => Read::Line(decoded),
             Err(_) if !line.terminated => {
@@ -554,7 +612,7 @@ impl Machine {
         reason: ListReason,
         mut w: Watching,
     ) -> (Outcome, State) {
-        match Self::next_line(&mut w).await {
+        match Self::next_line(&mut w, self.target.resource.namespaced).await {
             Read::Line(WatchLine::Change(event)) if event.event_type == EventType::Added => (
                 Outcome::ListPage {
                     started: None,
@@ -587,6 +645,13 @@ impl Machine {
                 let relist = self.list(reason);
                 self.error_event(status, relist)
             }
+            // A paged list reads whole pages, without a line limit.
+            Read::Oversized { line_bytes, .. } => Self::paged_list_now(
+                RestartReason::LineTooLong,
+                Verb::Watch,
+                self.line_too_long(line_bytes),
+                reason,
+            ),
             Read::Ended => self.streaming_unsupported(StreamingRefusal::EndedEarly),
             Read::Lost(restart, error) => {
                 let relist = self.list(reason);
@@ -597,10 +662,32 @@ impl Machine {
 
     /// One line of an open watch. A broken stream resumes from the last version after a pause.
     async fn read_event(&mut self, mut w: Watching) -> (Outcome, State) {
-        match Self::next_line(&mut w).await {
+        match Self::next_line(&mut w, self.target.resource.namespaced).await {
             Read::Line(WatchLine::Change(event)) => {
                 w.rv = event.meta.resource_version.clone();
                 (Outcome::Event(event), State::Watching(Box::new(w)))
+            }
+            Read::Oversized {
+                change: Some((event_type, meta)),
+                line_bytes,
+            } => {
+                w.rv = meta.resource_version.clone();
+                let event = ObjectEvent {
+                    event_type,
+                    meta,
+                    object: Bytes::new(),
+                    watch_line: None,
+                };
+                let outcome = Outcome::Oversized { event, line_bytes };
+                (outcome, State::Watching(Box::new(w)))
+            }
+            // Resuming would receive the same line again: only a list can move past it.
+            Read::Oversized {
+                change: None,
+                line_bytes,
+            } => {
+                let error = self.line_too_long(line_bytes);
+                self.relist(RestartReason::LineTooLong, ListReason::LineTooLong, error)
             }
             Read::Line(WatchLine::Bookmark {
                 resource_version, ..
@@ -615,9 +702,26 @@ impl Machine {
                 self.error_event(status, State::Connecting { rv: w.rv })
             }
             Read::Ended => self.stream_ended(w),
+            // No pause: the watch reopens once there is room (see `open_watch`).
+            Read::Lost(reason @ RestartReason::BufferFull, error) => {
+                let restart = Restart {
+                    reason,
+                    verb: None,
+                    error: Some(error),
+                    retry_in: None,
+                };
+                (Outcome::Restart(restart), State::Connecting { rv: w.rv })
+            }
             Read::Lost(reason, error) => {
                 self.back_off(reason, None, error, None, State::Connecting { rv: w.rv })
             }
+        }
+    }
+
+    fn line_too_long(&self, line_bytes: usize) -> RestartError {
+        RestartError::LineTooLong {
+            line_bytes,
+            max_line_bytes: self.target.max_line_bytes,
         }
     }
 

@@ -103,6 +103,9 @@ impl WatchFamilies {
             truncated_max_payload: self
                 .events_truncated
                 .with_label_values(&[watch, "max_payload"]),
+            truncated_max_line: self
+                .events_truncated
+                .with_label_values(&[watch, "max_line_bytes"]),
             decode_errors: self.decode_errors.with_label_values(&[watch]),
             sync: WatchSync::new(
                 name.clone(),
@@ -137,6 +140,8 @@ pub struct WatchMetrics {
     pub dropped_subject_too_long: IntCounter,
     /// Published with metadata only: larger than the NATS server's `max_payload`.
     pub truncated_max_payload: IntCounter,
+    /// Published with metadata only: its watch line was over `kubernetes.max_line_bytes`.
+    pub truncated_max_line: IntCounter,
     pub decode_errors: IntCounter,
     pub sync: WatchSync,
     pub tracked_objects: IntGauge,

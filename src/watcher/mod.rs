@@ -214,6 +214,13 @@ impl WatchTask {
                     checkpoints.objects_changed();
                 }
             }
+            Outcome::Oversized { event, line_bytes } => {
+                self.resuming = None;
+                checkpoints.advanced(&event.meta.resource_version);
+                if self.received_oversized(event, line_bytes).await {
+                    checkpoints.objects_changed();
+                }
+            }
             Outcome::Bookmark(rv) => {
                 self.resuming = None;
                 self.metrics.touch();
@@ -327,6 +334,18 @@ impl WatchTask {
 
     /// Judges and publishes one received event; `true` if the memory changed.
     async fn received(&mut self, event: ObjectEvent) -> bool {
+        self.received_as(event, Fit::Whole).await
+    }
+
+    /// A change that arrived in a watch line over `max_line_bytes`, of which only the metadata
+    /// is known: published as such (`Kube-Payload: truncated`), so subscribers learn of it.
+    async fn received_oversized(&mut self, event: ObjectEvent, line_bytes: usize) -> bool {
+        self.metrics.truncated_max_line.inc();
+        tracing::warn!(watch = %self.metrics.watch, namespace = self.namespace(), name = ?event.meta.name, uid = ?event.meta.uid, resource_version = %event.meta.resource_version, line_bytes, "watch line over kubernetes.max_line_bytes; publishing the object's metadata only (Kube-Payload: truncated)");
+        self.received_as(event, Fit::MetadataOnly).await
+    }
+
+    async fn received_as(&mut self, event: ObjectEvent, fit: Fit) -> bool {
         self.metrics.received(event.event_type);
         self.metrics.touch();
         // The journal records an object's first message, so its deletion is announced even
@@ -339,7 +358,7 @@ impl WatchTask {
                 if journaled {
                     self.staged.record(&event.meta);
                 }
-                self.publish(event, false).await;
+                self.publish_as(event, false, fit).await;
                 true
             }
             Verdict::Duplicate => {
@@ -357,6 +376,10 @@ impl WatchTask {
 
     /// Publishes one event unless its type is filtered out; `synthesized` marks list-derived events.
     async fn publish(&mut self, event: ObjectEvent, synthesized: bool) {
+        self.publish_as(event, synthesized, Fit::Whole).await;
+    }
+
+    async fn publish_as(&mut self, event: ObjectEvent, synthesized: bool, fit: Fit) {
         if !self.events.contains(&event.event_type) {
             self.metrics.dropped_filtered.inc();
             if self.staged.full() {
@@ -367,7 +390,11 @@ impl WatchTask {
         if synthesized {
             self.metrics.synthesized(event.event_type);
         }
-        match self.fitted_message(&event, synthesized) {
+        let message = match fit {
+            Fit::Whole => self.fitted_message(&event, synthesized),
+            Fit::MetadataOnly => self.messages.truncated(&event, synthesized),
+        };
+        match message {
             Ok(message) if self.staged.holding() => {
                 self.staged.held.push(message);
                 if self.staged.full() {
@@ -402,6 +429,9 @@ impl WatchTask {
             RestartReason::StreamEnded => {
                 tracing::debug!(watch, namespace, "watch ended by the server; resuming")
             }
+            RestartReason::BufferFull => {
+                tracing::debug!(watch, namespace, error, "reopening the watch from its last resourceVersion once NATS has taken buffered data")
+            }
             RestartReason::Forbidden => {
                 let rule = rbac::rule_to_add(
                     &self.machine.target().resource,
@@ -416,6 +446,10 @@ impl WatchTask {
             RestartReason::DecodeError if list_failed => {
                 self.metrics.decode_errors.inc();
                 tracing::warn!(watch, namespace, verb, retry_in = ?retry_in, error, "malformed list response; retrying the list");
+            }
+            RestartReason::LineTooLong => {
+                self.metrics.decode_errors.inc();
+                tracing::warn!(watch, namespace, reason = reason.as_str(), retry_in = ?retry_in, error, "relisting to learn which object changed (raise kubernetes.max_line_bytes to receive such objects whole)");
             }
             RestartReason::DecodeError => {
                 self.metrics.decode_errors.inc();
@@ -494,6 +528,15 @@ impl Staged {
             outbox.publish(message).await;
         }
     }
+}
+
+/// How much of an object a message carries.
+#[derive(Clone, Copy)]
+enum Fit {
+    /// All of it, unless it is over the NATS server's `max_payload`.
+    Whole,
+    /// Its metadata only: the rest never arrived whole.
+    MetadataOnly,
 }
 
 /// Sleeps until `at`, or forever when there is nothing to wait for.

@@ -187,6 +187,10 @@ pub fn describe(outcome: &Outcome) -> String {
             "{} {} {}",
             e.event_type, e.meta.name, e.meta.resource_version
         ),
+        Outcome::Oversized { event: e, .. } => format!(
+            "{} {} {} (oversized)",
+            e.event_type, e.meta.name, e.meta.resource_version
+        ),
         Outcome::Bookmark(rv) => format!("bookmark {rv}"),
         Outcome::WatchOpened(rv) => format!("opened {rv}"),
         Outcome::Restart(r) => format!("restart {}", r.reason.as_str()),

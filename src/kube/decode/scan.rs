@@ -104,6 +104,53 @@ pub(super) fn object_head(object: &[u8]) -> Result<Head<'_>> {
     head
 }
 
+/// What the start of a watch line shows, cut anywhere: each field read before the cut.
+#[derive(Default)]
+pub(super) struct PrefixParts<'a> {
+    pub event_type: Option<&'a str>,
+    pub meta: Meta<'a>,
+    /// The object's `metadata` ended before the cut: a field missing from it is absent.
+    pub metadata_complete: bool,
+}
+
+/// Reads the event type and the object's metadata fields from the start of a watch line; stops
+/// at the cut (or at anything that is not JSON) with what it has.
+pub(super) fn watch_line_prefix(prefix: &[u8]) -> PrefixParts<'_> {
+    let mut parts = PrefixParts::default();
+    let mut s = Scanner { b: prefix, i: 0 };
+    s.ws();
+    // The cut always ends the scan with an error; what was read before it is the answer.
+    let _cut = s.members(|s, key| match &*key.text()? {
+        "type" => {
+            parts.event_type = Some(s.borrowed_str("type")?);
+            Ok(())
+        }
+        "object" => s.members(|s, key| match &*key.text()? {
+            "metadata" => {
+                s.members(|s, key| {
+                    let slot = match &*key.text()? {
+                        "uid" => &mut parts.meta.uid,
+                        "resourceVersion" => &mut parts.meta.resource_version,
+                        "name" => &mut parts.meta.name,
+                        "namespace" => &mut parts.meta.namespace,
+                        _ => return s.skip_value(),
+                    };
+                    if s.peek() != Some(b'"') {
+                        return Err(s.error("metadata field is not a string"));
+                    }
+                    *slot = Some(s.string()?.text()?);
+                    Ok(())
+                })?;
+                parts.metadata_complete = true;
+                Ok(())
+            }
+            _ => s.skip_value(),
+        }),
+        _ => s.skip_value(),
+    });
+    parts
+}
+
 /// A cursor over the bytes of one JSON document.
 struct Scanner<'a> {
     b: &'a [u8],

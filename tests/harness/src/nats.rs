@@ -56,6 +56,8 @@ pub struct NatsOptions {
     /// Require TLS from clients, with a certificate signed by a throwaway CA (see
     /// [`NatsServer::ca_file`]).
     pub tls: bool,
+    /// The server's `max_payload` in bytes; `None`: its default, 1 MiB.
+    pub max_payload: Option<usize>,
 }
 
 impl Default for NatsOptions {
@@ -64,6 +66,7 @@ impl Default for NatsOptions {
             jetstream: true,
             auth: NatsAuth::None,
             tls: false,
+            max_payload: None,
         }
     }
 }
@@ -156,6 +159,9 @@ fn tls_block(dir: &Path) -> anyhow::Result<String> {
 fn config_text(port: u16, store_dir: &Path, opts: &NatsOptions) -> String {
     let mut conf = String::new();
     let _ = writeln!(conf, "listen: \"127.0.0.1:{port}\"");
+    if let Some(bytes) = opts.max_payload {
+        let _ = writeln!(conf, "max_payload: {bytes}");
+    }
     if opts.jetstream {
         let _ = writeln!(
             conf,
@@ -359,6 +365,7 @@ mod tests {
                 jetstream: true,
                 auth: NatsAuth::UserPassword("u".into(), "p\"w".into()),
                 tls: false,
+                max_payload: None,
             },
         );
         assert!(conf.contains("listen: \"127.0.0.1:4222\""));

@@ -102,6 +102,7 @@ async fn token_auth_rejects_a_wrong_token() {
         jetstream: false,
         auth: NatsAuth::Token("s3cret".into()),
         tls: false,
+        max_payload: None,
     })
     .await
     .expect("nats-server starts");
@@ -123,6 +124,7 @@ async fn user_password_auth() {
         jetstream: false,
         auth: NatsAuth::UserPassword("kube2nats".into(), "p\"w d".into()),
         tls: false,
+        max_payload: None,
     })
     .await
     .expect("nats-server starts");

@@ -759,7 +759,9 @@ async fn accept_loop(
         let tls = tls.clone();
         connections.spawn(async move {
             // HTTP/1.1 or HTTP/2 (ALPN over TLS, prior knowledge in clear), like kube-apiserver.
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            // kube-apiserver's `--http2-max-streams-per-connection` default (hyper's is 200).
+            builder.http2().max_concurrent_streams(1000);
             let result = match tls {
                 Some(acceptor) => match acceptor.accept(stream).await {
                     Ok(tls_stream) => {

@@ -77,12 +77,84 @@ impl WatchSpec {
     }
 }
 
-/// `{"type":…,"object":…}\n`.
+/// `{"type":…,"object":…}\n`, in the order kube-apiserver writes it: `type` first; a built-in
+/// object's `kind`, `apiVersion` and `metadata` (in the field order of Go's `ObjectMeta`) before
+/// its body; a custom resource, which the server encodes from unstructured JSON (a Go map: sorted
+/// keys), with every key sorted, so its `metadata` may come late (after `data`, say).
 pub fn event_line(event_type: &str, object: &Value) -> Bytes {
-    let mut line = serde_json::to_vec(&json!({ "type": event_type, "object": object }))
-        .unwrap_or_else(|_| b"{}".to_vec());
-    line.push(b'\n');
+    let mut line = b"{\"type\":".to_vec();
+    write_json(&mut line, &Value::from(event_type));
+    line.extend_from_slice(b",\"object\":");
+    if is_built_in(object) {
+        write_ordered(&mut line, object, &["kind", "apiVersion", "metadata"]);
+    } else {
+        write_json(&mut line, object);
+    }
+    line.extend_from_slice(b"}\n");
     Bytes::from(line)
+}
+
+/// The fields of Go's `ObjectMeta`, in the order they are encoded.
+const OBJECT_META_ORDER: &[&str] = &[
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
+/// Core and `*.k8s.io` groups are Go structs; anything else here is a custom resource.
+fn is_built_in(object: &Value) -> bool {
+    match object["apiVersion"]
+        .as_str()
+        .and_then(|v| v.split_once('/'))
+    {
+        Some((group, _)) => !group.contains('.') || group.ends_with(".k8s.io"),
+        None => true,
+    }
+}
+
+/// Writes `value`, an object, with the keys of `first` first (in that order), then the rest
+/// sorted; `metadata` in `ObjectMeta`'s order.
+fn write_ordered(out: &mut Vec<u8>, value: &Value, first: &[&str]) {
+    let Some(map) = value.as_object() else {
+        return write_json(out, value);
+    };
+    let mut keys: Vec<&String> = first
+        .iter()
+        .filter_map(|k| map.get_key_value(*k).map(|(k, _)| k))
+        .collect();
+    keys.extend(map.keys().filter(|k| !first.contains(&k.as_str())));
+    out.push(b'{');
+    for (i, key) in keys.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_json(out, &Value::from(key.as_str()));
+        out.push(b':');
+        match key.as_str() {
+            "metadata" if first.contains(&"metadata") => {
+                write_ordered(out, &map[key], OBJECT_META_ORDER)
+            }
+            _ => write_json(out, &map[key]),
+        }
+    }
+    out.push(b'}');
+}
+
+fn write_json(out: &mut Vec<u8>, value: &Value) {
+    // Writing a `Value` into a `Vec` cannot fail.
+    let _ = serde_json::to_writer(out, value);
 }
 
 /// Upper bound on waiting for hyper to take queued chunks before an abort (the client may not
