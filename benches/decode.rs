@@ -1,6 +1,7 @@
 //! The decode path of one watch event: a realistic ~3.5 KB pod `MODIFIED` line → event type and
 //! metadata (`decode_line`), the same object from a list page (`decode_object_meta`), and the
-//! framing of a 64 KiB chunk into lines (`LineDecoder`).
+//! framing of a 64 KiB chunk into lines (`LineDecoder`); and noise control on that pod (content
+//! fingerprint, `strip_paths`).
 //!
 //! `cargo bench --bench decode`
 
@@ -96,5 +97,53 @@ fn serde_two_pass(line: &[u8]) -> (usize, usize) {
     )
 }
 
-criterion_group!(benches, decode);
+/// Noise control on the same pod: its content fingerprint (`changes = "content"`), and
+/// `strip_paths` on an object that holds none of the paths (the zero-copy check) and on one that
+/// holds one (a trimmed copy).
+fn noise(c: &mut Criterion) {
+    use kube2nats::config::{Changes, NoiseConfig};
+    use kube2nats::json_path::JsonPath;
+    use kube2nats::kube::decode::WatchLine;
+    use kube2nats::noise::NoiseControl;
+
+    let WatchLine::Change(event) = decode_line(&watch_line()).expect("valid line") else {
+        panic!("a pod MODIFIED line is a change")
+    };
+    let path = |p: &str| JsonPath::parse(p).expect("valid path");
+    let control = |changes, strip: &[&str]| {
+        NoiseControl::new(&NoiseConfig {
+            changes,
+            ignore_paths: vec![path("status")],
+            strip_paths: strip.iter().map(|p| path(p)).collect(),
+        })
+    };
+    let content = control(Changes::Content, &[]);
+    let absent = control(Changes::Content, &["metadata.managedFields"]);
+    let present = control(
+        Changes::Content,
+        &[r#"metadata.annotations."prometheus.io/port""#],
+    );
+    let mut group = c.benchmark_group("noise");
+    group.throughput(Throughput::Bytes(event.object.len() as u64));
+    group.bench_function("content_fingerprint/pod", |b| {
+        b.iter(|| content.mark(std::hint::black_box(&event)))
+    });
+    group.bench_function("strip_paths_absent/pod", |b| {
+        b.iter(|| {
+            absent
+                .stripped(std::hint::black_box(&event.object))
+                .expect("valid")
+        })
+    });
+    group.bench_function("strip_paths_present/pod", |b| {
+        b.iter(|| {
+            present
+                .stripped(std::hint::black_box(&event.object))
+                .expect("valid")
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, decode, noise);
 criterion_main!(benches);

@@ -30,6 +30,7 @@ use crate::kube::credentials;
 use crate::kube::discovery::Discovery;
 use crate::kube::ApiClient;
 use crate::leader::{Candidate, Elector, LeaderMetrics};
+use crate::noise::NoiseControl;
 use crate::publish::metrics::{PublishFamilies, PublishMetrics};
 use crate::publish::{connect, MessageBuilder, Nats, Outbox};
 use crate::rbac;
@@ -463,6 +464,7 @@ impl TaskParts<'_> {
             max_in_flight,
             messages,
             events: watch.events.clone(),
+            noise: NoiseControl::new(&watch.noise),
             initial_state: watch.initial_state,
             watch_metrics,
             publish_metrics,
@@ -486,6 +488,7 @@ struct TaskFactory {
     max_in_flight: usize,
     messages: MessageBuilder,
     events: Vec<EventType>,
+    noise: NoiseControl,
     initial_state: InitialState,
     watch_metrics: WatchMetrics,
     publish_metrics: PublishMetrics,
@@ -512,6 +515,7 @@ impl TaskFactory {
             outbox,
             self.messages.clone(),
             self.events.clone(),
+            self.noise.clone(),
             self.initial_state,
             self.watch_metrics.clone(),
             self.state.target(&self.watch_name, &self.target),

@@ -26,6 +26,9 @@ pub enum Verdict {
     Duplicate,
     /// Older than the version already published for this uid.
     Stale,
+    /// A MODIFIED whose mark (see [`Dedupe::observe`]) equals the published one: no news to
+    /// subscribers. Its version is recorded, so a later relist does not announce it either.
+    Unchanged,
 }
 
 /// What a listed object means against the state.
@@ -42,6 +45,8 @@ pub enum Listed {
     /// Known only from the journal, at this version: its ADDED may not have gone out before a
     /// crash, so it is published again (in JetStream mode with the same `Nats-Msg-Id`).
     Unconfirmed,
+    /// Known with another version but the same mark: nothing to publish (the version is recorded).
+    SameMark,
 }
 
 /// An object that was tracked but is missing from a complete relist: it was deleted while the
@@ -126,14 +131,17 @@ const OPAQUE: u64 = u64::MAX;
 /// `Tracked::namespace` of a cluster-scoped object.
 const NO_NAMESPACE: u32 = u32::MAX;
 
-/// What is remembered of one object: 24 bytes, plus its name in the shared [`Names`] text.
+/// What is remembered of one object: 32 bytes, plus its name in the shared [`Names`] text.
 ///
 /// This is the bulk of kube2nats' memory, so it is kept under 100 bytes per object: with the
-/// 16-byte uid key and the hash table's spare room it comes to about 55 bytes, plus the name.
+/// 16-byte uid key and the hash table's spare room it comes to about 65 bytes, plus the name.
 #[derive(Debug, Clone, Copy)]
 struct Tracked {
     /// The integer resourceVersion, or [`OPAQUE`].
     version: u64,
+    /// What `changes` compares for the published version (`crate::noise::NoiseControl::mark`:
+    /// a generation or a content fingerprint); 0 = nothing to compare.
+    mark: u64,
     name: NameRef,
     /// Index into [`Namespaces`], or [`NO_NAMESPACE`].
     namespace: u32,
@@ -325,8 +333,10 @@ impl Dedupe {
         self.len() == 0
     }
 
-    /// Judges a received event and, when it is to be published, records it.
-    pub fn observe(&mut self, meta: &ObjectMeta, event_type: EventType) -> Verdict {
+    /// Judges a received event and, when it is to be published, records it. `mark` is what the
+    /// watch's `changes` compares (0: nothing): a MODIFIED whose mark equals the published one is
+    /// [`Verdict::Unchanged`].
+    pub fn observe(&mut self, meta: &ObjectMeta, event_type: EventType, mark: u64) -> Verdict {
         let key = UidKey::new(&meta.uid);
         if self.tombstones.contains(&key) {
             return match event_type {
@@ -346,6 +356,9 @@ impl Dedupe {
             }
             if unconfirmed {
                 self.unconfirmed.remove(&key);
+            } else if event_type == EventType::Modified && mark != 0 && mark == tracked.mark {
+                self.track(key, version, meta, mark);
+                return Verdict::Unchanged;
             }
         }
         match event_type {
@@ -353,7 +366,7 @@ impl Dedupe {
                 self.forget(&key);
                 self.tombstones.insert(key);
             }
-            EventType::Added | EventType::Modified => self.track(key, version, meta),
+            EventType::Added | EventType::Modified => self.track(key, version, meta, mark),
         }
         Verdict::Publish
     }
@@ -418,14 +431,16 @@ impl Dedupe {
             resource_version: self.stored_version(key, tracked).to_resource_version(),
             name: self.names.get(tracked.name).to_owned(),
             namespace: self.namespaces.get(tracked.namespace).map(str::to_owned),
+            generation: None,
         };
         self.forget(key);
         self.tombstones.insert(key.clone());
         Some(Vanished { meta })
     }
 
-    /// Compares one listed object with the state, and records it.
-    pub fn listed(&mut self, meta: &ObjectMeta) -> Listed {
+    /// Compares one listed object with the state, and records it; `mark` as for
+    /// [`observe`](Self::observe).
+    pub fn listed(&mut self, meta: &ObjectMeta, mark: u64) -> Listed {
         let key = UidKey::new(&meta.uid);
         let version = Version::new(&meta.resource_version);
         let verdict = match self.get(&key) {
@@ -439,6 +454,8 @@ impl Dedupe {
                     Listed::Unchanged
                 } else if version.older_than(&stored) {
                     Listed::Stale
+                } else if mark != 0 && mark == tracked.mark {
+                    Listed::SameMark
                 } else {
                     Listed::Changed
                 };
@@ -455,7 +472,7 @@ impl Dedupe {
                 verdict
             }
         };
-        self.track(key, version, meta);
+        self.track(key, version, meta, mark);
         verdict
     }
 
@@ -508,8 +525,9 @@ impl Dedupe {
         }
     }
 
-    /// Records `version` for the object; its name and namespace are stored on first sight.
-    fn track(&mut self, key: UidKey, version: Version, meta: &ObjectMeta) {
+    /// Records `version` and `mark` for the object; its name and namespace are stored on first
+    /// sight.
+    fn track(&mut self, key: UidKey, version: Version, meta: &ObjectMeta, mark: u64) {
         let version = match version {
             Version::Number(n) => {
                 if !self.opaque_versions.is_empty() {
@@ -525,6 +543,7 @@ impl Dedupe {
         let epoch = self.list_epoch;
         if let Some(tracked) = self.get_mut(&key) {
             tracked.version = version;
+            tracked.mark = mark;
             tracked.list_epoch = epoch;
             let old = *tracked;
             // Name and namespace of an object never change in Kubernetes; should a server say
@@ -548,6 +567,7 @@ impl Dedupe {
         }
         let tracked = Tracked {
             version,
+            mark,
             name: self.names.push(&meta.name),
             namespace: self.namespaces.acquire(meta.namespace.as_deref()),
             list_epoch: epoch,
@@ -607,6 +627,8 @@ pub struct SavedObject<'a> {
     pub namespace: Option<&'a str>,
     /// Known only from the journal: see [`Listed::Unconfirmed`].
     pub unconfirmed: bool,
+    /// What `changes` compares; 0 = nothing.
+    pub mark: u64,
 }
 
 impl<'a> SavedObject<'a> {
@@ -623,6 +645,7 @@ impl<'a> SavedObject<'a> {
             name: &meta.name,
             namespace: meta.namespace.as_deref(),
             unconfirmed: false,
+            mark: 0,
         }
     }
 }
@@ -663,6 +686,7 @@ impl Dedupe {
                 name: self.names.get(tracked.name),
                 namespace: self.namespaces.get(tracked.namespace),
                 unconfirmed: self.is_unconfirmed(key),
+                mark: tracked.mark,
             }
         };
         for (uuid, tracked) in &self.uuids {
@@ -739,8 +763,9 @@ impl Dedupe {
             resource_version: ResourceVersion::new(""),
             name: saved.name.to_owned(),
             namespace: saved.namespace.map(str::to_owned),
+            generation: None,
         };
-        self.track(key, version, &meta);
+        self.track(key, version, &meta, saved.mark);
     }
 }
 
@@ -810,6 +835,7 @@ mod tests {
             resource_version: ResourceVersion::new(rv),
             name: name.into(),
             namespace: Some("default".into()),
+            generation: None,
         }
     }
 
@@ -822,19 +848,106 @@ mod tests {
     #[test]
     fn a_recreated_name_supersedes_the_old_uid_during_a_list() {
         let mut d = Dedupe::new();
-        d.observe(&meta(A, "5", "web"), EventType::Added);
-        d.observe(&meta(B, "6", "db"), EventType::Added);
+        d.observe(&meta(A, "5", "web"), EventType::Added, 0);
+        d.observe(&meta(B, "6", "db"), EventType::Added, 0);
         d.begin_list();
         let new_web = meta("1b8e6c3a-1f2d-4e5f-9a0b-1c2d3e4f5a6b", "9", "web");
         let gone = d.superseded(&new_web).expect("web's old uid");
         assert_eq!(gone.meta.uid, A);
         assert_eq!(gone.meta.resource_version.as_str(), "5");
-        assert_eq!(d.listed(&new_web), Listed::New);
+        assert_eq!(d.listed(&new_web, 0), Listed::New);
         assert_eq!(d.superseded(&meta(B, "6", "db")), None);
-        assert_eq!(d.listed(&meta(B, "6", "db")), Listed::Unchanged);
+        assert_eq!(d.listed(&meta(B, "6", "db"), 0), Listed::Unchanged);
         assert_eq!(d.superseded(&meta("other", "7", "new")), None);
         assert!(d.end_list().is_empty(), "nothing vanished twice");
         assert_eq!(d.len(), 2);
+    }
+
+    /// Under `changes = generation | content`: a MODIFIED with the published mark is not news,
+    /// but its version is recorded (a replay of it is a duplicate; a relist at that version or a
+    /// later one with the same mark announces nothing); ADDED and DELETED are always news; mark
+    /// 0 compares with nothing.
+    #[test]
+    fn a_modified_with_the_published_mark_is_unchanged() {
+        let mut d = Dedupe::new();
+        assert_eq!(
+            d.observe(&meta(A, "1", "a"), EventType::Added, 7),
+            Verdict::Publish
+        );
+        assert_eq!(
+            d.observe(&meta(A, "2", "a"), EventType::Modified, 7),
+            Verdict::Unchanged
+        );
+        assert_eq!(
+            d.observe(&meta(A, "2", "a"), EventType::Modified, 7),
+            Verdict::Duplicate
+        );
+        assert_eq!(
+            d.observe(&meta(A, "1", "a"), EventType::Modified, 9),
+            Verdict::Stale
+        );
+        assert_eq!(
+            d.observe(&meta(A, "3", "a"), EventType::Modified, 8),
+            Verdict::Publish
+        );
+        assert_eq!(
+            d.observe(&meta(A, "4", "a"), EventType::Modified, 8),
+            Verdict::Unchanged
+        );
+        assert_eq!(
+            d.observe(&meta(A, "5", "a"), EventType::Modified, 0),
+            Verdict::Publish
+        );
+        assert_eq!(
+            d.observe(&meta(A, "6", "a"), EventType::Modified, 0),
+            Verdict::Publish
+        );
+        d.begin_list();
+        assert_eq!(d.listed(&meta(A, "6", "a"), 0), Listed::Unchanged);
+        assert!(d.end_list().is_empty());
+        assert_eq!(
+            d.observe(&meta(A, "7", "a"), EventType::Modified, 5),
+            Verdict::Publish
+        );
+        d.begin_list();
+        assert_eq!(d.listed(&meta(A, "9", "a"), 5), Listed::SameMark);
+        assert!(d.end_list().is_empty());
+        assert_eq!(
+            d.observe(&meta(A, "9", "a"), EventType::Modified, 5),
+            Verdict::Duplicate
+        );
+        d.begin_list();
+        assert_eq!(d.listed(&meta(A, "10", "a"), 6), Listed::Changed);
+        d.end_list();
+        assert_eq!(
+            d.observe(&meta(A, "11", "a"), EventType::Deleted, 0),
+            Verdict::Publish
+        );
+        assert_eq!(
+            d.observe(&meta(B, "1", "b"), EventType::Added, 1),
+            Verdict::Publish
+        );
+        assert_eq!(
+            d.observe(&meta(B, "2", "b"), EventType::Added, 1),
+            Verdict::Publish
+        );
+    }
+
+    #[test]
+    fn marks_survive_save_and_restore() {
+        let mut d = Dedupe::new();
+        d.observe(&meta(A, "1", "a"), EventType::Added, 42);
+        d.observe(&meta(B, "1", "b"), EventType::Added, 0);
+        let mut restored = Dedupe::new();
+        d.for_each_saved(|o| restored.restore_saved(o, false));
+        assert_eq!(
+            restored.observe(&meta(A, "2", "a"), EventType::Modified, 42),
+            Verdict::Unchanged
+        );
+        assert_eq!(
+            restored.observe(&meta(B, "2", "b"), EventType::Modified, 0),
+            Verdict::Publish
+        );
     }
 
     #[test]
@@ -847,23 +960,23 @@ mod tests {
     fn repeats_and_older_versions_are_dropped() {
         let mut d = Dedupe::new();
         assert_eq!(
-            d.observe(&meta(A, "10", "a"), EventType::Added),
+            d.observe(&meta(A, "10", "a"), EventType::Added, 0),
             Verdict::Publish
         );
         assert_eq!(
-            d.observe(&meta(A, "10", "a"), EventType::Added),
+            d.observe(&meta(A, "10", "a"), EventType::Added, 0),
             Verdict::Duplicate
         );
         assert_eq!(
-            d.observe(&meta(A, "12", "a"), EventType::Modified),
+            d.observe(&meta(A, "12", "a"), EventType::Modified, 0),
             Verdict::Publish
         );
         assert_eq!(
-            d.observe(&meta(A, "11", "a"), EventType::Modified),
+            d.observe(&meta(A, "11", "a"), EventType::Modified, 0),
             Verdict::Stale
         );
         assert_eq!(
-            d.observe(&meta(A, "13", "a"), EventType::Deleted),
+            d.observe(&meta(A, "13", "a"), EventType::Deleted, 0),
             Verdict::Publish
         );
         assert!(d.is_empty());
@@ -872,23 +985,23 @@ mod tests {
     #[test]
     fn events_of_a_deleted_object_replayed_are_dropped() {
         let mut d = Dedupe::new();
-        d.observe(&meta(A, "10", "a"), EventType::Added);
-        d.observe(&meta(A, "11", "a"), EventType::Deleted);
+        d.observe(&meta(A, "10", "a"), EventType::Added, 0);
+        d.observe(&meta(A, "11", "a"), EventType::Deleted, 0);
         assert_eq!(
-            d.observe(&meta(A, "10", "a"), EventType::Added),
+            d.observe(&meta(A, "10", "a"), EventType::Added, 0),
             Verdict::Stale
         );
         assert_eq!(
-            d.observe(&meta(A, "11", "a"), EventType::Deleted),
+            d.observe(&meta(A, "11", "a"), EventType::Deleted, 0),
             Verdict::Duplicate
         );
         assert!(d.is_empty(), "a replay does not bring the object back");
         // Vanished in a relist: its real DELETED, replayed later, is not news either.
-        d.observe(&meta(B, "20", "b"), EventType::Added);
+        d.observe(&meta(B, "20", "b"), EventType::Added, 0);
         d.begin_list();
         assert_eq!(d.end_list().len(), 1);
         assert_eq!(
-            d.observe(&meta(B, "25", "b"), EventType::Deleted),
+            d.observe(&meta(B, "25", "b"), EventType::Deleted, 0),
             Verdict::Duplicate
         );
     }
@@ -898,12 +1011,12 @@ mod tests {
         let mut d = Dedupe::new();
         let uid = |i: usize| format!("{i:08x}-0000-4000-8000-000000000000");
         for i in 0..TOMBSTONES + 10 {
-            d.observe(&meta(&uid(i), "1", "x"), EventType::Deleted);
+            d.observe(&meta(&uid(i), "1", "x"), EventType::Deleted, 0);
         }
         assert_eq!(d.tombstones.order.len(), TOMBSTONES);
         assert_eq!(d.tombstones.uids.len(), TOMBSTONES);
         assert_eq!(
-            d.observe(&meta(&uid(0), "1", "x"), EventType::Deleted),
+            d.observe(&meta(&uid(0), "1", "x"), EventType::Deleted, 0),
             Verdict::Publish,
             "the oldest is forgotten"
         );
@@ -913,23 +1026,23 @@ mod tests {
     fn opaque_versions_compare_for_equality_only() {
         let mut d = Dedupe::new();
         assert_eq!(
-            d.observe(&meta(B, "abc", "b"), EventType::Added),
+            d.observe(&meta(B, "abc", "b"), EventType::Added, 0),
             Verdict::Publish
         );
         assert_eq!(
-            d.observe(&meta(B, "abc", "b"), EventType::Modified),
+            d.observe(&meta(B, "abc", "b"), EventType::Modified, 0),
             Verdict::Duplicate
         );
         assert_eq!(
-            d.observe(&meta(B, "abb", "b"), EventType::Modified),
+            d.observe(&meta(B, "abb", "b"), EventType::Modified, 0),
             Verdict::Publish
         );
         assert_eq!(
-            d.observe(&meta(B, "0042", "b"), EventType::Modified),
+            d.observe(&meta(B, "0042", "b"), EventType::Modified, 0),
             Verdict::Publish
         );
         assert_eq!(
-            d.observe(&meta(B, "0042", "b"), EventType::Modified),
+            d.observe(&meta(B, "0042", "b"), EventType::Modified, 0),
             Verdict::Duplicate
         );
     }
@@ -938,19 +1051,22 @@ mod tests {
     fn relist_diff_added_changed_unchanged_vanished() {
         let mut d = Dedupe::new();
         d.begin_list();
-        assert_eq!(d.listed(&meta(A, "5", "a")), Listed::New);
+        assert_eq!(d.listed(&meta(A, "5", "a"), 0), Listed::New);
         assert_eq!(
-            d.listed(&meta("11111111-2222-3333-4444-555555555555", "6", "gone")),
+            d.listed(
+                &meta("11111111-2222-3333-4444-555555555555", "6", "gone"),
+                0
+            ),
             Listed::New
         );
-        assert_eq!(d.listed(&meta(B, "7", "same")), Listed::New);
+        assert_eq!(d.listed(&meta(B, "7", "same"), 0), Listed::New);
         assert!(d.end_list().is_empty());
 
         d.begin_list();
-        assert_eq!(d.listed(&meta(A, "9", "a")), Listed::Changed);
-        assert_eq!(d.listed(&meta(B, "7", "same")), Listed::Unchanged);
+        assert_eq!(d.listed(&meta(A, "9", "a"), 0), Listed::Changed);
+        assert_eq!(d.listed(&meta(B, "7", "same"), 0), Listed::Unchanged);
         assert_eq!(
-            d.listed(&meta("99999999-2222-3333-4444-555555555555", "8", "new")),
+            d.listed(&meta("99999999-2222-3333-4444-555555555555", "8", "new"), 0),
             Listed::New
         );
         let vanished = d.end_list();
@@ -966,15 +1082,15 @@ mod tests {
     #[test]
     fn relist_from_a_lagging_server_is_stale_not_a_change() {
         let mut d = Dedupe::new();
-        d.observe(&meta(A, "20", "a"), EventType::Added);
+        d.observe(&meta(A, "20", "a"), EventType::Added, 0);
         d.begin_list();
-        assert_eq!(d.listed(&meta(A, "15", "a")), Listed::Stale);
+        assert_eq!(d.listed(&meta(A, "15", "a"), 0), Listed::Stale);
         assert!(
             d.end_list().is_empty(),
             "a stale listing still proves the object exists"
         );
         assert_eq!(
-            d.observe(&meta(A, "20", "a"), EventType::Modified),
+            d.observe(&meta(A, "20", "a"), EventType::Modified, 0),
             Verdict::Duplicate
         );
     }
@@ -983,11 +1099,11 @@ mod tests {
     fn deleted_and_recreated_name_is_two_objects() {
         let mut d = Dedupe::new();
         d.begin_list();
-        d.listed(&meta(A, "5", "web"));
+        d.listed(&meta(A, "5", "web"), 0);
         d.end_list();
         d.begin_list();
         let new_uid = "22222222-2222-3333-4444-555555555555";
-        assert_eq!(d.listed(&meta(new_uid, "9", "web")), Listed::New);
+        assert_eq!(d.listed(&meta(new_uid, "9", "web"), 0), Listed::New);
         let vanished = d.end_list();
         assert_eq!(vanished.len(), 1);
         assert_eq!(vanished[0].meta.uid, A);
@@ -1005,13 +1121,13 @@ mod tests {
         for i in 0..20_000 {
             let mut m = meta(&uuid_of(i), "5", &format!("pod-with-a-longish-name-{i}"));
             m.namespace = Some(format!("ns-{}", i % 3));
-            d.listed(&m);
+            d.listed(&m, 0);
         }
         d.end_list();
         // Delete most of them: the names' text is compacted on the way.
         for i in 0..19_000 {
             let m = meta(&uuid_of(i), "6", "ignored");
-            assert_eq!(d.observe(&m, EventType::Deleted), Verdict::Publish);
+            assert_eq!(d.observe(&m, EventType::Deleted, 0), Verdict::Publish);
         }
         assert!(d.names.text.len() < 100_000, "{}", d.names.text.len());
         d.begin_list();
@@ -1031,9 +1147,9 @@ mod tests {
     #[test]
     fn opaque_and_numeric_versions_round_trip_through_a_relist() {
         let mut d = Dedupe::new();
-        d.observe(&meta(A, "abc", "a"), EventType::Added);
-        d.observe(&meta(B, "18446744073709551615", "b"), EventType::Added);
-        d.observe(&meta("c", "17", "c"), EventType::Added);
+        d.observe(&meta(A, "abc", "a"), EventType::Added, 0);
+        d.observe(&meta(B, "18446744073709551615", "b"), EventType::Added, 0);
+        d.observe(&meta("c", "17", "c"), EventType::Added, 0);
         d.begin_list();
         let mut vanished: Vec<_> = d.end_list().into_iter().map(|v| v.meta).collect();
         vanished.sort_by(|x, y| x.name.cmp(&y.name));
@@ -1051,28 +1167,28 @@ mod tests {
     #[test]
     fn saved_objects_restore_the_same_memory() {
         let mut d = Dedupe::new();
-        d.observe(&meta(A, "abc", "a"), EventType::Added);
-        d.observe(&meta(B, "17", "b"), EventType::Added);
+        d.observe(&meta(A, "abc", "a"), EventType::Added, 0);
+        d.observe(&meta(B, "17", "b"), EventType::Added, 0);
         let mut cluster = meta(&uuid_of(3), "18", "c");
         cluster.namespace = None;
-        d.observe(&cluster, EventType::Added);
-        d.observe(&meta(&uuid_of(4), "19", "gone"), EventType::Added);
-        d.observe(&meta(&uuid_of(4), "20", "gone"), EventType::Deleted);
+        d.observe(&cluster, EventType::Added, 0);
+        d.observe(&meta(&uuid_of(4), "19", "gone"), EventType::Added, 0);
+        d.observe(&meta(&uuid_of(4), "20", "gone"), EventType::Deleted, 0);
         let mut restored = Dedupe::new();
         d.for_each_saved(|o| restored.restore_saved(o, false));
         assert_eq!(restored.len(), 3);
         assert_eq!(restored.tombstones(), 1);
         assert_eq!(
-            restored.observe(&meta(&uuid_of(4), "19", "gone"), EventType::Added),
+            restored.observe(&meta(&uuid_of(4), "19", "gone"), EventType::Added, 0),
             Verdict::Stale,
             "a replayed event of an object deleted before the save"
         );
         assert_eq!(
-            restored.observe(&meta(A, "abc", "a"), EventType::Modified),
+            restored.observe(&meta(A, "abc", "a"), EventType::Modified, 0),
             Verdict::Duplicate
         );
         assert_eq!(
-            restored.observe(&meta(B, "16", "b"), EventType::Modified),
+            restored.observe(&meta(B, "16", "b"), EventType::Modified, 0),
             Verdict::Stale
         );
         restored.begin_list();
@@ -1093,7 +1209,7 @@ mod tests {
             d.restore_saved(Saved::Object(SavedObject::of(m)), true)
         };
         let mut d = Dedupe::new();
-        d.observe(&meta(A, "5", "a"), EventType::Added);
+        d.observe(&meta(A, "5", "a"), EventType::Added, 0);
         journaled(&mut d, &meta(A, "4", "a"));
         assert_eq!(d.unconfirmed(), 0, "an older journaled version is ignored");
         journaled(&mut d, &meta(B, "7", "b"));
@@ -1106,21 +1222,24 @@ mod tests {
         assert_eq!(saved.unconfirmed(), 3, "the mark is saved");
 
         assert_eq!(
-            d.observe(&meta(B, "7", "b"), EventType::Added),
+            d.observe(&meta(B, "7", "b"), EventType::Added, 0),
             Verdict::Publish
         );
         assert_eq!(
-            d.observe(&meta(B, "7", "b"), EventType::Added),
+            d.observe(&meta(B, "7", "b"), EventType::Added, 0),
             Verdict::Duplicate
         );
         d.begin_list();
-        assert_eq!(d.listed(&meta(A, "5", "a")), Listed::Unchanged);
-        assert_eq!(d.listed(&meta(B, "7", "b")), Listed::Unchanged);
-        assert_eq!(d.listed(&meta(&uuid_of(3), "8", "c")), Listed::Unconfirmed);
+        assert_eq!(d.listed(&meta(A, "5", "a"), 0), Listed::Unchanged);
+        assert_eq!(d.listed(&meta(B, "7", "b"), 0), Listed::Unchanged);
+        assert_eq!(
+            d.listed(&meta(&uuid_of(3), "8", "c"), 0),
+            Listed::Unconfirmed
+        );
         let vanished: Vec<_> = d.end_list().into_iter().map(|v| v.meta).collect();
         assert_eq!(vanished, vec![meta(&uuid_of(4), "10", "d")]);
         assert_eq!(d.unconfirmed(), 0);
         d.begin_list();
-        assert_eq!(d.listed(&meta(&uuid_of(3), "8", "c")), Listed::Unchanged);
+        assert_eq!(d.listed(&meta(&uuid_of(3), "8", "c"), 0), Listed::Unchanged);
     }
 }

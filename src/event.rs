@@ -157,4 +157,7 @@ pub struct ObjectMeta {
     pub name: String,
     /// `None` for cluster-scoped objects.
     pub namespace: Option<String>,
+    /// `metadata.generation` where it is an integer (the API server bumps it on spec changes of
+    /// most resources); `None` when absent or of another type.
+    pub generation: Option<i64>,
 }

@@ -9,6 +9,8 @@
 //! - [`backoff`]: the delay between failed attempts, of a watch or of a publish.
 //! - [`budget`]: the one byte budget for data held between the API server and NATS.
 //! - [`event`]: the typed values passed from the watch stage to the publish stage.
+//! - [`noise`]: per watch, which MODIFIED events are news and which paths are stripped
+//!   ([`json_path`] parses the paths).
 //! - [`dedupe`]: what each watch has published, so no change is published twice or missed.
 //! - [`subject`]: subject templates and the token escaping rule.
 //! - [`publish`]: headers, payloads, and publishing to core NATS or JetStream.
@@ -35,8 +37,10 @@ pub mod budget;
 pub mod config;
 pub mod dedupe;
 pub mod event;
+pub mod json_path;
 pub mod kube;
 pub mod leader;
+pub mod noise;
 pub mod publish;
 pub mod rbac;
 pub mod state;

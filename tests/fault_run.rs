@@ -8,6 +8,10 @@
 //! makes sure each kind of fault bites (a 410, a decode error, a 401) and keeps writing through one
 //! NATS outage while the daemon's memory is watched.
 //!
+//! The deployments watch publishes with `changes = "content"` (status ignored), and half its
+//! updates change only the status: for its objects the last message must carry the final content
+//! outside the ignored paths, not necessarily the final version.
+//!
 //! At the end the stream must hold, for every object, its final state as the last message; no
 //! (uid, resourceVersion, type) twice; per object, versions that only increase; headers that agree
 //! with the payload and the subject; no uid the driver never created; and an object created and
@@ -118,6 +122,8 @@ namespaces = ["ns-a", "ns-b"]
 [[watches]]
 name = "deployments"
 resource = "deployments.apps"
+changes = "content"
+ignore_paths = ["status"]
 
 [[watches]]
 name = "widgets"
@@ -133,6 +139,29 @@ fn object(c: Collection, name: &str, generation: u64) -> serde_json::Value {
         _ => json!({"metadata": {"name": name}, "spec": {"size": generation}}),
     }
 }
+
+// --- `changes = "content"` (the deployments watch) ---------------------------------------------
+
+/// Whether the collection's watch publishes only content changes (see `WATCHES`).
+fn judged_by_content(c: Collection) -> bool {
+    c.resource == "deployments"
+}
+
+/// An object as `changes = "content"` with `ignore_paths = ["status"]` compares it.
+fn content(object: &serde_json::Value) -> serde_json::Value {
+    let mut object = object.clone();
+    if let Some(map) = object.as_object_mut() {
+        map.remove("status");
+    }
+    if let Some(meta) = object["metadata"].as_object_mut() {
+        for ignored in ["resourceVersion", "managedFields", "generation"] {
+            meta.remove(ignored);
+        }
+    }
+    object
+}
+
+// ------------------------------------------------------------------------------------------------
 
 /// How a run talks to the simulated API server.
 #[derive(Clone, Copy)]
@@ -159,6 +188,8 @@ struct History {
     last_rv: u64,
     last_type: String,
     count: usize,
+    /// The last message's object, kept for collections judged by content.
+    last_object: Option<serde_json::Value>,
 }
 
 fn seed_and_ops(default_ops: usize) -> (u64, usize) {
@@ -451,6 +482,11 @@ impl Run {
                     deleted_rv: None,
                 });
             }
+            Some(_) if update && judged_by_content(c) && generation % 2 == 0 => {
+                self.sim.update(c.resource, ns, name, |o| {
+                    o["status"]["observedOp"] = generation.into()
+                });
+            }
             Some(_) if update => {
                 self.sim.update(c.resource, ns, name, |o| {
                     o["metadata"]["labels"]["op"] = generation.to_string().into()
@@ -633,6 +669,10 @@ impl Run {
                 "kube2nats_events_dropped_total",
                 &[("reason", "duplicate")][..],
             ),
+            (
+                "kube2nats_events_dropped_total",
+                &[("watch", "deployments"), ("reason", "unchanged")][..],
+            ),
         ] {
             let n = metric_sum(&text, name, labels);
             println!("{name}{labels:?} = {n}");
@@ -741,6 +781,11 @@ impl Run {
             history.last_rv = rv;
             history.last_type = t;
             history.count += 1;
+            if judged_by_content(created.collection) {
+                history.last_object = serde_json::from_slice::<serde_json::Value>(&m.payload)
+                    .ok()
+                    .map(|p| p["object"].clone());
+            }
         }
         let requests = self.sim.requests();
         for obj in &self.created {
@@ -767,6 +812,15 @@ impl Run {
             .get(c.resource, Some(c.namespace), name)
             .filter(|o| o["metadata"]["uid"] == uid.as_str());
         match (current, history) {
+            (Some(o), Some(h)) if judged_by_content(c) => {
+                let published = h.last_object.as_ref().map(content);
+                (h.last_type == "DELETED" || published.as_ref() != Some(&content(&o))).then(|| {
+                    format!(
+                        "{}/{}/{name} ({uid}): last message {} {} does not carry the final content (at {})",
+                        c.resource, c.namespace, h.last_type, h.last_rv, rv(&o)
+                    )
+                })
+            }
             (Some(o), Some(h)) => {
                 let final_rv: u64 = rv(&o).parse().unwrap();
                 (h.last_type == "DELETED" || h.last_rv != final_rv).then(|| {

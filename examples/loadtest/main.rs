@@ -21,7 +21,11 @@
 //!   and a restart that loads it (load seconds, peak RSS against the RSS holding them before).
 //!
 //! `--state on|off|both` sets `state.enabled` for the daemons; with `both`, the `core` and
-//! `jetstream` scenarios alternate runs with state on and off and report each.
+//! `jetstream` scenarios alternate runs with state on and off and report each. `--noise` does the
+//! same for noise control: `any` (the default path), `content` (`changes = "content"`: every
+//! MODIFIED of the stream changes only its resourceVersion, so only ADDED and DELETED are
+//! published; CPU is still per event received) and `strip` (`strip_paths` names an annotation
+//! every object has, so every published object is trimmed, a copy each).
 //!
 //! Every scenario runs `--runs` times; the report gives the median (and min–max).
 
@@ -99,6 +103,9 @@ struct Args {
     /// Durable state of the daemons: on, off, or both (core/jetstream alternate runs).
     #[arg(long, default_value = "on")]
     state: String,
+    /// Noise-control variants of core/jetstream, comma-separated, alternated: any, content, strip.
+    #[arg(long, default_value = "any")]
+    noise: String,
     /// Watch events in JetStream mode (stored in a memory stream; default: --events).
     #[arg(long)]
     jetstream_events: Option<u64>,
@@ -254,6 +261,7 @@ fn state_size(objects: u64) -> Vec<String> {
                 resource_version: ResourceVersion::new((40_000_000 + i * 7).to_string()),
                 name: pod.name,
                 namespace: Some(pod.namespace),
+                generation: None,
             }
         })
         .collect();
@@ -262,7 +270,7 @@ fn state_size(objects: u64) -> Vec<String> {
     let before_malloc = LIVE_MALLOC_BYTES.load(Ordering::SeqCst);
     let mut dedupe = Dedupe::new();
     for meta in &metas {
-        dedupe.observe(meta, EventType::Added);
+        dedupe.observe(meta, EventType::Added, 0);
     }
     let bytes = LIVE_BYTES.load(Ordering::SeqCst) - before;
     let malloc_bytes = LIVE_MALLOC_BYTES.load(Ordering::SeqCst) - before_malloc;
@@ -374,6 +382,8 @@ struct DaemonCfg<'a> {
     initial_state: &'a str,
     namespaces: &'a [&'a str],
     watches: usize,
+    /// Lines added to every `[[watches]]` table.
+    watch_extra: &'a str,
 }
 
 fn start_kube2nats(env: &Env, dir: &Path, cfg: &DaemonCfg<'_>) -> anyhow::Result<Proc> {
@@ -393,8 +403,8 @@ fn start_kube2nats(env: &Env, dir: &Path, cfg: &DaemonCfg<'_>) -> anyhow::Result
             .collect::<Vec<_>>()
             .join(", ");
         toml.push_str(&format!(
-            "\n[[watches]]\nname = \"pods{w}\"\nresource = \"pods\"\nnamespaces = [{namespaces}]\ninitial_state = \"{}\"\n",
-            cfg.initial_state
+            "\n[[watches]]\nname = \"pods{w}\"\nresource = \"pods\"\nnamespaces = [{namespaces}]\ninitial_state = \"{}\"\n{}",
+            cfg.initial_state, cfg.watch_extra
         ));
     }
     let path = dir.join("kube2nats.toml");
@@ -560,19 +570,24 @@ async fn throughput(env: &Env, jetstream: bool) -> anyhow::Result<Vec<String>> {
         env.args.events
     };
     let mode = if jetstream { "jetstream" } else { "core" };
-    let variants: &[bool] = match env.args.state.as_str() {
+    let states: &[bool] = match env.args.state.as_str() {
         "both" => &[true, false],
         "off" => &[false],
         _ => &[true],
     };
+    let noises: Vec<&str> = env.args.noise.split(',').map(str::trim).collect();
+    let variants: Vec<(bool, &str)> = states
+        .iter()
+        .flat_map(|&state| noises.iter().map(move |&noise| (state, noise)))
+        .collect();
     // Runs alternate between the variants, so a machine that gets busier or quieter over time
     // affects both alike.
     let mut results: Vec<Vec<RunResult>> = variants.iter().map(|_| Vec::new()).collect();
     for run in 0..env.args.runs {
-        for (v, &state) in variants.iter().enumerate() {
-            let r = throughput_run(env, jetstream, state, env.args.objects, events).await?;
+        for (v, &(state, noise)) in variants.iter().enumerate() {
+            let r = throughput_run(env, jetstream, state, noise, env.args.objects, events).await?;
             eprintln!(
-                "{mode} (state {}) run {}: {:.0} events/s end to end, kube2nats {:.3} CPU-s/100k events ({:.0} events per CPU-second), peak RSS {:.1} MiB; CPU-s/100k: API server {:.3}, subscriber {:.3}, nats-server {:.3}",
+                "{mode} (state {}, noise {noise}) run {}: {:.0} events/s end to end, kube2nats {:.3} CPU-s/100k events ({:.0} events per CPU-second), peak RSS {:.1} MiB; CPU-s/100k: API server {:.3}, subscriber {:.3}, nats-server {:.3}",
                 on_off(state),
                 run + 1,
                 r.events_per_sec,
@@ -587,11 +602,11 @@ async fn throughput(env: &Env, jetstream: bool) -> anyhow::Result<Vec<String>> {
         }
     }
     let mut lines = Vec::new();
-    for (results, &state) in results.iter().zip(variants) {
+    for (results, &(state, noise)) in results.iter().zip(&variants) {
         let col = |f: fn(&RunResult) -> f64| results.iter().map(f).collect::<Vec<_>>();
         lines.extend([
             format!(
-                "{mode}, state {} (N={}, M={events}, ~{} B/event):",
+                "{mode}, state {}, noise {noise} (N={}, M={events}, ~{} B/event):",
                 on_off(state),
                 env.args.objects,
                 pods::PodTemplate::new(0).approx_len()
@@ -641,13 +656,34 @@ async fn throughput_run(
     env: &Env,
     jetstream: bool,
     state: bool,
+    noise: &str,
     objects: u64,
     events: u64,
 ) -> anyhow::Result<RunResult> {
     let dir = workdir(env, if jetstream { "js" } else { "core" })?;
     let epoch = Instant::now();
     let scenario = Arc::new(Scenario::new(objects, events, None, epoch));
-    let expected = scenario.changes();
+    let received = scenario.changes();
+    let (watch_extra, expected) = match noise {
+        "any" => ("", received),
+        // Every MODIFIED of the stream changes only its resourceVersion.
+        "content" => (
+            "changes = \"content\"\n",
+            (0..events)
+                .filter(|&k| {
+                    matches!(
+                        scenario.event_kind(k).0,
+                        apiserver::Kind::Added | apiserver::Kind::Deleted
+                    )
+                })
+                .count() as u64,
+        ),
+        "strip" => (
+            "strip_paths = ['metadata.annotations.\"prometheus.io/port\"']\n",
+            received,
+        ),
+        other => bail!("unknown --noise variant {other:?} (allowed: any, content, strip)"),
+    };
     let (nats, nats_url) = start_nats(env, dir.path()).await?;
     let server = Worker::start("apiserver");
     let subscriber = Worker::start("subscriber");
@@ -692,6 +728,7 @@ async fn throughput_run(
             initial_state: "skip",
             namespaces: &[],
             watches: 1,
+            watch_extra,
         },
     )?;
     if !wait_for_watch(&scenario).await {
@@ -743,11 +780,12 @@ async fn throughput_run(
     daemon.stop().await;
     nats.stop().await;
     finish_dir(env, dir);
-    let per100k = |cpu: f64| cpu / expected as f64 * 100_000.0;
+    // Per change received: under `changes = "content"` fewer are published.
+    let per100k = |cpu: f64| cpu / received as f64 * 100_000.0;
     Ok(RunResult {
-        events_per_sec: expected as f64 / elapsed,
+        events_per_sec: received as f64 / elapsed,
         kube_cpu_per_100k: per100k(cpu1 - cpu0),
-        events_per_cpu_sec: expected as f64 / (cpu1 - cpu0),
+        events_per_cpu_sec: received as f64 / (cpu1 - cpu0),
         peak_rss_mib,
         server_cpu_per_100k: per100k(srv1 - srv0),
         subscriber_cpu_per_100k: per100k(sub1 - sub0),
@@ -799,6 +837,7 @@ async fn latency(env: &Env) -> anyhow::Result<Vec<String>> {
                 initial_state: "skip",
                 namespaces: &[],
                 watches: 1,
+                watch_extra: "",
             },
         )?;
         if !wait_for_watch(&scenario).await {
@@ -896,6 +935,7 @@ async fn list(env: &Env) -> anyhow::Result<Vec<String>> {
                 initial_state: "added",
                 namespaces: &[],
                 watches: 1,
+                watch_extra: "",
             },
         )?;
         if !wait_for_watch(&scenario).await {
@@ -960,6 +1000,7 @@ async fn restart(env: &Env) -> anyhow::Result<Vec<String>> {
             initial_state: "skip",
             namespaces: &[],
             watches: 1,
+            watch_extra: "",
         };
         let first = start_kube2nats(env, dir.path(), &cfg(free_port()?))?;
         if !wait_for_watch(&scenario).await {
@@ -1077,6 +1118,7 @@ async fn idle(env: &Env) -> anyhow::Result<Vec<String>> {
                 initial_state: "added",
                 namespaces: &["default"],
                 watches: 3,
+                watch_extra: "",
             },
         )?;
         if !wait_for_watch(&scenario).await {

@@ -253,6 +253,9 @@ pub mod serde_reference {
         resource_version: Option<Cow<'a, str>>,
         name: Option<Cow<'a, str>>,
         namespace: Option<Cow<'a, str>>,
+        /// The last `generation`, where it is an integer in `i64` range (anything else, or a
+        /// repeat, is not an error: it only decides whether a change is news).
+        generation: Option<i64>,
     }
 
     impl<'de: 'a, 'a> Deserialize<'de> for MetaFields<'a> {
@@ -277,8 +280,13 @@ pub mod serde_reference {
             type Field<'a> = Option<Option<Cow<'a, str>>>;
             let (mut uid, mut rv, mut name, mut namespace): (Field, Field, Field, Field) =
                 (None, None, None, None);
+            let mut generation = None;
             while let Some(key) = map.next_key::<String>()? {
                 let (slot, field) = match key.as_str() {
+                    "generation" => {
+                        generation = map.next_value::<serde_json::Value>()?.as_i64();
+                        continue;
+                    }
                     "uid" => (&mut uid, "uid"),
                     "resourceVersion" => (&mut rv, "resourceVersion"),
                     "name" => (&mut name, "name"),
@@ -298,6 +306,7 @@ pub mod serde_reference {
                 resource_version: rv.flatten(),
                 name: name.flatten(),
                 namespace: namespace.flatten(),
+                generation,
             })
         }
     }
@@ -396,6 +405,7 @@ pub mod serde_reference {
                     .namespace
                     .filter(|s| !s.is_empty())
                     .map(|s| s.into_owned()),
+                generation: meta.generation,
             },
             head.kind.is_some(),
         ))
@@ -492,6 +502,7 @@ pub fn check_message(meta: &HostileMeta) {
             resource_version: ResourceVersion::new(meta.resource_version.as_str()),
             name: meta.name.as_str().into(),
             namespace: meta.namespace.as_deref().map(Into::into),
+            generation: None,
         },
         object: Bytes::from_static(b"{}"),
         watch_line: None,

@@ -28,6 +28,7 @@ mod check;
 mod coverage;
 mod error;
 mod leader;
+mod noise;
 mod raw;
 mod selector;
 mod source;
@@ -47,6 +48,7 @@ use crate::subject::SubjectTemplate;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use leader::{LeaderElectionConfig, RawLeaderElection, RETRY_JITTER_FACTOR};
+pub use noise::{Changes, NoiseConfig, DEFAULT_CHANGES};
 pub use raw::*;
 pub use selector::{check_field_selector, check_label_selector};
 pub use source::{env_var_name, ENV_PREFIX, ENV_SEPARATOR, REDACTED};
@@ -471,6 +473,8 @@ pub struct WatchConfig {
     /// `{cluster}` of the subject template.
     pub cluster: String,
     pub payload: PayloadMode,
+    /// Which MODIFIED events are published and which paths are stripped.
+    pub noise: NoiseConfig,
 }
 
 /// What the first list of a watch publishes.

@@ -460,6 +460,12 @@ pub struct RawWatch {
     pub subject: String,
     /// `event` or `object`; `""` = `publish.payload`.
     pub payload: String,
+    /// Noise control: `any`, `generation` or `content`; `""` = `any`.
+    pub changes: String,
+    /// Paths `changes = "content"` ignores besides the default three.
+    pub ignore_paths: Vec<String>,
+    /// Paths removed from the published object.
+    pub strip_paths: Vec<String>,
 }
 
 impl Default for RawWatch {
@@ -474,6 +480,9 @@ impl Default for RawWatch {
             initial_state: s(DEFAULT_INITIAL_STATE.name()),
             subject: String::new(),
             payload: String::new(),
+            changes: String::new(),
+            ignore_paths: Vec::new(),
+            strip_paths: Vec::new(),
         }
     }
 }

@@ -110,6 +110,7 @@ fn check_watch(
         None => defaults.payload,
         Some(p) => c.one_of(&key("payload"), p, PayloadMode::NAMES),
     };
+    let noise = super::noise::check_noise(c, i, w);
     Some(WatchConfig {
         name: name?,
         resource: resource?,
@@ -122,6 +123,7 @@ fn check_watch(
         subject_prefix: defaults.prefix.clone()?,
         cluster: defaults.cluster.to_owned(),
         payload: payload?,
+        noise: noise?,
     })
 }
 

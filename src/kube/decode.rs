@@ -112,6 +112,7 @@ pub fn decode_line_prefix(prefix: &[u8], namespaced: bool) -> Option<(EventType,
             resource_version: ResourceVersion::new(text(meta.resource_version)?),
             name: text(meta.name)?,
             namespace,
+            generation: meta.generation,
         },
     ))
 }
@@ -165,6 +166,7 @@ fn object_meta(head: scan::Head<'_>) -> Result<(ObjectMeta, bool), DecodeError> 
                 .namespace
                 .filter(|s| !s.is_empty())
                 .map(|s| s.into_owned()),
+            generation: meta.generation,
         },
         head.has_kind,
     ))
@@ -181,7 +183,7 @@ mod tests {
     #[test]
     fn change_keeps_the_object_bytes_and_reads_metadata() {
         let l = line(
-            r#"{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web","namespace":"default","uid":"u-1","resourceVersion":"42","labels":{"a":"b"}},"spec":{"x":[1,2]}}}"#,
+            r#"{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web","namespace":"default","uid":"u-1","resourceVersion":"42","generation":4,"labels":{"a":"b"}},"spec":{"x":[1,2]}}}"#,
         );
         let WatchLine::Change(ev) = decode_line(&l).unwrap() else {
             panic!("not a change")
@@ -191,6 +193,7 @@ mod tests {
         assert_eq!(ev.meta.resource_version.as_str(), "42");
         assert_eq!(ev.meta.name, "web");
         assert_eq!(ev.meta.namespace.as_deref(), Some("default"));
+        assert_eq!(ev.meta.generation, Some(4));
         assert!(ev.object.starts_with(br#"{"kind":"Pod""#));
         assert!(ev.object.ends_with(br#"{"x":[1,2]}}"#));
         assert_eq!(ev.watch_line.as_ref(), Some(&l));
@@ -345,7 +348,7 @@ mod tests {
 
     fn pod_line() -> String {
         let mut line = String::from(
-            r#"{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web-7d4b9c8f6d-x2k9p","generateName":"web-7d4b9c8f6d-","namespace":"payments","uid":"0b8e6c3a-1f2d-4e5f-9a0b-1c2d3e4f5a6b","resourceVersion":"48213377","creationTimestamp":"2026-11-20T08:14:31Z","labels":{"app":"web","pod-template-hash":"7d4b9c8f6d"},"annotations":{"prometheus.io/scrape":"true"},"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-7d4b9c8f6d","uid":"1c2d3e4f-1f2d-4e5f-9a0b-1c2d3e4f5a6b","controller":true,"blockOwnerDeletion":true}]},"spec":{"containers":[{"name":"web","image":"registry.example.com/web:1.2","ports":[{"containerPort":8080,"protocol":"TCP"}],"env":[{"name":"A","value":"x\"y\u00e9"}],"resources":{"limits":{"cpu":"2","memory":"1Gi"}}}],"priority":0,"terminationGracePeriodSeconds":30,"x":[1.5e3,-0.25,null,true,false,{}]},"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True","lastProbeTime":null}]}}}"#,
+            r#"{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web-7d4b9c8f6d-x2k9p","generateName":"web-7d4b9c8f6d-","namespace":"payments","uid":"0b8e6c3a-1f2d-4e5f-9a0b-1c2d3e4f5a6b","resourceVersion":"48213377","generation":2,"creationTimestamp":"2026-11-20T08:14:31Z","labels":{"app":"web","pod-template-hash":"7d4b9c8f6d"},"annotations":{"prometheus.io/scrape":"true"},"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-7d4b9c8f6d","uid":"1c2d3e4f-1f2d-4e5f-9a0b-1c2d3e4f5a6b","controller":true,"blockOwnerDeletion":true}]},"spec":{"containers":[{"name":"web","image":"registry.example.com/web:1.2","ports":[{"containerPort":8080,"protocol":"TCP"}],"env":[{"name":"A","value":"x\"y\u00e9"}],"resources":{"limits":{"cpu":"2","memory":"1Gi"}}}],"priority":0,"terminationGracePeriodSeconds":30,"x":[1.5e3,-0.25,null,true,false,{}]},"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True","lastProbeTime":null}]}}}"#,
         );
         line.push(' ');
         line
@@ -385,6 +388,19 @@ mod tests {
             r#"{"type":"ADDED","object":5}"#,
             r#"{"type":"BOOKMARK","object":5}"#,
             r#"{"type":"RENAMED","object":5}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":3}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":"3"}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":-0}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":-7}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":1.0}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":1e2}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":null}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":99999999999999999999}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":9223372036854775807}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":9223372036854775808}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":{}}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":3,"generation":4}}}"#,
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","generation":[1]}}}"#,
             r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"","resourceVersion":"1"}}}"#,
             r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1","namespace":""}}}"#,
             r#"{"type":"ADDED","object":{"metadata":{"name":"a","uid":"u","resourceVersion":"1"}}} x"#,

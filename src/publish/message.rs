@@ -315,6 +315,7 @@ mod tests {
                 resource_version: ResourceVersion::new("7"),
                 name: "web.1".into(),
                 namespace: Some("default".into()),
+                generation: None,
             },
             object: Bytes::from_static(br#"{"metadata":{}}"#),
             watch_line: line.map(Bytes::from_static),

@@ -9,7 +9,7 @@
 //! ```text
 //! chunk    = "K2NS" format:u8 generation:u64le index:u32le entry*
 //! journal  = "K2NJ" format:u8 sequence:u64le identity:u64le entry*
-//! entry    = flags:u8 uid version namespace? name
+//! entry    = flags:u8 uid version namespace? name mark?   (mark: flags & MARK, 8 bytes)
 //!          | flags:u8 uid                       (flags & TOMBSTONE: a deleted uid)
 //! uid      = 16 bytes (flags & UUID) | varint length + UTF-8
 //! version  = varint (flags & NUMBER) | varint length + UTF-8
@@ -17,6 +17,7 @@
 //!          | varint length + UTF-8 (flags & NEW_NAMESPACE: takes the next index)
 //!          | nothing (flags & CLUSTER_SCOPED)
 //! name     = varint length + UTF-8
+//! mark     = u64le (flags & MARK: what `changes` compares; absent = 0, nothing to compare)
 //! ```
 //!
 //! `flags & UNCONFIRMED` marks an object known only from the journal, whose first message may or
@@ -41,7 +42,9 @@ const CLUSTER_SCOPED: u8 = 4;
 const NEW_NAMESPACE: u8 = 8;
 const UNCONFIRMED: u8 = 16;
 const TOMBSTONE: u8 = 32;
-const KNOWN_FLAGS: u8 = UUID | NUMBER | CLUSTER_SCOPED | NEW_NAMESPACE | UNCONFIRMED | TOMBSTONE;
+const MARK: u8 = 64;
+const KNOWN_FLAGS: u8 =
+    UUID | NUMBER | CLUSTER_SCOPED | NEW_NAMESPACE | UNCONFIRMED | TOMBSTONE | MARK;
 
 /// Which of the two chunk sets a snapshot is written to: the one the committed manifest does not
 /// point at, so a crash while writing never damages the committed snapshot.
@@ -247,6 +250,10 @@ fn encode_object(entry: &mut Vec<u8>, object: &SavedObject<'_>, namespace_index:
         }
     }
     put_str(entry, object.name);
+    if object.mark != 0 {
+        flags |= MARK;
+        entry.extend_from_slice(&object.mark.to_le_bytes());
+    }
     entry[0] = flags;
 }
 
@@ -390,12 +397,18 @@ fn decode_entries<'a>(mut r: Reader<'a>, mut f: impl FnMut(Saved<'a>)) -> Result
             Some(*namespaces.get(i).ok_or_else(|| r.malformed())?)
         };
         let name = r.str()?;
+        let mark = if flags & MARK != 0 {
+            u64::from_le_bytes(r.array()?)
+        } else {
+            0
+        };
         f(Saved::Object(SavedObject {
             uid,
             version,
             name,
             namespace,
             unconfirmed: flags & UNCONFIRMED != 0,
+            mark,
         }));
     }
     Ok(())
@@ -531,16 +544,22 @@ mod tests {
         out
     }
 
+    /// Objects with a mark (a fingerprint, a generation) and without.
+    fn mark_of(i: usize) -> u64 {
+        [0, 3, 0x9e37_79b9_7f4a_7c15][i % 3]
+    }
+
     fn round_trip(chunk_limit: usize) -> (Encoded, usize) {
         let objects = objects();
         let mut encoder = Encoder::new(7, chunk_limit);
-        for (uid, version, name, ns) in &objects {
+        for (i, (uid, version, name, ns)) in objects.iter().enumerate() {
             encoder.push(SavedObject {
                 uid: *uid,
                 version: *version,
                 name,
                 namespace: ns.as_deref(),
                 unconfirmed: name.ends_with('7'),
+                mark: mark_of(i),
             });
         }
         let encoded = encoder.finish();
@@ -550,13 +569,15 @@ mod tests {
         }
         let objects: Vec<String> = objects
             .iter()
-            .map(|(uid, version, name, ns)| {
+            .enumerate()
+            .map(|(i, (uid, version, name, ns))| {
                 let o = SavedObject {
                     uid: *uid,
                     version: *version,
                     name,
                     namespace: ns.as_deref(),
                     unconfirmed: name.ends_with('7'),
+                    mark: mark_of(i),
                 };
                 format!("{:?}", Saved::Object(o))
             })
@@ -616,6 +637,7 @@ mod tests {
             name: "a",
             namespace: None,
             unconfirmed: false,
+            mark: 0,
         });
         let gone: Vec<[u8; 16]> = (0..20u8).map(|i| [i; 16]).collect();
         for uid in &gone {
@@ -656,6 +678,7 @@ mod tests {
                 name: &name,
                 namespace: ns,
                 unconfirmed: false,
+                mark: 0,
             });
         }
         assert_eq!(batch.len(), 4);
@@ -693,20 +716,25 @@ mod tests {
 
     #[test]
     fn a_typical_pod_costs_under_50_bytes() {
-        let mut encoder = Encoder::new(1, 1 << 20);
-        let uuid = [7u8; 16];
         let names: Vec<String> = (0..1000).map(|i| format!("web-7d9f8c6b5-{i:05}")).collect();
-        for name in &names {
-            encoder.push(SavedObject {
-                uid: SavedUid::Uuid(uuid),
-                version: SavedVersion::Number(123_456_789),
-                name,
-                namespace: Some("default"),
-                unconfirmed: false,
-            });
-        }
-        let encoded = encoder.finish();
-        let per_object = encoded.bytes / encoded.objects;
-        assert!(per_object < 50, "{per_object} bytes per object");
+        let per_object = |mark: u64| {
+            let mut encoder = Encoder::new(1, 1 << 20);
+            for name in &names {
+                encoder.push(SavedObject {
+                    uid: SavedUid::Uuid([7u8; 16]),
+                    version: SavedVersion::Number(123_456_789),
+                    name,
+                    namespace: Some("default"),
+                    unconfirmed: false,
+                    mark,
+                });
+            }
+            let encoded = encoder.finish();
+            encoded.bytes / encoded.objects
+        };
+        let plain = per_object(0);
+        assert!(plain < 50, "{plain} bytes per object");
+        // A watch with `changes = "content"` stores an 8-byte fingerprint more.
+        assert_eq!(per_object(u64::MAX), plain + 8);
     }
 }

@@ -31,7 +31,7 @@ impl WatchFamilies {
             "Watch events received from the API server, by event type.",
             &["watch", "type"],
         )?;
-        let events_dropped = counter(registry, "events_dropped_total", "Events not published: duplicate (already published), stale (older than published), filtered (event type not configured), too_large (over the NATS max_payload), subject_too_long (a subject NATS would refuse).", &["watch", "reason"])?;
+        let events_dropped = counter(registry, "events_dropped_total", "Events not published: duplicate (already published), stale (older than published), unchanged (a MODIFIED that changes = generation or content judged no news), filtered (event type not configured), too_large (over the NATS max_payload), subject_too_long (a subject NATS would refuse).", &["watch", "reason"])?;
         let events_synthesized = counter(
             registry,
             "events_synthesized_total",
@@ -99,6 +99,7 @@ impl WatchFamilies {
             dropped_duplicate: dropped("duplicate"),
             dropped_stale: dropped("stale"),
             dropped_filtered: dropped("filtered"),
+            dropped_unchanged: dropped("unchanged"),
             dropped_subject_too_long: dropped("subject_too_long"),
             truncated_max_payload: self
                 .events_truncated
@@ -136,6 +137,8 @@ pub struct WatchMetrics {
     pub dropped_duplicate: IntCounter,
     pub dropped_stale: IntCounter,
     pub dropped_filtered: IntCounter,
+    /// A MODIFIED (or a relist's change) that `changes` judged no news to subscribers.
+    pub dropped_unchanged: IntCounter,
     /// Its subject is longer than a NATS protocol line may be: never published.
     pub dropped_subject_too_long: IntCounter,
     /// Published with metadata only: larger than the NATS server's `max_payload`.

@@ -23,6 +23,7 @@ use crate::config::InitialState;
 use crate::dedupe::{Dedupe, Listed, Vanished, Verdict};
 use crate::event::{EventType, ObjectEvent};
 use crate::kube::client::Verb;
+use crate::noise::NoiseControl;
 use crate::publish::message::BuildError;
 use crate::publish::{MessageBuilder, OutMessage, Outbox};
 use crate::rbac;
@@ -45,6 +46,8 @@ pub struct WatchTask {
     messages: MessageBuilder,
     /// The event types published; the rest are counted as filtered.
     events: Vec<EventType>,
+    /// Which MODIFIED events are news, and what is stripped from what is published.
+    noise: NoiseControl,
     initial_state: InitialState,
     metrics: WatchMetrics,
     /// The saved state, until it is loaded at the start of [`run`](Self::run).
@@ -69,6 +72,7 @@ impl WatchTask {
         outbox: Outbox,
         messages: MessageBuilder,
         events: Vec<EventType>,
+        noise: NoiseControl,
         initial_state: InitialState,
         metrics: WatchMetrics,
         saved: TargetState,
@@ -81,6 +85,7 @@ impl WatchTask {
             staged: Staged::default(),
             messages,
             events,
+            noise,
             initial_state,
             metrics,
             saved: Some(saved),
@@ -254,7 +259,8 @@ impl WatchTask {
             self.diff[2] += 1;
             self.publish_vanished(gone).await;
         }
-        let changed = match self.dedupe.listed(&item.meta) {
+        let mark = self.noise.mark(&item);
+        let changed = match self.dedupe.listed(&item.meta, mark) {
             Listed::New if !self.listed_once && self.initial_state == InitialState::Skip => true,
             Listed::New => {
                 self.diff[0] += 1;
@@ -274,6 +280,10 @@ impl WatchTask {
                 true
             }
             Listed::Unchanged => false,
+            Listed::SameMark => {
+                self.metrics.dropped_unchanged.inc();
+                true
+            }
             Listed::Stale => {
                 self.metrics.dropped_stale.inc();
                 false
@@ -353,12 +363,20 @@ impl WatchTask {
         // same version (and `Nats-Msg-Id`).
         let journaled = self.staged.journal.is_some()
             && (event.event_type == EventType::Deleted) == self.dedupe.tracks(&event.meta.uid);
-        let changed = match self.dedupe.observe(&event.meta, event.event_type) {
+        let mark = match event.event_type {
+            EventType::Deleted => 0,
+            EventType::Added | EventType::Modified => self.noise.mark(&event),
+        };
+        let changed = match self.dedupe.observe(&event.meta, event.event_type, mark) {
             Verdict::Publish => {
                 if journaled {
                     self.staged.record(&event.meta);
                 }
                 self.publish_as(event, false, fit).await;
+                true
+            }
+            Verdict::Unchanged => {
+                self.metrics.dropped_unchanged.inc();
                 true
             }
             Verdict::Duplicate => {
@@ -390,6 +408,22 @@ impl WatchTask {
         if synthesized {
             self.metrics.synthesized(event.event_type);
         }
+        let (event, fit) = match self.noise.stripped(&event.object) {
+            Ok(None) => (event, fit),
+            Ok(Some(object)) => {
+                let stripped = ObjectEvent {
+                    object,
+                    watch_line: None,
+                    ..event
+                };
+                (stripped, fit)
+            }
+            Err(e) => {
+                // Never the unstripped object: a stripped path may hold what must not leave.
+                tracing::warn!(watch = %self.metrics.watch, namespace = self.namespace(), name = ?event.meta.name, error = %e, "could not strip the object; publishing its metadata only");
+                (event, Fit::MetadataOnly)
+            }
+        };
         let message = match fit {
             Fit::Whole => self.fitted_message(&event, synthesized),
             Fit::MetadataOnly => self.messages.truncated(&event, synthesized),

@@ -46,6 +46,9 @@ pub(super) struct Meta<'a> {
     pub resource_version: Option<Cow<'a, str>>,
     pub name: Option<Cow<'a, str>>,
     pub namespace: Option<Cow<'a, str>>,
+    /// The last `generation` member, where it is an integer in `i64` range; any other value is
+    /// no error (it only decides whether a change is news under `changes = "generation"`).
+    pub generation: Option<i64>,
 }
 
 /// Scans a whole watch line.
@@ -398,6 +401,10 @@ impl<'a> Scanner<'a> {
                 "resourceVersion" => (&mut meta.resource_version, 1),
                 "name" => (&mut meta.name, 2),
                 "namespace" => (&mut meta.namespace, 3),
+                "generation" => {
+                    meta.generation = s.integer()?;
+                    return Ok(());
+                }
                 _ => return s.skip_value(),
             };
             let value = s.optional(|s| {
@@ -421,6 +428,20 @@ impl<'a> Scanner<'a> {
             Some(e) => Err(e),
             None => Ok(meta),
         }
+    }
+
+    /// Consumes one value: an integer in `i64` range comes back as such, any other value as
+    /// `None`; only a syntax error is an error.
+    fn integer(&mut self) -> Result<Option<i64>> {
+        if !matches!(self.peek(), Some(b'-' | b'0'..=b'9')) {
+            self.skip_value()?;
+            return Ok(None);
+        }
+        let start = self.i;
+        self.number()?;
+        let token = std::str::from_utf8(&self.b[start..self.i]).unwrap_or("");
+        // serde_json reads `-0` as a float.
+        Ok(token.parse().ok().filter(|_| token != "-0"))
     }
 
     /// Consumes one JSON value of any kind, validating it. Iterative, so nesting depth costs

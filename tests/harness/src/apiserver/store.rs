@@ -300,6 +300,9 @@ impl Store {
         }
         meta["uid"] = json!(uuid::Uuid::new_v4().to_string());
         meta["creationTimestamp"] = json!(now_rfc3339());
+        if keeps_generation(rt) {
+            meta["generation"] = json!(1);
+        }
         if let Some(map) = meta.as_object_mut() {
             map.remove("generateName");
         }
@@ -352,6 +355,11 @@ impl Store {
                     }
                 }
             }
+        }
+        if keeps_generation(rt) {
+            let generation = previous["metadata"]["generation"].as_i64().unwrap_or(0);
+            let bump = i64::from(spec_changed(rt, &previous, &obj));
+            obj["metadata"]["generation"] = json!(generation + bump);
         }
         set_rv(&mut obj, self.revision);
         if obj == set_rv_clone(&previous, self.revision) {
@@ -503,6 +511,30 @@ fn set_rv_clone(obj: &Value, revision: u64) -> Value {
     let mut obj = obj.clone();
     set_rv(&mut obj, revision);
     obj
+}
+
+/// Whether the resource's strategy keeps `metadata.generation`, as kube-apiserver's do for pods
+/// (since 1.33), deployments and custom resources (not for ConfigMaps, Namespaces or Leases):
+/// 1 at creation, bumped by an update that changes the spec.
+fn keeps_generation(rt: &ResourceType) -> bool {
+    matches!(rt.plural, "pods" | "deployments" | "widgets" | "gadgets")
+}
+
+/// Whether an update changes what `generation` counts: everything but `metadata` and, where the
+/// resource has a status subresource, `status` (a custom resource without one counts status too).
+fn spec_changed(rt: &ResourceType, previous: &Value, obj: &Value) -> bool {
+    let has_status = rt.subresources.iter().any(|(name, _)| *name == "status");
+    let counted = |v: &Value| -> Value {
+        let mut v = v.clone();
+        if let Some(map) = v.as_object_mut() {
+            map.remove("metadata");
+            if has_status {
+                map.remove("status");
+            }
+        }
+        v
+    };
+    counted(previous) != counted(obj)
 }
 
 #[cfg(test)]
