@@ -208,6 +208,10 @@ def check_rbac(where, docs, deployment, config, cluster_wide):
                 problem(where, f"watch {w['name']!r}: {verb} on {plural}.{group or 'core'} in {scope} is not granted")
         if not cluster_wide and namespaces != [ns]:
             problem(where, f"watch {w['name']!r} watches {namespaces}, the Role is in {ns!r}")
+        # A namespace selector follows the namespaces' labels: list and watch on namespaces.
+        for verb in ("list", "watch") if w.get("namespace_selector") else ():
+            if not any(grants(r, "", "namespaces", verb) for _, r in cluster_roles):
+                problem(where, f"watch {w['name']!r} has a namespace_selector: {verb} on namespaces is not granted by a ClusterRole")
 
 
 def election_enabled(config, container):

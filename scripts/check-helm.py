@@ -37,6 +37,7 @@ VARIANTS = {
                 {"name": "pods", "resource": "pods"},
                 {"name": "deployments", "resource": "deployments.v1.apps", "payload": "object"},
                 {"name": "nodes", "resource": "nodes"},
+                {"name": "cms", "resource": "configmaps", "namespace_selector": "team=payments", "payload": "metadata"},
             ]
         },
     },
@@ -56,6 +57,10 @@ REFUSED = {
         "set rbac.scope=cluster",
     ),
     "an unknown RBAC scope": ({"rbac": {"scope": "everything"}}, "rbac.scope"),
+    "a namespace selector with namespaced RBAC": (
+        {"config": {"watches": [{"name": "cms", "resource": "configmaps", "namespace_selector": "team=a"}]}},
+        "set rbac.scope=cluster",
+    ),
 }
 
 
@@ -95,6 +100,14 @@ def check_rbac(name, docs, config):
             ]
             if not granted:
                 fail(f"{name}: watch {watch['name']} ({watch['resource']}) in {ns or 'every namespace'} has no RBAC rule")
+        selecting = watch.get("namespace_selector") and not any(
+            "" in r["apiGroups"] and "namespaces" in r["resources"] and {"list", "watch"} <= set(r["verbs"])
+            for role in roles
+            if role["kind"] == "ClusterRole"
+            for r in role["rules"]
+        )
+        if selecting:
+            fail(f"{name}: watch {watch['name']} has a namespace_selector but no ClusterRole rule on namespaces")
 
 
 def check_hardening(name, docs):

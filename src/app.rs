@@ -11,19 +11,23 @@
 //! by, and runs the watch targets only for the terms it holds the Lease ([`crate::leader`]); a
 //! lost term stops every watch task at once, a shutdown settles them before the Lease is released.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backoff::Backoff;
 use crate::budget::Budget;
-use crate::config::{BackoffConfig, Config, InitialState, NatsMode, RbacCheck, WatchConfig};
+use crate::config::{
+    BackoffConfig, Config, InitialState, NatsMode, PayloadMode, RbacCheck, WatchConfig,
+};
 use crate::event::{EventType, ResourceInfo};
 use crate::kube::client::register_api_requests;
 use crate::kube::credentials;
@@ -34,6 +38,7 @@ use crate::noise::NoiseControl;
 use crate::publish::metrics::{PublishFamilies, PublishMetrics};
 use crate::publish::{connect, MessageBuilder, Nats, Outbox};
 use crate::rbac;
+use crate::scope::{self, NamespaceWatcher, Scope};
 use crate::state::{target_key, StateMetrics, StateStore};
 use crate::telemetry::http::{self, Readiness};
 use crate::telemetry::metrics::{Metrics, WatchSync};
@@ -362,6 +367,7 @@ impl Watches<'_> {
 
     fn spawn(&self, shutdown: &CancellationToken) -> Term {
         let mut term = Term::default();
+        let mut selectors = HashMap::new();
         for plan in self.plans {
             let name = &plan.watch.name;
             let metrics = self.metrics;
@@ -372,6 +378,13 @@ impl Watches<'_> {
             term.syncs.push(watch.sync.clone());
             term.watch_metrics.push(watch.clone());
             term.publish_metrics.push(publish.clone());
+            let selected = self.namespace_watcher(
+                plan,
+                (&watch, &publish),
+                &mut selectors,
+                &mut term,
+                shutdown,
+            );
             for namespace in &plan.namespaces {
                 // Every line a watch task logs (its publishes included) carries these fields.
                 let span = tracing::info_span!("watch", watch = %name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
@@ -382,6 +395,7 @@ impl Watches<'_> {
                     budget: self.budget,
                     state: self.state,
                     plan,
+                    selected: selected.clone(),
                 };
                 let gauges = TargetGauges::new(
                     watch.sync.clone(),
@@ -410,6 +424,63 @@ impl Watches<'_> {
     }
 }
 
+impl Watches<'_> {
+    /// Where the matching namespaces of `plan`'s `namespace_selector` arrive: from the watcher
+    /// already running for that selector, or from one started now, supervised like a watch task
+    /// under this watch's metrics (a crash is logged and counted, and the watcher restarts).
+    fn namespace_watcher(
+        &self,
+        plan: &WatchPlan<'_>,
+        metrics: (&WatchMetrics, &PublishMetrics),
+        running: &mut HashMap<String, watch::Receiver<scope::Selected>>,
+        term: &mut Term,
+        shutdown: &CancellationToken,
+    ) -> Option<watch::Receiver<scope::Selected>> {
+        let selector = plan.watch.namespace_selector.as_ref()?;
+        if !plan.resource.namespaced {
+            return None;
+        }
+        if let Some(receiver) = running.get(selector) {
+            return Some(receiver.clone());
+        }
+        let template = TaskParts {
+            config: self.config,
+            client: self.client,
+            nats: self.nats,
+            state: self.state,
+            plan,
+            selected: None,
+            budget: self.budget,
+        }
+        .target(None);
+        let target = Arc::new(NamespaceWatcher::target(selector, &template));
+        let (updates, receiver) = NamespaceWatcher::channel();
+        let (client, backoff) = (self.client.clone(), self.config.kubernetes.backoff);
+        let span = tracing::info_span!("namespaces", watch = %plan.watch.name, namespace_selector = %selector);
+        let start = move |stop| {
+            let machine = Machine::new(client.clone(), target.clone(), Backoff::new(backoff));
+            let watcher = NamespaceWatcher::new(machine, updates.clone());
+            watcher.run(stop).instrument(span.clone())
+        };
+        let (watch_metrics, publish_metrics) = metrics;
+        // A share of the watch's gauges that stays empty: the watcher tracks no objects.
+        let gauges = TargetGauges::new(
+            watch_metrics.sync.clone(),
+            watch_metrics.tracked_objects.clone(),
+            publish_metrics.queue_depth.clone(),
+        );
+        term.tasks.spawn(supervise(
+            start,
+            watch_metrics.clone(),
+            gauges,
+            "namespaces".to_owned(),
+            shutdown.clone(),
+        ));
+        running.insert(selector.clone(), receiver.clone());
+        Some(receiver)
+    }
+}
+
 /// What one watch target's task is built from.
 struct TaskParts<'a> {
     config: &'a Config,
@@ -418,9 +489,26 @@ struct TaskParts<'a> {
     budget: &'a Budget,
     state: &'a StateStore,
     plan: &'a WatchPlan<'a>,
+    /// The matching namespaces of the watch's `namespace_selector`.
+    selected: Option<watch::Receiver<scope::Selected>>,
 }
 
 impl TaskParts<'_> {
+    fn target(&self, namespace: Option<String>) -> Target {
+        let (config, watch) = (self.config, self.plan.watch);
+        Target {
+            resource: self.plan.resource.clone(),
+            namespace,
+            label_selector: watch.label_selector.clone(),
+            field_selector: watch.field_selector.clone(),
+            page_size: config.kubernetes.list_page_size,
+            watch_timeout: config.kubernetes.watch_timeout,
+            streaming_list: config.kubernetes.streaming_list,
+            max_line_bytes: config.kubernetes.max_line_bytes,
+            metadata_only: watch.payload == PayloadMode::Metadata,
+        }
+    }
+
     /// What starts the task of one target (`namespace: None`: all namespaces): its list+watch
     /// state machine, its outbox and the messages it builds.
     fn watch_task(
@@ -431,16 +519,15 @@ impl TaskParts<'_> {
         gauges: TargetGauges,
     ) -> TaskFactory {
         let (config, watch) = (self.config, self.plan.watch);
-        let target = Arc::new(Target {
-            resource: self.plan.resource.clone(),
-            namespace,
-            label_selector: watch.label_selector.clone(),
-            field_selector: watch.field_selector.clone(),
-            page_size: config.kubernetes.list_page_size,
-            watch_timeout: config.kubernetes.watch_timeout,
-            streaming_list: config.kubernetes.streaming_list,
-            max_line_bytes: config.kubernetes.max_line_bytes,
-        });
+        let target = Arc::new(self.target(namespace));
+        // Cluster-scoped objects have no namespace to choose by (`plan` warned).
+        let (exclude, selected) = match self.plan.resource.namespaced {
+            true => (
+                watch.namespaces_exclude.clone().into(),
+                self.selected.clone(),
+            ),
+            false => (Arc::from([]), None),
+        };
         let messages = MessageBuilder::new(
             watch.name.clone(),
             watch.subject.clone(),
@@ -469,6 +556,8 @@ impl TaskParts<'_> {
             watch_metrics,
             publish_metrics,
             gauges,
+            exclude,
+            selected,
         }
     }
 }
@@ -493,6 +582,8 @@ struct TaskFactory {
     watch_metrics: WatchMetrics,
     publish_metrics: PublishMetrics,
     gauges: TargetGauges,
+    exclude: Arc<[String]>,
+    selected: Option<watch::Receiver<scope::Selected>>,
 }
 
 impl TaskFactory {
@@ -520,6 +611,7 @@ impl TaskFactory {
             self.watch_metrics.clone(),
             self.state.target(&self.watch_name, &self.target),
             self.gauges.clone(),
+            Scope::new(self.exclude.clone(), self.selected.clone()),
         )
     }
 }
@@ -568,6 +660,9 @@ fn plan<'a>(config: &'a Config, discovery: &Discovery) -> anyhow::Result<Vec<Wat
             if !resource.namespaced && !watch.namespaces.is_empty() {
                 tracing::warn!(watch = %watch.name, resource = %resource.plural, "resource is cluster-scoped; ignoring the configured namespaces");
             }
+            if !resource.namespaced && (!watch.namespaces_exclude.is_empty() || watch.namespace_selector.is_some()) {
+                tracing::warn!(watch = %watch.name, resource = %resource.plural, "resource is cluster-scoped; ignoring namespaces_exclude and namespace_selector");
+            }
             let namespaces = if !resource.namespaced || watch.namespaces.is_empty() {
                 vec![None]
             } else {
@@ -596,6 +691,14 @@ async fn check_rbac(
                 .map(move |ns| rbac::Access::watch(&p.watch.name, &p.resource, ns.as_deref()))
         })
         .collect();
+    // A namespace selector lists and watches namespaces (asked once, for the first such watch).
+    let namespaces = scope::namespaces_resource();
+    let selecting = plans
+        .iter()
+        .find(|p| p.resource.namespaced && p.watch.namespace_selector.is_some());
+    if let Some(p) = selecting {
+        accesses.push(rbac::Access::watch(&p.watch.name, &namespaces, None));
+    }
     if let Some(elector) = elector {
         let (namespace, name) = elector.lease();
         accesses.extend(rbac::Access::lease(&leases, namespace, name));

@@ -5,6 +5,7 @@
 //! - [`config`]: the TOML file and `KUBE2NATS__…` environment, validated once into typed values.
 //! - [`kube`]: the API server: credentials, HTTP, discovery, list pages, watch framing and decoding.
 //! - [`rbac`]: the start-up self-check of the permissions every watch needs.
+//! - [`scope`]: which namespaces' objects a watch publishes (exclusions, namespace selectors).
 //! - [`watcher`]: one task per watch: the list+watch state machine and the driver acting on it.
 //! - [`backoff`]: the delay between failed attempts, of a watch or of a publish.
 //! - [`budget`]: the one byte budget for data held between the API server and NATS.
@@ -43,6 +44,7 @@ pub mod leader;
 pub mod noise;
 pub mod publish;
 pub mod rbac;
+pub mod scope;
 pub mod state;
 pub mod subject;
 pub mod telemetry;

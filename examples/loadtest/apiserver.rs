@@ -23,6 +23,10 @@ const BURST_CHUNK_BYTES: usize = 64 * 1024;
 /// What the server serves.
 pub struct Scenario {
     pub pods: Vec<PodTemplate>,
+    /// The pods as PartialObjectMetadata, served to requests that ask for it; empty: never.
+    pub partial_pods: Vec<PodTemplate>,
+    /// Bytes of list and watch bodies written.
+    pub bytes_sent: AtomicU64,
     /// Watch events after the list (bookmarks included).
     pub events: u64,
     /// `Some(rate)`: one event per chunk at this many events per second; `None`: as fast as possible.
@@ -48,13 +52,34 @@ pub enum Kind {
 
 impl Scenario {
     pub fn new(objects: u64, events: u64, rate: Option<u64>, epoch: Instant) -> Scenario {
+        Scenario::shaped(objects, events, rate, epoch, 0)
+    }
+
+    /// As [`Scenario::new`], with `padding` bytes of data per object; such a scenario also
+    /// serves metadata-only requests (PartialObjectMetadata).
+    pub fn shaped(
+        objects: u64,
+        events: u64,
+        rate: Option<u64>,
+        epoch: Instant,
+        padding: usize,
+    ) -> Scenario {
         let sent_ns = if rate.is_some() {
             (0..events).map(|_| AtomicU64::new(0)).collect()
         } else {
             Vec::new()
         };
         Scenario {
-            pods: (0..objects).map(PodTemplate::new).collect(),
+            pods: (0..objects)
+                .map(|slot| PodTemplate::shaped(slot, padding, false))
+                .collect(),
+            partial_pods: match padding {
+                0 => Vec::new(),
+                _ => (0..objects)
+                    .map(|slot| PodTemplate::shaped(slot, 0, true))
+                    .collect(),
+            },
+            bytes_sent: AtomicU64::new(0),
             events,
             rate,
             watch_started_at: std::sync::OnceLock::new(),
@@ -128,6 +153,8 @@ async fn connection(mut stream: TcpStream, scenario: Arc<Scenario>) {
         let consumed = (head_end + content_length).min(buf.len());
         buf.drain(..consumed);
         let target = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+        let partial =
+            head.contains("as=PartialObjectMetadata") && !scenario.partial_pods.is_empty();
         let (path, query) = target.split_once('?').unwrap_or((&target, ""));
         let param = |name: &str| {
             query.split('&').find_map(|kv| {
@@ -140,13 +167,16 @@ async fn connection(mut stream: TcpStream, scenario: Arc<Scenario>) {
             "/api/v1" => respond(&mut stream, 200, br#"{"kind":"APIResourceList","groupVersion":"v1","resources":[{"name":"pods","singularName":"pod","namespaced":true,"kind":"Pod","verbs":["create","delete","get","list","patch","update","watch"],"shortNames":["po"]}]}"#).await,
             "/apis" => respond(&mut stream, 200, br#"{"kind":"APIGroupList","apiVersion":"v1","groups":[]}"#).await,
             p if p.ends_with("/pods") && param("watch").is_some_and(|w| w == "1" || w == "true") => {
-                watch(&mut stream, &scenario).await;
+                watch(&mut stream, &scenario, partial).await;
                 return;
             }
             p if p.ends_with("/pods") => {
                 let limit = param("limit").and_then(|l| l.parse().ok()).unwrap_or(500usize);
                 let offset = param("continue").and_then(|c| c.parse().ok()).unwrap_or(0usize);
-                let body = list_page(&scenario, offset, limit);
+                let body = list_page(&scenario, offset, limit, partial);
+                scenario
+                    .bytes_sent
+                    .fetch_add(body.len() as u64, Ordering::Relaxed);
                 respond(&mut stream, 200, &body).await
             }
             _ => respond(&mut stream, 404, br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","reason":"NotFound","code":404}"#).await,
@@ -182,30 +212,35 @@ async fn respond(stream: &mut TcpStream, code: u16, body: &[u8]) -> std::io::Res
     stream.write_all(body).await
 }
 
-fn list_page(scenario: &Scenario, offset: usize, limit: usize) -> Vec<u8> {
-    let end = (offset + limit.max(1)).min(scenario.pods.len());
+fn list_page(scenario: &Scenario, offset: usize, limit: usize, partial: bool) -> Vec<u8> {
+    let pods = match partial {
+        true => &scenario.partial_pods,
+        false => &scenario.pods,
+    };
+    let end = (offset + limit.max(1)).min(pods.len());
     let mut body = Vec::with_capacity((end - offset) * 3700 + 256);
-    body.extend_from_slice(
-        br#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":""#,
-    );
+    body.extend_from_slice(match partial {
+        true => br#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":""#,
+        false => br#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":""#,
+    });
     body.extend_from_slice(scenario.list_rv().to_string().as_bytes());
     body.extend_from_slice(b"\"");
     if end < scenario.pods.len() {
         body.extend_from_slice(format!(r#","continue":"{end}""#).as_bytes());
     }
     body.extend_from_slice(br#"},"items":["#);
-    for slot in offset..end {
+    for (slot, pod) in pods.iter().enumerate().take(end).skip(offset) {
         if slot > offset {
             body.push(b',');
         }
         let uid = Scenario::uid(slot as u64, 0);
-        scenario.pods[slot].write_list_item(&uid, FIRST_OBJECT_RV + slot as u64, &mut body);
+        pod.write_list_item(&uid, FIRST_OBJECT_RV + slot as u64, &mut body);
     }
     body.extend_from_slice(b"]}");
     body
 }
 
-async fn watch(stream: &mut TcpStream, scenario: &Scenario) {
+async fn watch(stream: &mut TcpStream, scenario: &Scenario, partial: bool) {
     let head =
         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
     if stream.write_all(head.as_bytes()).await.is_err() {
@@ -213,7 +248,7 @@ async fn watch(stream: &mut TcpStream, scenario: &Scenario) {
     }
     if scenario.first_watch.swap(false, Ordering::SeqCst) {
         let _ = scenario.watch_started_at.set(Instant::now());
-        if stream_events(stream, scenario).await.is_err() {
+        if stream_events(stream, scenario, partial).await.is_err() {
             return;
         }
         scenario.all_sent.store(true, Ordering::SeqCst);
@@ -223,7 +258,15 @@ async fn watch(stream: &mut TcpStream, scenario: &Scenario) {
     while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
 }
 
-async fn stream_events(stream: &mut TcpStream, scenario: &Scenario) -> std::io::Result<()> {
+async fn stream_events(
+    stream: &mut TcpStream,
+    scenario: &Scenario,
+    partial: bool,
+) -> std::io::Result<()> {
+    let pods = match partial {
+        true => &scenario.partial_pods,
+        false => &scenario.pods,
+    };
     let list_rv = scenario.list_rv();
     let mut generation = vec![0u64; scenario.pods.len()];
     let mut rv = list_rv;
@@ -256,7 +299,7 @@ async fn stream_events(stream: &mut TcpStream, scenario: &Scenario) -> std::io::
                 generation[slot as usize] += 1;
             }
             let uid = Scenario::uid(slot, generation[slot as usize]);
-            scenario.pods[slot as usize].write(&uid, rv, &mut body);
+            pods[slot as usize].write(&uid, rv, &mut body);
         }
         body.extend_from_slice(b"}\n");
         let flush_now = match pace {
@@ -274,6 +317,9 @@ async fn stream_events(stream: &mut TcpStream, scenario: &Scenario) -> std::io::
             change += 1;
         }
         if flush_now {
+            scenario
+                .bytes_sent
+                .fetch_add(body.len() as u64, Ordering::Relaxed);
             write_chunk(stream, &body).await?;
             body.clear();
         }

@@ -19,6 +19,14 @@
 //! - `idle`: RSS with three idle watches.
 //! - `restart`: durable state of `--list-objects` pods: bytes stored per object, then a kill -9
 //!   and a restart that loads it (load seconds, peak RSS against the RSS holding them before).
+//! - `peers` (not in the default set): the `core`/`jetstream` load through kube2nats and through
+//!   the reference forwarders of `bench/` (a null forwarder, the floor; a kube-rs watcher, a peer),
+//!   interleaved, with the ratios of their CPU per event. `--build-peers` builds them first.
+//!
+//! - `metadata` (only on request): `--metadata-objects` pods padded with `--object-bytes` of data
+//!   (a large ConfigMap or Secret in all but name), `--metadata-events` watch events, published
+//!   whole (`payload = "event"`) and metadata-only (`payload = "metadata"`), runs interleaved:
+//!   bytes from the API server and to NATS per event, kube2nats CPU per event.
 //!
 //! `--state on|off|both` sets `state.enabled` for the daemons; with `both`, the `core` and
 //! `jetstream` scenarios alternate runs with state on and off and report each. `--noise` does the
@@ -34,6 +42,7 @@
 #![allow(clippy::disallowed_types)]
 
 mod apiserver;
+mod peers;
 mod pods;
 mod procfs;
 
@@ -49,6 +58,7 @@ use clap::Parser;
 use futures_util::StreamExt;
 
 use apiserver::Scenario;
+use peers::Forwarder;
 
 /// Counts live heap bytes, so the `state` scenario can weigh the de-duplication map exactly.
 struct CountingAlloc;
@@ -118,6 +128,15 @@ struct Args {
     /// Objects of the list scenario.
     #[arg(long, default_value_t = 100_000)]
     list_objects: u64,
+    /// Bytes of data outside the metadata of each object of the metadata scenario.
+    #[arg(long, default_value_t = 16_384)]
+    object_bytes: usize,
+    /// Objects of the metadata scenario.
+    #[arg(long, default_value_t = 1000)]
+    metadata_objects: u64,
+    /// Watch events of the metadata scenario.
+    #[arg(long, default_value_t = 20_000)]
+    metadata_events: u64,
     /// Objects of the state scenario.
     #[arg(long, default_value_t = 100_000)]
     state_objects: u64,
@@ -133,6 +152,15 @@ struct Args {
     /// Keep the work directory (configs, logs) for inspection.
     #[arg(long)]
     keep: bool,
+    /// `peers`: where the reference forwarders are (default: bench/target/release).
+    #[arg(long)]
+    peers_dir: Option<PathBuf>,
+    /// `peers`: build the reference forwarders first (`cargo build --release` of bench/).
+    #[arg(long)]
+    build_peers: bool,
+    /// `peers`: a second kube2nats binary (the image's static musl one) measured in core mode too.
+    #[arg(long)]
+    kube2nats_musl: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -169,6 +197,8 @@ fn main() -> anyhow::Result<()> {
             "list" => runtime.block_on(list(&env))?,
             "idle" => runtime.block_on(idle(&env))?,
             "restart" => runtime.block_on(restart(&env))?,
+            "peers" => runtime.block_on(peers::peers(&env))?,
+            "metadata" => runtime.block_on(metadata(&env))?,
             other => bail!("unknown scenario {other:?}"),
         };
         for line in &lines {
@@ -202,6 +232,15 @@ fn self_check() -> anyhow::Result<()> {
     pod.write_list_item(&pods::uuid(12), 1, &mut item);
     let v: serde_json::Value = serde_json::from_slice(&item).context("list item is not JSON")?;
     anyhow::ensure!(v.get("kind").is_none() && v["metadata"]["name"] == *pod.name);
+    for (padding, partial) in [(4096, false), (0, true)] {
+        let mut out = Vec::new();
+        pods::PodTemplate::shaped(12, padding, partial).write(&pods::uuid(12), 7, &mut out);
+        let v: serde_json::Value =
+            serde_json::from_slice(&out).context("shaped pod is not JSON")?;
+        anyhow::ensure!(
+            v["metadata"]["resourceVersion"] == "7" && v.get("spec").is_none() == partial
+        );
+    }
     let s = Scenario::new(10, 2000, None, Instant::now());
     let kinds: Vec<apiserver::Kind> = (0..2000).map(|k| s.event_kind(k).0).collect();
     anyhow::ensure!(
@@ -387,6 +426,10 @@ struct DaemonCfg<'a> {
 }
 
 fn start_kube2nats(env: &Env, dir: &Path, cfg: &DaemonCfg<'_>) -> anyhow::Result<Proc> {
+    spawn_kube2nats(&env.kube2nats, dir, cfg)
+}
+
+fn spawn_kube2nats(bin: &Path, dir: &Path, cfg: &DaemonCfg<'_>) -> anyhow::Result<Proc> {
     let mut toml = format!(
         "[log]\nfilter = \"info\"\n\n[kubernetes]\napi_url = \"http://127.0.0.1:{}\"\nlist_page_size = 500\n\n[nats]\nurl = \"{}\"\nmode = \"{}\"\n\n[http]\nlisten = \"127.0.0.1:{}\"\n\n[state]\nenabled = {}\n",
         cfg.api_port,
@@ -410,7 +453,7 @@ fn start_kube2nats(env: &Env, dir: &Path, cfg: &DaemonCfg<'_>) -> anyhow::Result
     let path = dir.join("kube2nats.toml");
     std::fs::write(&path, toml)?;
     Proc::spawn(
-        &env.kube2nats,
+        bin,
         &["--config", path.to_str().unwrap_or_default()],
         &dir.join("kube2nats.log"),
     )
@@ -457,6 +500,8 @@ impl Worker {
 #[derive(Default)]
 struct Arrivals {
     count: AtomicU64,
+    /// Payload bytes received.
+    bytes: AtomicU64,
     last_ns: AtomicU64,
     /// Latency samples (change index, ns), paced runs only.
     latencies: std::sync::Mutex<Vec<(u64, u64)>>,
@@ -481,6 +526,9 @@ async fn subscribe(
                 None => 0,
             };
             arrivals.count.fetch_add(1, Ordering::Relaxed);
+            arrivals
+                .bytes
+                .fetch_add(msg.payload.len() as u64, Ordering::Relaxed);
             let Some(s) = &scenario else { continue };
             arrivals.last_ns.store(now, Ordering::Relaxed);
             if s.rate.is_none() {
@@ -561,6 +609,10 @@ struct RunResult {
     server_cpu_per_100k: f64,
     subscriber_cpu_per_100k: f64,
     nats_cpu_per_100k: f64,
+    /// Bytes the API server sent (list and watch bodies) per published event.
+    api_bytes_per_event: f64,
+    /// Payload bytes the subscriber received per event.
+    nats_bytes_per_event: f64,
 }
 
 async fn throughput(env: &Env, jetstream: bool) -> anyhow::Result<Vec<String>> {
@@ -585,7 +637,12 @@ async fn throughput(env: &Env, jetstream: bool) -> anyhow::Result<Vec<String>> {
     let mut results: Vec<Vec<RunResult>> = variants.iter().map(|_| Vec::new()).collect();
     for run in 0..env.args.runs {
         for (v, &(state, noise)) in variants.iter().enumerate() {
-            let r = throughput_run(env, jetstream, state, noise, env.args.objects, events).await?;
+            let daemon = Forwarder::Kube2nats {
+                bin: env.kube2nats.clone(),
+                state,
+            };
+            let r =
+                throughput_run(env, jetstream, &daemon, noise, env.args.objects, events).await?;
             eprintln!(
                 "{mode} (state {}, noise {noise}) run {}: {:.0} events/s end to end, kube2nats {:.3} CPU-s/100k events ({:.0} events per CPU-second), peak RSS {:.1} MiB; CPU-s/100k: API server {:.3}, subscriber {:.3}, nats-server {:.3}",
                 on_off(state),
@@ -655,16 +712,44 @@ fn on_off(state: bool) -> &'static str {
 async fn throughput_run(
     env: &Env,
     jetstream: bool,
-    state: bool,
+    forwarder: &Forwarder,
     noise: &str,
     objects: u64,
     events: u64,
 ) -> anyhow::Result<RunResult> {
+    let shape = Shape {
+        padding: 0,
+        payload: "event",
+    };
+    shaped_run(env, jetstream, forwarder, noise, objects, events, shape).await
+}
+
+/// The objects' size and the watch's payload mode of a throughput run.
+struct Shape {
+    padding: usize,
+    payload: &'static str,
+}
+
+async fn shaped_run(
+    env: &Env,
+    jetstream: bool,
+    forwarder: &Forwarder,
+    noise: &str,
+    objects: u64,
+    events: u64,
+    shape: Shape,
+) -> anyhow::Result<RunResult> {
     let dir = workdir(env, if jetstream { "js" } else { "core" })?;
     let epoch = Instant::now();
-    let scenario = Arc::new(Scenario::new(objects, events, None, epoch));
+    let scenario = Arc::new(Scenario::shaped(
+        objects,
+        events,
+        None,
+        epoch,
+        shape.padding,
+    ));
     let received = scenario.changes();
-    let (watch_extra, expected) = match noise {
+    let (noise_extra, expected) = match noise {
         "any" => ("", received),
         // Every MODIFIED of the stream changes only its resourceVersion.
         "content" => (
@@ -684,6 +769,7 @@ async fn throughput_run(
         ),
         other => bail!("unknown --noise variant {other:?} (allowed: any, content, strip)"),
     };
+    let watch_extra = format!("{noise_extra}payload = \"{}\"\n", shape.payload);
     let (nats, nats_url) = start_nats(env, dir.path()).await?;
     let server = Worker::start("apiserver");
     let subscriber = Worker::start("subscriber");
@@ -716,25 +802,12 @@ async fn throughput_run(
             .await??;
         None
     };
-    let daemon = start_kube2nats(
-        env,
-        dir.path(),
-        &DaemonCfg {
-            state,
-            http_port: None,
-            api_port,
-            nats_url: &nats_url,
-            jetstream,
-            initial_state: "skip",
-            namespaces: &[],
-            watches: 1,
-            watch_extra,
-        },
-    )?;
+    let daemon = forwarder.start(dir.path(), api_port, &nats_url, jetstream, &watch_extra)?;
     if !wait_for_watch(&scenario).await {
         bail!(
-            "kube2nats never opened the watch; see {}",
-            dir.path().join("kube2nats.log").display()
+            "{} never opened the watch; see {}",
+            forwarder.name(),
+            dir.path().display()
         );
     }
     let t0 = *scenario
@@ -790,7 +863,75 @@ async fn throughput_run(
         server_cpu_per_100k: per100k(srv1 - srv0),
         subscriber_cpu_per_100k: per100k(sub1 - sub0),
         nats_cpu_per_100k: per100k(nats1 - nats0),
+        api_bytes_per_event: scenario.bytes_sent.load(Ordering::Relaxed) as f64 / expected as f64,
+        nats_bytes_per_event: arrivals.bytes.load(Ordering::Relaxed) as f64 / expected as f64,
     })
+}
+
+/// Large objects watched whole and metadata-only, runs interleaved.
+async fn metadata(env: &Env) -> anyhow::Result<Vec<String>> {
+    let a = &env.args;
+    let payloads = ["event", "metadata"];
+    let mut results: Vec<Vec<RunResult>> = vec![Vec::new(), Vec::new()];
+    for run in 0..a.runs {
+        for (i, payload) in payloads.into_iter().enumerate() {
+            let shape = Shape {
+                padding: a.object_bytes,
+                payload,
+            };
+            let daemon = Forwarder::Kube2nats {
+                bin: env.kube2nats.clone(),
+                state: true,
+            };
+            let r = shaped_run(
+                env,
+                false,
+                &daemon,
+                "any",
+                a.metadata_objects,
+                a.metadata_events,
+                shape,
+            )
+            .await?;
+            eprintln!(
+                "metadata scenario, payload {payload} run {}: {:.0} B/event from the API server, {:.0} B/event to NATS, kube2nats {:.3} CPU-s/100k events",
+                run + 1,
+                r.api_bytes_per_event,
+                r.nats_bytes_per_event,
+                r.kube_cpu_per_100k
+            );
+            results[i].push(r);
+        }
+    }
+    let mut lines = vec![format!(
+        "metadata (core, N={}, M={}, objects of ~{} B):",
+        a.metadata_objects,
+        a.metadata_events,
+        pods::PodTemplate::shaped(0, a.object_bytes, false).approx_len()
+    )];
+    for (results, payload) in results.iter().zip(payloads) {
+        let col = |f: fn(&RunResult) -> f64| results.iter().map(f).collect::<Vec<_>>();
+        lines.extend([
+            format!("  payload = {payload:?}:"),
+            format!(
+                "    bytes from the API server / event: {}",
+                stat(&col(|r| r.api_bytes_per_event), 0)
+            ),
+            format!(
+                "    payload bytes to NATS / event:     {}",
+                stat(&col(|r| r.nats_bytes_per_event), 0)
+            ),
+            format!(
+                "    kube2nats CPU-s per 100k events:   {}",
+                stat(&col(|r| r.kube_cpu_per_100k), 3)
+            ),
+            format!(
+                "    events/s end to end:               {}",
+                stat(&col(|r| r.events_per_sec), 0)
+            ),
+        ]);
+    }
+    Ok(lines)
 }
 
 // ---------------------------------------------------------------------------------------------

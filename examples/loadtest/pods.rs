@@ -12,6 +12,8 @@ pub struct PodTemplate {
     tail: Vec<u8>,
     pub name: String,
     pub namespace: String,
+    /// A PartialObjectMetadata: list items keep their type fields.
+    partial: bool,
 }
 
 const UID_MARK: &str = "@@UID@@";
@@ -66,6 +68,13 @@ fn alnum(seed: u64, len: usize) -> String {
 impl PodTemplate {
     /// The pod in slot `slot` (stable name, namespace and owner across events).
     pub fn new(slot: u64) -> PodTemplate {
+        PodTemplate::shaped(slot, 0, false)
+    }
+
+    /// The pod of `slot` with `padding` bytes of data outside its metadata (a large ConfigMap or
+    /// Secret stands in this way), or (`partial`) the PartialObjectMetadata the API server sends
+    /// for it to a metadata-only request.
+    pub fn shaped(slot: u64, padding: usize, partial: bool) -> PodTemplate {
         let namespace = NAMESPACES[(slot % NAMESPACES.len() as u64) as usize];
         let app = ["web", "api", "worker", "cache", "gateway"][(slot % 5) as usize];
         let rs_hash = alnum(slot / 40, 10);
@@ -86,6 +95,22 @@ impl PodTemplate {
             hex64(slot ^ 3),
             hex64(slot ^ 4),
         );
+        let text = match (padding, partial) {
+            (_, true) => {
+                let start = text.find(r#""metadata":"#).expect("template has metadata");
+                let end = text.find(r#","spec":"#).expect("template has a spec");
+                format!(
+                    r#"{{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1",{}}}"#,
+                    &text[start..end]
+                )
+            }
+            (0, false) => text,
+            (n, false) => format!(
+                r#"{},"data":{{"blob":"{}"}}}}"#,
+                &text[..text.len() - 1],
+                "x".repeat(n)
+            ),
+        };
         let (head, rest) = text
             .split_once(UID_MARK)
             .expect("template holds the uid mark");
@@ -98,6 +123,7 @@ impl PodTemplate {
             tail: tail.as_bytes().to_vec(),
             name,
             namespace: namespace.to_owned(),
+            partial,
         }
     }
 
@@ -115,6 +141,9 @@ impl PodTemplate {
         const TYPE_FIELDS: &[u8] = br#""kind":"Pod","apiVersion":"v1","#;
         let start = out.len();
         self.write(uid, rv, out);
+        if self.partial {
+            return;
+        }
         // `{"kind":"Pod","apiVersion":"v1","metadata"…` → `{"metadata"…`
         out.drain(start + 1..start + 1 + TYPE_FIELDS.len());
     }

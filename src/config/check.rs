@@ -730,7 +730,7 @@ mod tests {
         );
         assert_error(
             "[publish]\npayload = \"raw\"",
-            "publish.payload: invalid value \"raw\" (allowed: event, object)",
+            "publish.payload: invalid value \"raw\" (allowed: event, object, metadata)",
         );
         assert_error(
             "[nats.jetstream.stream]\nretention = \"forever\"",

@@ -458,6 +458,11 @@ pub struct WatchConfig {
     pub resource: String,
     /// Empty means all namespaces (and is the only choice for cluster-scoped resources).
     pub namespaces: Vec<String>,
+    /// With `namespaces` empty: namespaces whose objects are dropped by kube2nats (one watch).
+    pub namespaces_exclude: Vec<String>,
+    /// A label selector on namespaces: only objects of namespaces whose labels match are
+    /// published, followed as namespaces are relabelled ([`crate::scope`]).
+    pub namespace_selector: Option<String>,
     /// A label selector checked for syntax (`app=web,tier in (a,b)`); `None` = all objects.
     pub label_selector: Option<String>,
     /// A field selector checked for syntax (`status.phase=Running`); `None` = all objects.
@@ -498,12 +503,16 @@ pub enum PayloadMode {
     Event,
     /// The object alone.
     Object,
+    /// Like `Event`, but the API server is asked for PartialObjectMetadata: the object carries
+    /// its metadata only ([`crate::kube::metadata`]).
+    Metadata,
 }
 
 impl Named for PayloadMode {
     const NAMES: &'static [(&'static str, Self)] = &[
         ("event", PayloadMode::Event),
         ("object", PayloadMode::Object),
+        ("metadata", PayloadMode::Metadata),
     ];
 }
 

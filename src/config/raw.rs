@@ -391,7 +391,7 @@ pub struct RawPublish {
     pub cluster: String,
     /// Subject template. Default [`crate::subject::DEFAULT_TEMPLATE`].
     pub subject: String,
-    /// `event` or `object`. Default [`DEFAULT_PAYLOAD`].
+    /// `event`, `object` or `metadata`. Default [`DEFAULT_PAYLOAD`].
     pub payload: String,
 }
 
@@ -448,6 +448,10 @@ pub struct RawWatch {
     pub resource: String,
     /// DNS-1123 labels; `[]` = all namespaces.
     pub namespaces: Vec<String>,
+    /// With `namespaces = []`: namespaces whose objects are not published. Default `[]`.
+    pub namespaces_exclude: Vec<String>,
+    /// Label selector on namespaces (`team=payments`); `""` = every namespace.
+    pub namespace_selector: String,
     /// Kubernetes label selector; `""` = none.
     pub label_selector: String,
     /// Kubernetes field selector; `""` = none.
@@ -458,7 +462,7 @@ pub struct RawWatch {
     pub initial_state: String,
     /// Subject template; `""` = `publish.subject`.
     pub subject: String,
-    /// `event` or `object`; `""` = `publish.payload`.
+    /// `event`, `object` or `metadata`; `""` = `publish.payload`.
     pub payload: String,
     /// Noise control: `any`, `generation` or `content`; `""` = `any`.
     pub changes: String,
@@ -474,6 +478,8 @@ impl Default for RawWatch {
             name: String::new(),
             resource: String::new(),
             namespaces: Vec::new(),
+            namespaces_exclude: Vec::new(),
+            namespace_selector: String::new(),
             label_selector: String::new(),
             field_selector: String::new(),
             events: EventType::ALL.iter().map(|t| s(t.as_str())).collect(),

@@ -76,6 +76,14 @@ fn check_watch(
         Err(why) => c.fail(key("resource"), why),
     };
     let namespaces = check_namespaces(c, &key("namespaces"), &w.namespaces);
+    let namespaces_exclude = check_namespaces_exclude(c, &key("namespaces_exclude"), w);
+    let namespace_selector = check_selector(
+        c,
+        &key("namespace_selector"),
+        "label selector",
+        &w.namespace_selector,
+        check_label_selector,
+    );
     let label_selector = check_selector(
         c,
         &key("label_selector"),
@@ -115,6 +123,8 @@ fn check_watch(
         name: name?,
         resource: resource?,
         namespaces: namespaces?,
+        namespaces_exclude: namespaces_exclude?,
+        namespace_selector: namespace_selector?,
         label_selector: label_selector?,
         field_selector: field_selector?,
         events: events?,
@@ -229,6 +239,18 @@ fn check_namespaces(c: &mut Checker, key: &str, namespaces: &[String]) -> Option
     (c.errors.len() == before).then(|| namespaces.to_vec())
 }
 
+/// Exclusions filter one cluster-wide watch; with `namespaces` set, leaving a namespace out of
+/// the list is the way.
+fn check_namespaces_exclude(c: &mut Checker, key: &str, w: &RawWatch) -> Option<Vec<String>> {
+    if !w.namespaces_exclude.is_empty() && !w.namespaces.is_empty() {
+        return c.fail(
+            key,
+            "only for a cluster-wide watch (namespaces = []); leave the namespace out of namespaces instead",
+        );
+    }
+    check_namespaces(c, key, &w.namespaces_exclude)
+}
+
 fn check_events(c: &mut Checker, key: &str, events: &[String]) -> Option<Vec<EventType>> {
     if events.is_empty() {
         return c.fail(
@@ -341,12 +363,41 @@ mod tests {
         );
         assert_watch_error(
             "payload = \"cloudevent\"",
-            "watches[0].payload: invalid value \"cloudevent\" (allowed: event, object)",
+            "watches[0].payload: invalid value \"cloudevent\" (allowed: event, object, metadata)",
         );
         let c = load_str("[[watches]]\nname = \"w\"\nresource = \"pods\"\nevents = [\"deleted\"]\ninitial_state = \"skip\"").unwrap();
         assert_eq!(
             (c.watches[0].events.as_slice(), c.watches[0].initial_state),
             (&[EventType::Deleted][..], InitialState::Skip)
+        );
+    }
+
+    #[test]
+    fn watch_namespace_scope() {
+        assert_watch_error(
+            "namespaces = [\"a\"]\nnamespaces_exclude = [\"b\"]",
+            "watches[0].namespaces_exclude: only for a cluster-wide watch (namespaces = [])",
+        );
+        assert_watch_error(
+            "namespaces_exclude = [\"kube-system\", \"Kube\"]",
+            "watches[0].namespaces_exclude[1]: invalid namespace \"Kube\"",
+        );
+        assert_watch_error(
+            "namespace_selector = \"team in (a\"",
+            "watches[0].namespace_selector: invalid label selector \"team in (a\"",
+        );
+        let c = load_str("[[watches]]\nname = \"w\"\nresource = \"pods\"\nnamespaces_exclude = [\"kube-system\"]\nnamespace_selector = \" team=payments \"\npayload = \"metadata\"").unwrap();
+        let w = &c.watches[0];
+        assert_eq!(w.namespaces_exclude, ["kube-system"]);
+        assert_eq!(w.namespace_selector.as_deref(), Some("team=payments"));
+        assert_eq!(w.payload, crate::config::PayloadMode::Metadata);
+        let c = load_str(MINIMAL).unwrap();
+        assert_eq!(
+            (
+                c.watches[0].namespaces_exclude.len(),
+                c.watches[0].namespace_selector.as_deref()
+            ),
+            (0, None)
         );
     }
 

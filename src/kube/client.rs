@@ -13,6 +13,7 @@ use url::Url;
 
 use super::credentials::{AuthSource, Credential, CredentialsError, Endpoint};
 use super::error::ApiError;
+use super::metadata::ACCEPT_JSON;
 use crate::event::ResourceInfo;
 
 /// How long to wait for a TCP (and TLS) connection to the API server.
@@ -169,16 +170,30 @@ impl ApiClient {
     /// GET a JSON document (discovery), within the request timeout.
     pub async fn get(&self, path: &str) -> Result<Bytes, ApiError> {
         let response = self
-            .send(Verb::Get, path, |h| h.get(self.url(path, &[])), true)
+            .send(
+                Verb::Get,
+                path,
+                |h| h.get(self.url(path, &[])).header(ACCEPT, ACCEPT_JSON),
+                true,
+            )
             .await?;
         self.read_body(response).await
     }
 
     /// One list request (one page), within the request timeout.
     pub async fn list(&self, path: &str, query: &[(&str, &str)]) -> Result<Bytes, ApiError> {
-        let response = self
-            .send(Verb::List, path, |h| h.get(self.url(path, query)), true)
-            .await?;
+        self.list_as(path, query, ACCEPT_JSON).await
+    }
+
+    /// [`list`](Self::list) with `accept` choosing the representation ([`super::metadata`]).
+    pub async fn list_as(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+        accept: &'static str,
+    ) -> Result<Bytes, ApiError> {
+        let request = |h: &reqwest::Client| h.get(self.url(path, query)).header(ACCEPT, accept);
+        let response = self.send(Verb::List, path, request, true).await?;
         self.read_body(response).await
     }
 
@@ -206,6 +221,7 @@ impl ApiClient {
     ) -> Result<Bytes, ApiError> {
         let request = |h: &reqwest::Client| {
             build(h)
+                .header(ACCEPT, ACCEPT_JSON)
                 .header(CONTENT_TYPE, "application/json")
                 .body(body.to_string())
         };
@@ -220,9 +236,18 @@ impl ApiClient {
         path: &str,
         query: &[(&str, &str)],
     ) -> Result<reqwest::Response, ApiError> {
-        let response = self
-            .send(Verb::Watch, path, |h| h.get(self.url(path, query)), false)
-            .await?;
+        self.watch_as(path, query, ACCEPT_JSON).await
+    }
+
+    /// [`watch`](Self::watch) with `accept` choosing the representation ([`super::metadata`]).
+    pub async fn watch_as(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+        accept: &'static str,
+    ) -> Result<reqwest::Response, ApiError> {
+        let request = |h: &reqwest::Client| h.get(self.url(path, query)).header(ACCEPT, accept);
+        let response = self.send(Verb::Watch, path, request, false).await?;
         let content_type = response
             .headers()
             .get(CONTENT_TYPE)
@@ -265,7 +290,7 @@ impl ApiClient {
             None => Credential::default(),
         };
         let http = self.http_for(&credential).map_err(ApiError::Credentials)?;
-        let mut request = build(&http).header(ACCEPT, "application/json");
+        let mut request = build(&http);
         if let Some(token) = &credential.token {
             match bearer(token) {
                 Some(value) => request = request.header(AUTHORIZATION, value),

@@ -11,6 +11,7 @@ pub mod exec;
 pub mod framing;
 pub mod kubeconfig;
 pub mod list;
+pub mod metadata;
 pub mod status;
 pub mod stream;
 

@@ -211,8 +211,10 @@ impl MessageBuilder {
     fn payload(&self, event: &ObjectEvent) -> Bytes {
         match (self.payload, &event.watch_line) {
             (PayloadMode::Object, _) => event.object.clone(),
-            (PayloadMode::Event, Some(line)) => line.clone(),
-            (PayloadMode::Event, None) => wrap_event(event.event_type, &event.object),
+            (PayloadMode::Event | PayloadMode::Metadata, Some(line)) => line.clone(),
+            (PayloadMode::Event | PayloadMode::Metadata, None) => {
+                wrap_event(event.event_type, &event.object)
+            }
         }
     }
 

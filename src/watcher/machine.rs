@@ -20,6 +20,7 @@ use crate::kube::decode::{decode_line, decode_line_prefix, DecodeError, WatchLin
 use crate::kube::error::body_excerpt;
 use crate::kube::framing::FrameError;
 use crate::kube::list::parse_list_page;
+use crate::kube::metadata;
 use crate::kube::status::Status;
 use crate::kube::stream::{LineStream, StreamError};
 use crate::kube::{ApiClient, ApiError};
@@ -46,6 +47,8 @@ pub struct Target {
     pub watch_timeout: Duration,
     pub streaming_list: bool,
     pub max_line_bytes: usize,
+    /// Ask for PartialObjectMetadata (`payload = "metadata"`).
+    pub metadata_only: bool,
 }
 
 /// Why a list starts; the `reason` label of `relists_total`.
@@ -63,6 +66,9 @@ pub enum ListReason {
     /// A watch line over `max_line_bytes` did not show which object changed: only a list (whose
     /// pages have no line limit) can tell.
     LineTooLong,
+    /// The namespaces matching the watch's `namespace_selector` changed (or state was loaded):
+    /// the list is diffed against the memory under the new scope.
+    NamespaceScope,
 }
 
 impl ListReason {
@@ -74,6 +80,7 @@ impl ListReason {
             ListReason::ContinueExpired => "continue_expired",
             ListReason::StreamingUnsupported => "streaming_unsupported",
             ListReason::LineTooLong => "line_too_long",
+            ListReason::NamespaceScope => "namespace_scope",
         }
     }
 }
@@ -187,6 +194,9 @@ pub enum RestartError {
     },
     #[error("streaming list not usable, falling back to paged lists: {0}")]
     StreamingUnsupported(StreamingRefusal),
+    /// 406 to a request for PartialObjectMetadata: full objects are asked for from now on.
+    #[error("the server refused PartialObjectMetadata: {0}")]
+    MetadataRefused(ApiError),
 }
 
 fn not_a_list(cause: &DecodeError) -> String {
@@ -297,12 +307,15 @@ pub struct Machine {
     streaming_list: bool,
     /// Bytes held between the API server and NATS, shared by every target.
     budget: Budget,
+    /// Whether PartialObjectMetadata is asked for; cleared for good by a 406.
+    metadata_only: bool,
 }
 
 impl Machine {
     pub fn new(client: Arc<ApiClient>, target: Arc<Target>, backoff: Backoff) -> Machine {
         let path = collection_path(&target.resource, target.namespace.as_deref());
         let streaming_list = target.streaming_list;
+        let metadata_only = target.metadata_only;
         Machine {
             client,
             target,
@@ -310,6 +323,15 @@ impl Machine {
             backoff,
             streaming_list,
             budget: Budget::unlimited(),
+            metadata_only,
+        }
+    }
+
+    fn accept(&self, verb: Verb) -> &'static str {
+        match (self.metadata_only, verb) {
+            (false, _) => metadata::ACCEPT_JSON,
+            (true, Verb::List) => metadata::ACCEPT_LIST,
+            (true, _) => metadata::ACCEPT_WATCH,
         }
     }
 
@@ -334,7 +356,9 @@ impl Machine {
         State::Connecting { rv }
     }
 
-    fn list(&self, reason: ListReason) -> State {
+    /// A new list (streaming where enabled); also where the driver starts over when what the
+    /// target publishes changed under it.
+    pub fn list(&self, reason: ListReason) -> State {
         if self.streaming_list {
             State::StreamListing { reason }
         } else {
@@ -438,7 +462,8 @@ impl Machine {
         if let Some(token) = continue_token {
             query.push(("continue", token));
         }
-        self.client.list(&self.path, &query).await
+        let accept = self.accept(Verb::List);
+        self.client.list_as(&self.path, &query, accept).await
     }
 
     /// The `continue` token expired between two pages: the list starts over, at once.
@@ -485,7 +510,11 @@ impl Machine {
             ("timeoutSeconds", &timeout_secs),
         ];
         self.add_selectors(&mut query);
-        match self.client.watch(&self.path, &query).await {
+        match self
+            .client
+            .watch_as(&self.path, &query, self.accept(Verb::Watch))
+            .await
+        {
             Ok(response) => (
                 Outcome::ListPage {
                     started: Some(reason),
@@ -527,7 +556,11 @@ impl Machine {
             ("timeoutSeconds", &timeout_secs),
         ];
         self.add_selectors(&mut query);
-        match self.client.watch(&self.path, &query).await {
+        match self
+            .client
+            .watch_as(&self.path, &query, self.accept(Verb::Watch))
+            .await
+        {
             Ok(response) => {
                 let watching = self.watching(rv.clone(), response, timeout);
                 (
@@ -780,6 +813,16 @@ impl Machine {
     /// Maps a failed request to the next state: a relist for an outdated watch version, else
     /// `retry` after a pause (the server's `Retry-After`, where it sent one).
     fn failed(&mut self, verb: Verb, error: ApiError, retry: State) -> (Outcome, State) {
+        if self.metadata_only && matches!(error, ApiError::Status { code: 406, .. }) {
+            self.metadata_only = false;
+            let restart = Restart {
+                reason: RestartReason::UnexpectedResponse,
+                verb: Some(verb),
+                error: Some(RestartError::MetadataRefused(error)),
+                retry_in: None,
+            };
+            return (Outcome::Restart(restart), retry);
+        }
         let retry_after = match &error {
             ApiError::Throttled { retry_after } | ApiError::ServerError { retry_after, .. } => {
                 *retry_after

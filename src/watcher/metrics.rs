@@ -31,7 +31,7 @@ impl WatchFamilies {
             "Watch events received from the API server, by event type.",
             &["watch", "type"],
         )?;
-        let events_dropped = counter(registry, "events_dropped_total", "Events not published: duplicate (already published), stale (older than published), unchanged (a MODIFIED that changes = generation or content judged no news), filtered (event type not configured), too_large (over the NATS max_payload), subject_too_long (a subject NATS would refuse).", &["watch", "reason"])?;
+        let events_dropped = counter(registry, "events_dropped_total", "Events not published: duplicate (already published), stale (older than published), unchanged (a MODIFIED that changes = generation or content judged no news), filtered (event type not configured), too_large (over the NATS max_payload), subject_too_long (a subject NATS would refuse), namespace (outside namespaces_exclude / namespace_selector).", &["watch", "reason"])?;
         let events_synthesized = counter(
             registry,
             "events_synthesized_total",
@@ -73,7 +73,7 @@ impl WatchFamilies {
             &["watch"],
         )?;
         registry.register(Box::new(last_event_timestamp.clone()))?;
-        let events_truncated = counter(registry, "events_truncated_total", "Events published with their metadata only (Kube-Payload: truncated), by reason: max_payload (larger than the NATS server accepts), max_line_bytes (a watch line over kubernetes.max_line_bytes).", &["watch", "reason"])?;
+        let events_truncated = counter(registry, "events_truncated_total", "Events published with their metadata only (Kube-Payload: truncated), by reason: max_payload (larger than the NATS server accepts), max_line_bytes (a watch line over kubernetes.max_line_bytes), metadata_fallback (payload = metadata, but the server sent the full object: cut by kube2nats).", &["watch", "reason"])?;
         Ok(WatchFamilies {
             events_received,
             events_dropped,
@@ -101,6 +101,10 @@ impl WatchFamilies {
             dropped_filtered: dropped("filtered"),
             dropped_unchanged: dropped("unchanged"),
             dropped_subject_too_long: dropped("subject_too_long"),
+            dropped_namespace: dropped("namespace"),
+            truncated_metadata_fallback: self
+                .events_truncated
+                .with_label_values(&[watch, "metadata_fallback"]),
             truncated_max_payload: self
                 .events_truncated
                 .with_label_values(&[watch, "max_payload"]),
@@ -145,6 +149,10 @@ pub struct WatchMetrics {
     pub truncated_max_payload: IntCounter,
     /// Published with metadata only: its watch line was over `kubernetes.max_line_bytes`.
     pub truncated_max_line: IntCounter,
+    /// In a namespace outside the watch's namespace scope.
+    pub dropped_namespace: IntCounter,
+    /// A full object sent to a metadata-only watch, cut to its metadata here.
+    pub truncated_metadata_fallback: IntCounter,
     pub decode_errors: IntCounter,
     pub sync: WatchSync,
     pub tracked_objects: IntGauge,

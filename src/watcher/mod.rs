@@ -19,17 +19,19 @@ pub mod supervise;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::InitialState;
+use crate::config::{InitialState, PayloadMode};
 use crate::dedupe::{Dedupe, Listed, Vanished, Verdict};
 use crate::event::{EventType, ObjectEvent};
 use crate::kube::client::Verb;
+use crate::kube::metadata;
 use crate::noise::NoiseControl;
 use crate::publish::message::BuildError;
 use crate::publish::{MessageBuilder, OutMessage, Outbox};
 use crate::rbac;
+use crate::scope::Scope;
 use crate::state::{Checkpoints, Journal, Loaded, Start, TargetState};
 use crate::telemetry::target::TargetGauges;
-use machine::{Machine, Outcome, Restart, RestartReason, State};
+use machine::{Machine, Outcome, Restart, RestartError, RestartReason, State};
 use metrics::WatchMetrics;
 
 pub use machine::{ListReason, Target};
@@ -62,6 +64,19 @@ pub struct WatchTask {
     /// This target's share of the watch's gauges; outlives the task, so a supervisor can
     /// withdraw it when the task dies.
     gauges: TargetGauges,
+    /// Which namespaces' objects are published.
+    scope: Scope,
+    /// `payload = "metadata"` and the server sent a full object: said once per task.
+    metadata_fallback_logged: bool,
+}
+
+/// How waiting for one step ended.
+// Lives for one turn of the loop on the stack; boxing the state would allocate every step.
+#[allow(clippy::large_enum_variant)]
+enum Step {
+    Done(Outcome, State),
+    ScopeChanged,
+    Shutdown,
 }
 
 impl WatchTask {
@@ -77,6 +92,7 @@ impl WatchTask {
         metrics: WatchMetrics,
         saved: TargetState,
         gauges: TargetGauges,
+        scope: Scope,
     ) -> WatchTask {
         WatchTask {
             machine,
@@ -93,12 +109,17 @@ impl WatchTask {
             resuming: None,
             diff: [0; 3],
             gauges,
+            scope,
+            metadata_fallback_logged: false,
         }
     }
 
     /// Runs until `shutdown` is cancelled, then publishes what is in flight and returns.
     /// Cancellation is honoured between events, never in the middle of publishing one.
     pub async fn run(mut self, shutdown: CancellationToken) {
+        if !self.scope.ready(&shutdown).await {
+            return;
+        }
         let Some((mut state, mut checkpoints)) = self.start(&shutdown).await else {
             return;
         };
@@ -124,12 +145,13 @@ impl WatchTask {
                     let holding = self.staged.holding();
                     tokio::select! {
                         biased;
-                        _ = shutdown.cancelled() => break None,
-                        stepped = &mut step => break Some(stepped),
+                        _ = shutdown.cancelled() => break Step::Shutdown,
+                        stepped = &mut step => break Step::Done(stepped.0, stepped.1),
                         // No line is ready: write the journal and publish what waited for it.
                         () = std::future::ready(()), if holding => {
                             self.staged.flush(&mut self.outbox).await;
                         }
+                        () = self.scope.changed() => break Step::ScopeChanged,
                         () = sleep_until(due) => {
                             // The step waits (a line not yet arrived): everything handled so far
                             // is a consistent point once published.
@@ -140,11 +162,14 @@ impl WatchTask {
                     }
                 }
             };
-            let Some((outcome, next)) = stepped else {
-                break;
-            };
-            state = next;
-            self.handle(outcome, &mut checkpoints).await;
+            match stepped {
+                Step::Done(outcome, next) => {
+                    state = next;
+                    self.handle(outcome, &mut checkpoints).await;
+                }
+                Step::ScopeChanged => state = self.scope_changed(),
+                Step::Shutdown => break,
+            }
         }
         self.checkpoint(&mut checkpoints).await;
         checkpoints.finish().await;
@@ -169,6 +194,13 @@ impl WatchTask {
         } = saved.load(shutdown).await?;
         self.staged.journal = journal;
         match start {
+            Start::Saved { dedupe, version } if self.scope.is_limited() => {
+                self.dedupe = *dedupe;
+                self.listed_once = true;
+                self.report_tracked();
+                tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %version, objects = self.dedupe.len(), "loaded saved state: relisting to diff it under the current namespace scope");
+                Some((self.machine.list(ListReason::NamespaceScope), checkpoints))
+            }
             Start::Saved { dedupe, version } => {
                 self.dedupe = *dedupe;
                 self.listed_once = true;
@@ -201,7 +233,10 @@ impl WatchTask {
                     checkpoints.list_started();
                     self.list_started(reason);
                 }
-                for item in items {
+                for mut item in items {
+                    if !self.in_scope(&mut item) {
+                        continue;
+                    }
                     if self.listed(item).await {
                         checkpoints.objects_changed();
                     }
@@ -355,9 +390,12 @@ impl WatchTask {
         self.received_as(event, Fit::MetadataOnly).await
     }
 
-    async fn received_as(&mut self, event: ObjectEvent, fit: Fit) -> bool {
+    async fn received_as(&mut self, mut event: ObjectEvent, fit: Fit) -> bool {
         self.metrics.received(event.event_type);
         self.metrics.touch();
+        if !self.in_scope(&mut event) {
+            return false;
+        }
         // The journal records an object's first message, so its deletion is announced even
         // after a crash; and a deletion, so that one announced again after a crash carries the
         // same version (and `Nats-Msg-Id`).
@@ -443,6 +481,44 @@ impl WatchTask {
         }
     }
 
+    /// The namespace selector's matching set changed: relist under the new set, so the memory's
+    /// difference to it is published ([`crate::scope`]).
+    fn scope_changed(&mut self) -> State {
+        let (gained, lost) = self.scope.refresh();
+        tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), namespaces_gained = gained, namespaces_lost = lost, "namespace scope changed: relisting");
+        self.machine.list(ListReason::NamespaceScope)
+    }
+
+    /// Whether `event` is inside the namespace scope (counted as dropped if not); with
+    /// `payload = "metadata"`, also cuts a full object the server sent to its metadata.
+    fn in_scope(&mut self, event: &mut ObjectEvent) -> bool {
+        if !self.scope.admits(event.meta.namespace.as_deref()) {
+            self.metrics.dropped_namespace.inc();
+            return false;
+        }
+        if self.messages.payload == PayloadMode::Metadata && !metadata::is_partial(&event.object) {
+            self.metadata_fallback(event);
+        }
+        true
+    }
+
+    /// The server sent a full object to a metadata-only watch (it cannot convert this resource):
+    /// kube2nats cuts it, so subscribers never see more than they asked for.
+    fn metadata_fallback(&mut self, event: &mut ObjectEvent) {
+        self.metrics.truncated_metadata_fallback.inc();
+        if !self.metadata_fallback_logged {
+            self.metadata_fallback_logged = true;
+            tracing::warn!(watch = %self.metrics.watch, namespace = self.namespace(), "the API server sends full objects, not PartialObjectMetadata, for this resource: kube2nats cuts them to their metadata (payloads unchanged, no bandwidth saved)");
+        }
+        match metadata::to_metadata(&event.object) {
+            Ok(cut) => event.object = cut,
+            // The object was read for its metadata already, so this cannot happen; should it,
+            // the metadata kube2nats read is still all a subscriber gets.
+            Err(_) => event.object = self.messages.vanished_object(&event.meta),
+        }
+        event.watch_line = None;
+    }
+
     fn restarted(&mut self, restart: Restart) {
         let Restart {
             reason,
@@ -453,6 +529,12 @@ impl WatchTask {
         self.metrics.restart(reason.as_str());
         if reason == RestartReason::Forbidden {
             self.gauges.set_synced(false);
+        }
+        if let Some(refused @ RestartError::MetadataRefused(_)) = &error {
+            // The one line of this fallback; the full objects that follow are cut silently.
+            self.metadata_fallback_logged = true;
+            tracing::warn!(watch = %self.metrics.watch, namespace = self.namespace(), error = %refused, "asking for full objects instead; kube2nats cuts them to their metadata (payloads unchanged, no bandwidth saved)");
+            return;
         }
         let watch = &*self.metrics.watch;
         let namespace = self.namespace();

@@ -95,6 +95,7 @@ pub fn target(resource: ResourceInfo, namespace: Option<&str>) -> Target {
         watch_timeout: Duration::from_secs(60),
         streaming_list: false,
         max_line_bytes: 1 << 20,
+        metadata_only: false,
     }
 }
 

@@ -49,6 +49,9 @@ namespace (rbac.scope namespace) or every namespace (rbac.scope cluster). Return
 {{- if and (eq $.Values.rbac.scope "namespace") (empty $w.namespaces) -}}
 {{- fail (printf "config.watches %s watches every namespace (namespaces: []): set rbac.scope=cluster" $w.name) -}}
 {{- end -}}
+{{- if and (eq $.Values.rbac.scope "namespace") $w.namespace_selector -}}
+{{- fail (printf "config.watches %s has a namespace_selector, which lists and watches namespaces (cluster-scoped): set rbac.scope=cluster" $w.name) -}}
+{{- end -}}
 {{- $watches = append $watches $w -}}
 {{- end -}}
 {{- toYaml (dict "watches" $watches) -}}
@@ -107,6 +110,14 @@ kube2nats' integer keys refuse.
 {{- end }}
 - apiGroups: [{{ join "." $rest | quote }}]
   resources: [{{ $resource | quote }}]
+  verbs: ["get", "list", "watch"]
+{{- end }}
+{{- $selecting := false }}
+{{- range .Values.config.watches }}{{ if .namespace_selector }}{{ $selecting = true }}{{ end }}{{ end }}
+{{- if $selecting }}
+# namespace_selector: the namespaces themselves, to follow their labels.
+- apiGroups: [""]
+  resources: ["namespaces"]
   verbs: ["get", "list", "watch"]
 {{- end }}
 {{- with .Values.rbac.extraRules }}

@@ -29,7 +29,9 @@ use super::status::ApiError;
 use super::store::{strip_type_meta, Key};
 use super::unkind::{InitialEvents, Served};
 use super::watch::{self, event_line, WatchSpec};
-use super::{leases, lock, read_valid_tokens, Attributes, Auth, RequestRecord, Shared, USER};
+use super::{
+    leases, lock, partial, read_valid_tokens, Attributes, Auth, RequestRecord, Shared, USER,
+};
 
 /// Largest request body accepted; objects in tests are tiny, so this only guards memory.
 const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -52,6 +54,12 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         .into_owned()
         .collect();
     let token = bearer_token(req.headers());
+    let accept = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
     let http_version = format!("{:?}", req.version());
     shared.cut_off.wait_while_cut_off(token.as_deref()).await;
     let mut response = serve(
@@ -60,6 +68,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         &path,
         &query,
         token.as_deref(),
+        &accept,
         req.into_body(),
     )
     .await
@@ -87,6 +96,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         http_version,
         served_revision: served.revision,
         expired: served.expired || response.status() == StatusCode::GONE,
+        accept,
     });
     response
 }
@@ -191,6 +201,7 @@ async fn serve(
     path: &str,
     query: &Query,
     token: Option<&str>,
+    accept: &str,
     body: Body,
 ) -> Result<Response, ApiError> {
     authenticate(shared, token)?;
@@ -229,8 +240,14 @@ async fn serve(
             )?;
             let ns = namespace.as_deref();
             match (verb, name) {
-                ("watch", name) => start_watch(shared, rt, namespace, name, query),
-                ("list", _) => list(shared, rt, ns, query),
+                ("watch", name) => {
+                    let partial = negotiate_partial(shared, accept, false)?;
+                    start_watch(shared, rt, namespace, name, query, partial)
+                }
+                ("list", _) => {
+                    let partial = negotiate_partial(shared, accept, true)?;
+                    list(shared, rt, ns, query, partial)
+                }
                 ("get", Some(name)) => shared
                     .store()
                     .get(rt, ns, &name)
@@ -401,11 +418,17 @@ fn decode_continue(token: &str) -> Result<(u64, String, String), ApiError> {
     Ok((revision, ns.to_string(), name.to_string()))
 }
 
+fn negotiate_partial(shared: &Shared, accept: &str, list: bool) -> Result<bool, ApiError> {
+    let mode = lock(&shared.unkind).partial_metadata;
+    partial::negotiate(accept, list, mode)
+}
+
 fn list(
     shared: &Shared,
     rt: &'static ResourceType,
     namespace: Option<&str>,
     query: &Query,
+    partial: bool,
 ) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(query)?;
     let limit: usize = match query.get("limit").map(String::as_str) {
@@ -485,7 +508,11 @@ fn list(
     let mut items = Vec::new();
     let mut last_key = None;
     for (key, obj) in matching.by_ref() {
-        items.push(strip_type_meta(obj));
+        // Items of a PartialObjectMetadataList keep their type fields; a full list's do not.
+        items.push(match partial {
+            true => partial::cut(&obj),
+            false => strip_type_meta(obj),
+        });
         last_key = Some(key);
         if limit > 0 && items.len() == limit {
             break;
@@ -502,11 +529,18 @@ fn list(
             metadata["remainingItemCount"] = json!(remaining);
         }
     }
+    let (kind, api_version) = match partial {
+        true => (
+            "PartialObjectMetadataList".to_owned(),
+            "meta.k8s.io/v1".to_owned(),
+        ),
+        false => (format!("{}List", rt.kind), rt.api_version()),
+    };
     let mut response = json_response(
         StatusCode::OK,
         &json!({
-            "kind": format!("{}List", rt.kind),
-            "apiVersion": rt.api_version(),
+            "kind": kind,
+            "apiVersion": api_version,
             "metadata": metadata,
             "items": items,
         }),
@@ -524,6 +558,7 @@ fn start_watch(
     namespace: Option<String>,
     name: Option<String>,
     query: &Query,
+    partial: bool,
 ) -> Result<Response, ApiError> {
     let (labels, mut fields) = selectors(query)?;
     if let Some(name) = name {
@@ -547,6 +582,7 @@ fn start_watch(
         fields,
         allow_bookmarks: is_true(query, "allowWatchBookmarks"),
         timeout,
+        partial,
     };
     let unkind = *lock(&shared.unkind);
     let send_initial = is_true(query, "sendInitialEvents");
@@ -600,7 +636,7 @@ fn start_watch(
             .state_at(rt, current)
             .values()
             .filter(|obj| spec.matches(obj))
-            .map(|obj| event_line("ADDED", obj))
+            .map(|obj| spec.line("ADDED", obj))
             .collect()
     };
     let initial = match rv {

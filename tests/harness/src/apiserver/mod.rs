@@ -12,6 +12,7 @@
 //! - `http`: routing, auth, RBAC, list/watch/CRUD handlers and discovery;
 //! - `watch`: one task per open watch, writing NDJSON and misbehaving on request;
 //! - `leases`: what is particular to `coordination.k8s.io/v1` Leases (their spec's validation);
+//! - `partial`: metadata-only lists and watches (PartialObjectMetadata) and their negotiation;
 //! - `partition`: cutting one client off, as a network partition between it and the server does;
 //! - `selector`, `status`, `resources`, `tls`: the parts those share.
 //!
@@ -26,6 +27,7 @@
 
 mod http;
 mod leases;
+mod partial;
 mod partition;
 mod resources;
 mod selector;
@@ -48,6 +50,7 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::task::{JoinHandle, JoinSet};
 
+pub use partial::PartialMetadata;
 pub use status::ApiError;
 use store::{Store, WatchFault, WatchMsg};
 pub use unkind::InitialEvents;
@@ -248,6 +251,8 @@ pub struct RequestRecord {
     pub served_revision: Option<u64>,
     /// Answered 410 Expired, as a status or (for a watch) as an ERROR event in the stream.
     pub expired: bool,
+    /// The `Accept` header sent (`""` without one).
+    pub accept: String,
 }
 
 impl RequestRecord {

@@ -43,6 +43,8 @@ pub struct Settings {
     pub watch_backlog_limit: Option<usize>,
     /// The newest revision the watch cache has seen; `None`: it is current.
     pub watch_cache_revision: Option<u64>,
+    /// How requests for PartialObjectMetadata are answered.
+    pub partial_metadata: super::partial::PartialMetadata,
 }
 
 /// Attached to a list or watch response so the request log can say what was served.

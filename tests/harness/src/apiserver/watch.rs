@@ -32,6 +32,8 @@ pub struct WatchSpec {
     pub allow_bookmarks: bool,
     /// `timeoutSeconds`: end the body cleanly after this long.
     pub timeout: Option<Duration>,
+    /// Objects are sent as PartialObjectMetadata (negotiated from `Accept`).
+    pub partial: bool,
 }
 
 impl WatchSpec {
@@ -57,7 +59,15 @@ impl WatchSpec {
             ChangeType::Deleted if before => "DELETED",
             _ => return None,
         };
-        Some(event_line(event_type, &change.object))
+        Some(self.line(event_type, &change.object))
+    }
+
+    /// The event line for `object`, cut to its metadata when the watch asked for that.
+    pub fn line(&self, event_type: &str, object: &Value) -> Bytes {
+        match self.partial {
+            true => event_line(event_type, &super::partial::cut(object)),
+            false => event_line(event_type, object),
+        }
     }
 
     /// A BOOKMARK line at `revision`; `initial_events_end` marks the end of the initial events
@@ -73,7 +83,7 @@ impl WatchSpec {
             "apiVersion": self.resource.api_version(),
             "metadata": metadata,
         });
-        event_line("BOOKMARK", &object)
+        self.line("BOOKMARK", &object)
     }
 }
 

@@ -1,0 +1,302 @@
+//! Namespace scope: which namespaces' objects a watch publishes, beyond `namespaces`.
+//!
+//! - `namespaces_exclude`: one cluster-wide watch whose objects in the listed namespaces are
+//!   dropped here, right after decoding (the namespace is read in the metadata scan), counted as
+//!   `events_dropped_total{reason="namespace"}`. Never N watches, and no field selector either:
+//!   `metadata.namespace!=x` works on built-in resources and CRDs, but aggregated APIs may refuse
+//!   it, and the filter must never be the reason a watch cannot start. Where the excluded
+//!   namespaces carry most of the traffic, add the field selector yourself to save the bandwidth.
+//! - `namespace_selector`: the objects of namespaces whose labels match. One [`NamespaceWatcher`]
+//!   per distinct selector lists and watches `namespaces` with it as label selector (the API
+//!   server then reports a namespace relabelled out of the selector as DELETED, into it as ADDED)
+//!   and shares the matching set with the watch targets.
+//!
+//! When the set changes, each target relists and diffs against its memory under the new set
+//! ([`crate::watcher`]): the objects of a namespace that started matching are published as
+//! ADDED, and those of a namespace that stopped matching as DELETED (synthesized, as for any
+//! object that left the watch's view: a label-selector watch of the API server does the same when
+//! an object is relabelled out of it), so subscribers that mirror the scope converge. The same
+//! diff runs at start when state was saved, so a namespace that started or stopped matching while
+//! kube2nats was down is reported as if it had been watching. A scoped watch therefore lists at
+//! every start instead of resuming from the saved version; the saved memory still keeps it from
+//! publishing anything unchanged.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::event::{EventType, ResourceInfo};
+use crate::watcher::machine::{Machine, Outcome, Restart};
+use crate::watcher::Target;
+
+/// Namespace names currently matching a selector; `None` until the first list completed.
+pub type Selected = Option<Arc<BTreeSet<String>>>;
+
+/// `namespaces` in the core API group: what a namespace selector lists and watches.
+pub fn namespaces_resource() -> ResourceInfo {
+    ResourceInfo {
+        group: String::new(),
+        version: "v1".into(),
+        plural: "namespaces".into(),
+        kind: "Namespace".into(),
+        namespaced: false,
+    }
+}
+
+/// One watch target's namespace scope.
+pub struct Scope {
+    exclude: Arc<[String]>,
+    selector: Option<Selector>,
+}
+
+/// A selector's matching namespaces: the set the target's memory was listed under, and where
+/// the newest set arrives.
+struct Selector {
+    updates: watch::Receiver<Selected>,
+    current: Arc<BTreeSet<String>>,
+}
+
+impl Scope {
+    /// `exclude`: namespaces whose objects are dropped; `selected`: the matching namespaces of
+    /// a `namespace_selector`, if the watch has one.
+    pub fn new(exclude: Arc<[String]>, selected: Option<watch::Receiver<Selected>>) -> Scope {
+        Scope {
+            exclude,
+            selector: selected.map(|updates| Selector {
+                updates,
+                current: Arc::default(),
+            }),
+        }
+    }
+
+    /// No scope: every object is published.
+    pub fn all() -> Scope {
+        Scope::new(Arc::from([]), None)
+    }
+
+    /// Whether the scope can change what a saved memory covers (and so a start must relist).
+    pub fn is_limited(&self) -> bool {
+        !self.exclude.is_empty() || self.selector.is_some()
+    }
+
+    /// Whether an object in `namespace` is published; cluster-scoped objects always are.
+    pub fn admits(&self, namespace: Option<&str>) -> bool {
+        let Some(ns) = namespace else { return true };
+        !self.exclude.iter().any(|x| x == ns)
+            && self
+                .selector
+                .as_ref()
+                .is_none_or(|s| s.current.contains(ns))
+    }
+
+    /// Waits for the selector's first set (at once without a selector); `false` if shutdown
+    /// came first.
+    pub async fn ready(&mut self, shutdown: &CancellationToken) -> bool {
+        let Some(selector) = &mut self.selector else {
+            return true;
+        };
+        let first = tokio::select! {
+            _ = shutdown.cancelled() => return false,
+            first = selector.updates.wait_for(Option::is_some) => first,
+        };
+        match first.as_deref() {
+            Ok(Some(set)) => {
+                selector.current = set.clone();
+                true
+            }
+            // The namespace watcher is gone: the term is ending.
+            _ => false,
+        }
+    }
+
+    /// Resolves when the matching set changed since [`refresh`](Self::refresh); never without a
+    /// selector (or once its watcher is gone).
+    pub async fn changed(&mut self) {
+        let gone = match &mut self.selector {
+            Some(s) => s.updates.changed().await.is_err(),
+            None => true,
+        };
+        if gone {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Takes the newest set; returns how many namespaces it gained and lost.
+    pub fn refresh(&mut self) -> (usize, usize) {
+        let Some(s) = &mut self.selector else {
+            return (0, 0);
+        };
+        let Some(newest) = s.updates.borrow_and_update().clone() else {
+            return (0, 0);
+        };
+        let gained = newest.difference(&s.current).count();
+        let lost = s.current.difference(&newest).count();
+        s.current = newest;
+        (gained, lost)
+    }
+}
+
+/// Lists and watches the namespaces matching one selector and publishes the matching set.
+pub struct NamespaceWatcher {
+    selector: String,
+    machine: Machine,
+    updates: watch::Sender<Selected>,
+    /// The set being listed, between a list's first and last page.
+    listing: Option<BTreeSet<String>>,
+}
+
+impl NamespaceWatcher {
+    /// Where a selector's matching set is published: the sender outlives each watcher (a
+    /// supervisor builds a new one after a crash), so the targets never see it closed.
+    pub fn channel() -> (watch::Sender<Selected>, watch::Receiver<Selected>) {
+        watch::channel(None)
+    }
+
+    /// `machine` lists and watches [`NamespaceWatcher::target`]; `updates` from
+    /// [`NamespaceWatcher::channel`].
+    pub fn new(machine: Machine, updates: watch::Sender<Selected>) -> NamespaceWatcher {
+        let selector = machine.target().label_selector.clone().unwrap_or_default();
+        NamespaceWatcher {
+            selector,
+            machine,
+            updates,
+            listing: None,
+        }
+    }
+
+    /// The target a selector's watcher lists and watches.
+    pub fn target(selector: &str, template: &Target) -> Target {
+        Target {
+            resource: namespaces_resource(),
+            namespace: None,
+            label_selector: Some(selector.to_owned()),
+            field_selector: None,
+            metadata_only: true,
+            ..template.clone()
+        }
+    }
+
+    /// Runs until `shutdown`. A new watcher (after a crash) lists afresh and republishes the
+    /// set; targets relist only if it changed meanwhile.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let mut state = self.machine.start();
+        loop {
+            let (outcome, next) = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                stepped = self.machine.step(state) => stepped,
+            };
+            state = next;
+            self.handle(outcome);
+        }
+    }
+
+    fn handle(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::ListPage {
+                started,
+                items,
+                complete,
+            } => {
+                let listing = match (started, self.listing.take()) {
+                    (Some(_), _) | (None, None) => self.listing.insert(BTreeSet::new()),
+                    (None, Some(partial)) => self.listing.insert(partial),
+                };
+                listing.extend(items.into_iter().map(|item| item.meta.name));
+                if complete.is_some() {
+                    let listed = self.listing.take().unwrap_or_default();
+                    self.publish(|_| listed);
+                }
+            }
+            // A namespace over the line limit still names itself: its metadata was read.
+            Outcome::Event(event) | Outcome::Oversized { event, .. } => {
+                let name = event.meta.name;
+                self.publish(|current| {
+                    let mut set = current.clone();
+                    match event.event_type {
+                        EventType::Added | EventType::Modified => set.insert(name),
+                        EventType::Deleted => set.remove(&name),
+                    };
+                    set
+                });
+            }
+            Outcome::Restart(restart) => self.restarted(&restart),
+            Outcome::Bookmark(_) | Outcome::WatchOpened(_) | Outcome::Idle => {}
+        }
+    }
+
+    /// Replaces the set by `next(current)`; logs each namespace that starts or stops matching
+    /// and wakes the targets only if the set changed.
+    fn publish(&self, next: impl FnOnce(&BTreeSet<String>) -> BTreeSet<String>) {
+        let selector = &self.selector;
+        self.updates.send_if_modified(|selected| {
+            let first = selected.is_none();
+            let current = selected.as_deref().cloned().unwrap_or_default();
+            let next = next(&current);
+            if !first && next == current {
+                return false;
+            }
+            if first {
+                tracing::info!(namespace_selector = %selector, namespaces = ?next, "namespaces matching the selector");
+            } else {
+                for ns in next.difference(&current) {
+                    tracing::info!(namespace_selector = %selector, namespace = %ns, "namespace now matches namespace_selector: its objects are listed and published as ADDED");
+                }
+                for ns in current.difference(&next) {
+                    tracing::info!(namespace_selector = %selector, namespace = %ns, "namespace no longer matches namespace_selector: its objects are dropped and published as DELETED");
+                }
+            }
+            *selected = Some(Arc::new(next));
+            true
+        });
+    }
+
+    fn restarted(&self, restart: &Restart) {
+        let error = restart
+            .error
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let reason = restart.reason.as_str();
+        if restart.reason == crate::watcher::machine::RestartReason::Forbidden {
+            let rule = crate::rbac::rule_to_add(&namespaces_resource(), None);
+            tracing::error!(namespace_selector = %self.selector, error, rule = %rule, "RBAC refused listing or watching namespaces; add the rule");
+        } else {
+            tracing::info!(namespace_selector = %self.selector, reason, retry_in = ?restart.retry_in, error, "namespace watch restarting");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exclusions_and_selection() {
+        let scope = Scope::new(Arc::from(["kube-system".to_owned()]), None);
+        assert!(scope.is_limited());
+        assert!(scope.admits(Some("default")));
+        assert!(!scope.admits(Some("kube-system")));
+        assert!(scope.admits(None));
+        assert!(!Scope::all().is_limited());
+
+        let (tx, rx) = watch::channel(None);
+        let mut scope = Scope::new(Arc::from([]), Some(rx));
+        assert!(
+            !scope.admits(Some("payments")),
+            "nothing matches before the first list"
+        );
+        tx.send_replace(Some(Arc::new(BTreeSet::from(["payments".to_owned()]))));
+        assert_eq!(scope.refresh(), (1, 0));
+        assert!(scope.admits(Some("payments")));
+        assert!(!scope.admits(Some("default")));
+        tx.send_replace(Some(Arc::new(BTreeSet::from(["default".to_owned()]))));
+        assert!(
+            scope.admits(Some("payments")),
+            "the old set holds until refreshed"
+        );
+        assert_eq!(scope.refresh(), (1, 1));
+        assert!(!scope.admits(Some("payments")));
+    }
+}
