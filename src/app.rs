@@ -39,7 +39,7 @@ use crate::publish::metrics::{PublishFamilies, PublishMetrics};
 use crate::publish::{connect, MessageBuilder, Nats, Outbox};
 use crate::rbac;
 use crate::scope::{self, NamespaceWatcher, Scope};
-use crate::state::{StateMetrics, StateStore};
+use crate::state::{target_key, StateMetrics, StateStore};
 use crate::telemetry::http::{self, Readiness};
 use crate::telemetry::metrics::{Metrics, WatchSync};
 use crate::telemetry::target::TargetGauges;
@@ -312,6 +312,16 @@ impl Watches<'_> {
     ) -> anyhow::Result<()> {
         let mut term = self.spawn(shutdown);
         self.readiness.set_watches(term.syncs.clone());
+        let targets = self
+            .plans
+            .iter()
+            .flat_map(|p| {
+                p.namespaces
+                    .iter()
+                    .map(|ns| target_key(&p.watch.name, ns.as_deref()))
+            })
+            .collect();
+        tokio::spawn(self.state.clone().purge_removed(targets));
         tokio::select! {
             _ = lost.cancelled() => {}
             _ = shutdown.cancelled() => {

@@ -42,6 +42,9 @@ pub enum Listed {
     Unchanged,
     /// Known with a newer version (the list came from a lagging server): nothing to publish.
     Stale,
+    /// Known only from the journal, at this version: its ADDED may not have gone out before a
+    /// crash, so it is published again (in JetStream mode with the same `Nats-Msg-Id`).
+    Unconfirmed,
     /// Known with another version but the same mark: nothing to publish (the version is recorded).
     SameMark,
 }
@@ -268,6 +271,9 @@ pub struct Dedupe {
     /// [`Dedupe::superseded`] call of that list and dropped when it ends.
     by_name: Option<FxHashMap<u64, UidKey>>,
     tombstones: Tombstones,
+    /// Objects restored from the journal: their first message may not have been published
+    /// before a crash, so the next event or list of each is published whatever its version.
+    unconfirmed: FxHashSet<UidKey>,
 }
 
 /// How many deleted uids each watch target remembers. A replay reaches back a few events (a
@@ -308,6 +314,16 @@ impl Dedupe {
         Dedupe::default()
     }
 
+    /// Whether an object with this uid is tracked: if not, publishing it makes it known, and its
+    /// deletion must be announced even after a crash.
+    pub fn tracks(&self, uid: &str) -> bool {
+        self.get(&UidKey::new(uid)).is_some()
+    }
+
+    fn is_unconfirmed(&self, key: &UidKey) -> bool {
+        !self.unconfirmed.is_empty() && self.unconfirmed.contains(key)
+    }
+
     /// Objects currently tracked.
     pub fn len(&self) -> usize {
         self.uuids.len() + self.others.len()
@@ -330,14 +346,17 @@ impl Dedupe {
         }
         let version = Version::new(&meta.resource_version);
         if let Some(tracked) = self.get(&key) {
+            let unconfirmed = self.is_unconfirmed(&key);
             let stored = self.stored_version(&key, tracked);
             if version.older_than(&stored) {
                 return Verdict::Stale;
             }
-            if event_type != EventType::Deleted && version.same_as(&stored) {
+            if event_type != EventType::Deleted && version.same_as(&stored) && !unconfirmed {
                 return Verdict::Duplicate;
             }
-            if event_type == EventType::Modified && mark != 0 && mark == tracked.mark {
+            if unconfirmed {
+                self.unconfirmed.remove(&key);
+            } else if event_type == EventType::Modified && mark != 0 && mark == tracked.mark {
                 self.track(key, version, meta, mark);
                 return Verdict::Unchanged;
             }
@@ -427,8 +446,11 @@ impl Dedupe {
         let verdict = match self.get(&key) {
             None => Listed::New,
             Some(tracked) => {
+                let unconfirmed = self.is_unconfirmed(&key);
                 let stored = self.stored_version(&key, tracked);
-                let verdict = if version.same_as(&stored) {
+                let verdict = if version.same_as(&stored) && unconfirmed {
+                    Listed::Unconfirmed
+                } else if version.same_as(&stored) {
                     Listed::Unchanged
                 } else if version.older_than(&stored) {
                     Listed::Stale
@@ -437,6 +459,9 @@ impl Dedupe {
                 } else {
                     Listed::Changed
                 };
+                if unconfirmed && verdict != Listed::Stale {
+                    self.unconfirmed.remove(&key);
+                }
                 if matches!(verdict, Listed::Unchanged | Listed::Stale) {
                     let epoch = self.list_epoch;
                     if let Some(tracked) = self.get_mut(&key) {
@@ -562,6 +587,9 @@ impl Dedupe {
         let Some(tracked) = removed else {
             return;
         };
+        if !self.unconfirmed.is_empty() {
+            self.unconfirmed.remove(key);
+        }
         if tracked.version == OPAQUE {
             self.opaque_versions.remove(key);
         }
@@ -597,8 +625,36 @@ pub struct SavedObject<'a> {
     pub version: SavedVersion<'a>,
     pub name: &'a str,
     pub namespace: Option<&'a str>,
+    /// Known only from the journal: see [`Listed::Unconfirmed`].
+    pub unconfirmed: bool,
     /// What `changes` compares; 0 = nothing.
     pub mark: u64,
+}
+
+impl<'a> SavedObject<'a> {
+    /// The object as received: what the journal records before its first message goes out.
+    pub fn of(meta: &'a ObjectMeta) -> SavedObject<'a> {
+        let uid = parse_uuid(&meta.uid).map_or(SavedUid::Text(&meta.uid), SavedUid::Uuid);
+        let version = match Version::new(&meta.resource_version) {
+            Version::Number(n) => SavedVersion::Number(n),
+            Version::Opaque(_) => SavedVersion::Text(meta.resource_version.as_str()),
+        };
+        SavedObject {
+            uid,
+            version,
+            name: &meta.name,
+            namespace: meta.namespace.as_deref(),
+            unconfirmed: false,
+            mark: 0,
+        }
+    }
+}
+
+/// What a snapshot holds: tracked objects, and the uids of recently deleted ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Saved<'a> {
+    Object(SavedObject<'a>),
+    Tombstone(SavedUid<'a>),
 }
 
 /// A uid: the 16 bytes of a canonical UUID, or the text of any other.
@@ -616,8 +672,9 @@ pub enum SavedVersion<'a> {
 }
 
 impl Dedupe {
-    /// Calls `f` with every tracked object, in no particular order.
-    pub fn for_each_saved<'s>(&'s self, mut f: impl FnMut(SavedObject<'s>)) {
+    /// Calls `f` with every tracked object, in no particular order, then with every tombstone,
+    /// oldest first.
+    pub fn for_each_saved<'s>(&'s self, mut f: impl FnMut(Saved<'s>)) {
         let saved = |key: &UidKey, tracked: &Tracked| -> SavedObject<'s> {
             let version = match self.stored_version(key, *tracked) {
                 StoredVersion::Number(n) => SavedVersion::Number(n),
@@ -628,36 +685,74 @@ impl Dedupe {
                 version,
                 name: self.names.get(tracked.name),
                 namespace: self.namespaces.get(tracked.namespace),
+                unconfirmed: self.is_unconfirmed(key),
                 mark: tracked.mark,
             }
         };
         for (uuid, tracked) in &self.uuids {
             let key = UidKey::Uuid(*uuid);
-            f(SavedObject {
+            f(Saved::Object(SavedObject {
                 uid: SavedUid::Uuid(*uuid),
                 ..saved(&key, tracked)
-            });
+            }));
         }
         for (uid, tracked) in &self.others {
-            // Opaque versions are looked up by key; only objects holding one need it built.
-            let key = if tracked.version == OPAQUE {
+            // Opaque versions and unconfirmed marks are looked up by key; only objects that
+            // may hold one need it built.
+            let key = if tracked.version == OPAQUE || !self.unconfirmed.is_empty() {
                 UidKey::Other(uid.clone())
             } else {
                 UidKey::Uuid([0; 16])
             };
-            f(SavedObject {
+            f(Saved::Object(SavedObject {
                 uid: SavedUid::Text(uid),
                 ..saved(&key, tracked)
-            });
+            }));
         }
+        for key in &self.tombstones.order {
+            f(Saved::Tombstone(match key {
+                UidKey::Uuid(bytes) => SavedUid::Uuid(*bytes),
+                UidKey::Other(text) => SavedUid::Text(text),
+            }));
+        }
+    }
+
+    /// Refills the memory with one saved entry: of a snapshot, or of a journal record (then
+    /// `unconfirmed`: the object's first message or its deletion may not have gone out). A
+    /// journaled version older than the one tracked is ignored.
+    pub fn restore_saved(&mut self, saved: Saved<'_>, unconfirmed: bool) {
+        match saved {
+            Saved::Object(object) => {
+                let key = saved_key(object.uid);
+                if let (true, Some(tracked), SavedVersion::Number(n)) =
+                    (unconfirmed, self.get(&key), object.version)
+                {
+                    if tracked.version != OPAQUE && n < tracked.version {
+                        return;
+                    }
+                }
+                if unconfirmed || object.unconfirmed {
+                    self.unconfirmed.insert(key);
+                }
+                self.restore(object);
+            }
+            Saved::Tombstone(uid) => self.tombstones.insert(saved_key(uid)),
+        }
+    }
+
+    /// Tracked objects whose first message may not have been published.
+    pub fn unconfirmed(&self) -> usize {
+        self.unconfirmed.len()
+    }
+
+    /// Deleted uids remembered.
+    pub fn tombstones(&self) -> usize {
+        self.tombstones.order.len()
     }
 
     /// Tracks a saved object again, as published at its saved version.
     pub fn restore(&mut self, saved: SavedObject<'_>) {
-        let key = match saved.uid {
-            SavedUid::Uuid(bytes) => UidKey::Uuid(bytes),
-            SavedUid::Text(text) => UidKey::new(text),
-        };
+        let key = saved_key(saved.uid);
         let version = match saved.version {
             SavedVersion::Number(n) if n != OPAQUE => Version::Number(n),
             SavedVersion::Number(n) => Version::Opaque(n.to_string().into()),
@@ -671,6 +766,13 @@ impl Dedupe {
             generation: None,
         };
         self.track(key, version, &meta, saved.mark);
+    }
+}
+
+fn saved_key(uid: SavedUid<'_>) -> UidKey {
+    match uid {
+        SavedUid::Uuid(bytes) => UidKey::Uuid(bytes),
+        SavedUid::Text(text) => UidKey::new(text),
     }
 }
 
@@ -837,7 +939,7 @@ mod tests {
         d.observe(&meta(A, "1", "a"), EventType::Added, 42);
         d.observe(&meta(B, "1", "b"), EventType::Added, 0);
         let mut restored = Dedupe::new();
-        d.for_each_saved(|o| restored.restore(o));
+        d.for_each_saved(|o| restored.restore_saved(o, false));
         assert_eq!(
             restored.observe(&meta(A, "2", "a"), EventType::Modified, 42),
             Verdict::Unchanged
@@ -1070,9 +1172,17 @@ mod tests {
         let mut cluster = meta(&uuid_of(3), "18", "c");
         cluster.namespace = None;
         d.observe(&cluster, EventType::Added, 0);
+        d.observe(&meta(&uuid_of(4), "19", "gone"), EventType::Added, 0);
+        d.observe(&meta(&uuid_of(4), "20", "gone"), EventType::Deleted, 0);
         let mut restored = Dedupe::new();
-        d.for_each_saved(|o| restored.restore(o));
+        d.for_each_saved(|o| restored.restore_saved(o, false));
         assert_eq!(restored.len(), 3);
+        assert_eq!(restored.tombstones(), 1);
+        assert_eq!(
+            restored.observe(&meta(&uuid_of(4), "19", "gone"), EventType::Added, 0),
+            Verdict::Stale,
+            "a replayed event of an object deleted before the save"
+        );
         assert_eq!(
             restored.observe(&meta(A, "abc", "a"), EventType::Modified, 0),
             Verdict::Duplicate
@@ -1088,5 +1198,48 @@ mod tests {
             vanished,
             vec![meta(A, "abc", "a"), meta(B, "17", "b"), cluster]
         );
+    }
+
+    /// Objects restored from the journal may never have been announced: their next event or
+    /// listing is published even at the journaled version, once; their absence from a relist
+    /// is a deletion; and the mark survives a save.
+    #[test]
+    fn journaled_objects_are_published_again_once() {
+        let journaled = |d: &mut Dedupe, m: &ObjectMeta| {
+            d.restore_saved(Saved::Object(SavedObject::of(m)), true)
+        };
+        let mut d = Dedupe::new();
+        d.observe(&meta(A, "5", "a"), EventType::Added, 0);
+        journaled(&mut d, &meta(A, "4", "a"));
+        assert_eq!(d.unconfirmed(), 0, "an older journaled version is ignored");
+        journaled(&mut d, &meta(B, "7", "b"));
+        journaled(&mut d, &meta(&uuid_of(3), "8", "c"));
+        journaled(&mut d, &meta(&uuid_of(4), "10", "d"));
+        assert_eq!((d.len(), d.unconfirmed()), (4, 3));
+
+        let mut saved = Dedupe::new();
+        d.for_each_saved(|o| saved.restore_saved(o, false));
+        assert_eq!(saved.unconfirmed(), 3, "the mark is saved");
+
+        assert_eq!(
+            d.observe(&meta(B, "7", "b"), EventType::Added, 0),
+            Verdict::Publish
+        );
+        assert_eq!(
+            d.observe(&meta(B, "7", "b"), EventType::Added, 0),
+            Verdict::Duplicate
+        );
+        d.begin_list();
+        assert_eq!(d.listed(&meta(A, "5", "a"), 0), Listed::Unchanged);
+        assert_eq!(d.listed(&meta(B, "7", "b"), 0), Listed::Unchanged);
+        assert_eq!(
+            d.listed(&meta(&uuid_of(3), "8", "c"), 0),
+            Listed::Unconfirmed
+        );
+        let vanished: Vec<_> = d.end_list().into_iter().map(|v| v.meta).collect();
+        assert_eq!(vanished, vec![meta(&uuid_of(4), "10", "d")]);
+        assert_eq!(d.unconfirmed(), 0);
+        d.begin_list();
+        assert_eq!(d.listed(&meta(&uuid_of(3), "8", "c"), 0), Listed::Unchanged);
     }
 }

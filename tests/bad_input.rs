@@ -167,7 +167,8 @@ impl Daemon {
 }
 
 /// A configuration for one case: the API server at `api_url` (trusting `ca`), NATS, a subject
-/// prefix of its own, small lines and fast retries, one watch of pods named `pods`.
+/// prefix and a state bucket of its own (the cases share one nats-server, and each has its own
+/// API server), small lines and fast retries, one watch of pods named `pods`.
 fn config(api_url: &str, ca: Option<&Path>, token: &Path, nats: &str, prefix: &str) -> String {
     let ca = ca
         .map(|p| format!("ca_file = {:?}\n", p.display().to_string()))
@@ -188,6 +189,8 @@ jitter = 0.0
 url = "{nats}"
 [publish]
 subject_prefix = "{prefix}"
+[state]
+bucket = "{prefix}"
 [http]
 listen = "127.0.0.1:0"
 [[watches]]

@@ -24,6 +24,9 @@
 //! (every watch multiplexed on one connection, as in a cluster), with bookmarks and random chunk
 //! framing.
 //!
+//! A third run kills the daemon (-9) at random moments of a busy stream, again and again, and
+//! makes changes while it is down (see [`kill_9_fault_run`]), in core and JetStream mode.
+//!
 //! Seeded: the seed is printed, and `KUBE2NATS_FAULT_SEED=N` replays a run.
 //! `KUBE2NATS_FAULT_OPS` sets its size (default 3000 operations; the TLS run makes a third).
 
@@ -34,12 +37,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::restart::{crash_and_restart_cycles, Cycle, Mode};
 use common::*;
 use kube2nats_harness::apiserver::{
     ApiServer, ApiServerOptions, Failure, Framing, RequestFilter, RequestRecord, INITIAL_TOKEN,
 };
 use kube2nats_harness::nats::NatsServer;
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
@@ -217,6 +222,49 @@ async fn randomized_fault_run_over_tls_and_http2_with_bookmarks_and_random_frami
         bookmarks_and_framing: true,
     };
     fault_run(seed, ops / 3, transport).await;
+}
+
+/// Seeds per kill -9 run (each of a few restarts).
+const KILL_RUNS: u64 = 3;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn randomized_kill_9_restarts_publish_exactly_what_changed_while_down_core() {
+    kill_9_fault_run(Mode::Core).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn randomized_kill_9_restarts_publish_exactly_what_changed_while_down_jetstream() {
+    kill_9_fault_run(Mode::JetStream).await;
+}
+
+/// kill -9 at random moments of a busy stream, again and again: each run of the daemon is killed
+/// at a seeded moment; objects are created, updated and deleted, and a name deleted and
+/// re-created, while it is down; the history is compacted (forcing a relist) before some
+/// restarts and not others; each resumed watch first replays a few events from before its
+/// version. Every restart must publish each change made while down exactly once, nothing the
+/// last checkpoint covered, and per object in order (`common::restart` checks it all).
+async fn kill_9_fault_run(mode: Mode) {
+    let (seed, _) = seed_and_ops(0);
+    println!("kill -9 fault run: seed {seed} (replay with KUBE2NATS_FAULT_SEED={seed})");
+    for run in 0..KILL_RUNS {
+        let seed = seed.wrapping_add(run);
+        let mut rng = StdRng::seed_from_u64(seed);
+        // Both kinds of restart in every run, in a random order, and one more of either.
+        let mut compact = vec![true, false, rng.random_bool(0.5)];
+        compact.shuffle(&mut rng);
+        let cycles: Vec<Cycle> = compact
+            .into_iter()
+            .map(|compact| Cycle {
+                compact,
+                nats_outage: false,
+            })
+            .collect();
+        let report = crash_and_restart_cycles(mode, seed, &cycles, REPLAY).await;
+        println!(
+            "seed {seed}: {} messages, {} changes while down, {} repeats of uncheckpointed tails",
+            report.messages, report.changes_while_down, report.tail_repeats
+        );
+    }
 }
 
 /// The driver's side of the run: the simulator, nats-server, the daemon and what was created.

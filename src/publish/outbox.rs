@@ -169,6 +169,28 @@ impl Outbox {
     }
 }
 
+impl Outbox {
+    /// Waits until no message of the objects `keys` (their `object_key`s) is unacknowledged
+    /// (JetStream), or everything has reached the server (core: a flush round trip).
+    pub async fn settle_objects(&mut self, keys: &[u64]) {
+        match &self.nats {
+            Nats::JetStream { client, context } => {
+                while self
+                    .window
+                    .in_flight
+                    .iter()
+                    .any(|f| keys.contains(&f.msg.object_key))
+                {
+                    self.window.complete_oldest(client, context).await;
+                }
+            }
+            Nats::Core(_) => {
+                self.settle().await;
+            }
+        }
+    }
+}
+
 impl Window {
     /// A core publish fails only for a message over `max_payload`, an invalid subject or a closed
     /// client, and retrying helps none of them; so the message is handed over once, without a

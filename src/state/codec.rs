@@ -1,5 +1,5 @@
-//! The stored form of one watch target's memory: a snapshot split into chunks, and a manifest
-//! that commits one snapshot.
+//! The stored form of one watch target's memory: a snapshot split into chunks, a manifest that
+//! commits one snapshot, and journal records of the objects first published since.
 //!
 //! A chunk is a small binary record, self-contained so that it can be decoded alone (it carries
 //! its own namespace table) and checked against the manifest (it names its generation and
@@ -8,7 +8,9 @@
 //!
 //! ```text
 //! chunk    = "K2NS" format:u8 generation:u64le index:u32le entry*
-//! entry    = flags:u8 uid version namespace? name mark?
+//! journal  = "K2NJ" format:u8 sequence:u64le identity:u64le entry*
+//! entry    = flags:u8 uid version namespace? name mark?   (mark: flags & MARK, 8 bytes)
+//!          | flags:u8 uid                       (flags & TOMBSTONE: a deleted uid)
 //! uid      = 16 bytes (flags & UUID) | varint length + UTF-8
 //! version  = varint (flags & NUMBER) | varint length + UTF-8
 //! namespace= varint index (a namespace named before in this chunk)
@@ -18,24 +20,31 @@
 //! mark     = u64le (flags & MARK: what `changes` compares; absent = 0, nothing to compare)
 //! ```
 //!
+//! `flags & UNCONFIRMED` marks an object known only from the journal, whose first message may or
+//! may not have been published before a crash.
+//!
 //! The manifest is JSON, so an operator can read it with `nats kv get`.
 
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
 
-use crate::dedupe::{SavedObject, SavedUid, SavedVersion};
+use crate::dedupe::{Saved, SavedObject, SavedUid, SavedVersion};
 
 /// The version of both formats; a manifest of another version is treated as damaged.
 pub const FORMAT: u32 = 1;
 const MAGIC: &[u8; 4] = b"K2NS";
+const JOURNAL_MAGIC: &[u8; 4] = b"K2NJ";
 const HEADER_LEN: usize = MAGIC.len() + 1 + 8 + 4;
 
 const UUID: u8 = 1;
 const NUMBER: u8 = 2;
 const CLUSTER_SCOPED: u8 = 4;
 const NEW_NAMESPACE: u8 = 8;
-const MARK: u8 = 16;
-const KNOWN_FLAGS: u8 = UUID | NUMBER | CLUSTER_SCOPED | NEW_NAMESPACE | MARK;
+const UNCONFIRMED: u8 = 16;
+const TOMBSTONE: u8 = 32;
+const MARK: u8 = 64;
+const KNOWN_FLAGS: u8 =
+    UUID | NUMBER | CLUSTER_SCOPED | NEW_NAMESPACE | UNCONFIRMED | TOMBSTONE | MARK;
 
 /// Which of the two chunk sets a snapshot is written to: the one the committed manifest does not
 /// point at, so a crash while writing never damages the committed snapshot.
@@ -79,6 +88,13 @@ pub struct Manifest {
     pub checksum: u64,
     /// Unix seconds of the write; for operators.
     pub saved_at: u64,
+    /// Deleted uids remembered beside the objects (in the chunks, after the objects).
+    #[serde(default)]
+    pub tombstones: u64,
+    /// The first journal record this snapshot does not contain: records from it on are read
+    /// at load, on top of the snapshot.
+    #[serde(default)]
+    pub journal_next: u64,
 }
 
 /// A snapshot of one target's memory, encoded.
@@ -86,6 +102,7 @@ pub struct Manifest {
 pub struct Encoded {
     pub chunks: Vec<Bytes>,
     pub objects: u64,
+    pub tombstones: u64,
     pub bytes: u64,
     pub checksum: u64,
     pub generation: u64,
@@ -102,6 +119,8 @@ pub enum CodecError {
     MissingChunk { index: u32 },
     #[error("chunk {index} belongs to another snapshot")]
     StaleChunk { index: u32 },
+    #[error("journal record {sequence} belongs to another watch or place")]
+    StaleJournal { sequence: u64 },
     #[error("chunk {index} is malformed at byte {offset}")]
     Malformed { index: u32, offset: usize },
     #[error("snapshot does not match its manifest ({what})")]
@@ -118,6 +137,7 @@ pub struct Encoder<'a> {
     namespaces: FxHashMap<&'a str, u32>,
     entry: Vec<u8>,
     objects: u64,
+    tombstones: u64,
     checksum: Fnv,
 }
 
@@ -131,6 +151,7 @@ impl<'a> Encoder<'a> {
             namespaces: FxHashMap::default(),
             entry: Vec::with_capacity(128),
             objects: 0,
+            tombstones: 0,
             checksum: Fnv::new(),
         };
         encoder.start_chunk();
@@ -148,12 +169,25 @@ impl<'a> Encoder<'a> {
         self.objects += 1;
     }
 
+    /// A deleted uid; pushed after every object, oldest first.
+    pub fn push_tombstone(&mut self, uid: SavedUid<'a>) {
+        self.entry.clear();
+        encode_tombstone(&mut self.entry, uid);
+        if self.buf.len() > HEADER_LEN && self.buf.len() + self.entry.len() > self.chunk_limit {
+            self.finish_chunk();
+            self.start_chunk();
+        }
+        self.buf.extend_from_slice(&self.entry);
+        self.tombstones += 1;
+    }
+
     pub fn finish(mut self) -> Encoded {
         self.finish_chunk();
         let bytes = self.chunks.iter().map(|c| c.len() as u64).sum();
         Encoded {
             chunks: self.chunks,
             objects: self.objects,
+            tombstones: self.tombstones,
             bytes,
             checksum: self.checksum.0,
             generation: self.generation,
@@ -179,59 +213,141 @@ impl<'a> Encoder<'a> {
     /// Encodes one entry into `self.entry`; `true` if the current chunk has no room for it (and
     /// it is not the chunk's first entry), in which case nothing was recorded.
     fn encode_entry(&mut self, object: &SavedObject<'a>) -> bool {
-        let entry = &mut self.entry;
-        entry.clear();
-        entry.push(0);
-        let mut flags = 0;
-        match object.uid {
-            SavedUid::Uuid(bytes) => {
-                flags |= UUID;
-                entry.extend_from_slice(&bytes);
-            }
-            SavedUid::Text(text) => put_str(entry, text),
-        }
-        match object.version {
-            SavedVersion::Number(n) => {
-                flags |= NUMBER;
-                put_varint(entry, n);
-            }
-            SavedVersion::Text(text) => put_str(entry, text),
-        }
-        let mut new_namespace = None;
-        match object.namespace {
-            None => flags |= CLUSTER_SCOPED,
-            Some(ns) => match self.namespaces.get(ns) {
-                Some(&index) => put_varint(entry, u64::from(index)),
-                None => {
-                    flags |= NEW_NAMESPACE;
-                    put_str(entry, ns);
-                    new_namespace = Some(ns);
-                }
-            },
-        }
-        put_str(entry, object.name);
-        if object.mark != 0 {
-            flags |= MARK;
-            entry.extend_from_slice(&object.mark.to_le_bytes());
-        }
-        entry[0] = flags;
-        let full = self.buf.len() > HEADER_LEN && self.buf.len() + entry.len() > self.chunk_limit;
-        if !full {
-            if let Some(ns) = new_namespace {
-                let index = u32::try_from(self.namespaces.len()).unwrap_or(u32::MAX);
-                self.namespaces.insert(ns, index);
-            }
+        let known = object
+            .namespace
+            .and_then(|ns| self.namespaces.get(ns).copied());
+        encode_object(&mut self.entry, object, known);
+        let full =
+            self.buf.len() > HEADER_LEN && self.buf.len() + self.entry.len() > self.chunk_limit;
+        if let (false, None, Some(ns)) = (full, known, object.namespace) {
+            let index = u32::try_from(self.namespaces.len()).unwrap_or(u32::MAX);
+            self.namespaces.insert(ns, index);
         }
         full
     }
 }
 
-/// Checks a chunk's header and calls `f` with each object in it.
-pub fn decode_chunk(
-    chunk: &[u8],
+/// Encodes one object into `entry`, its namespace as an index into the chunk's table when
+/// `namespace_index` names one, else inline (the next index of the table).
+fn encode_object(entry: &mut Vec<u8>, object: &SavedObject<'_>, namespace_index: Option<u32>) {
+    entry.clear();
+    entry.push(0);
+    let mut flags = if object.unconfirmed { UNCONFIRMED } else { 0 };
+    flags |= put_uid(entry, object.uid);
+    match object.version {
+        SavedVersion::Number(n) => {
+            flags |= NUMBER;
+            put_varint(entry, n);
+        }
+        SavedVersion::Text(text) => put_str(entry, text),
+    }
+    match (object.namespace, namespace_index) {
+        (None, _) => flags |= CLUSTER_SCOPED,
+        (Some(_), Some(index)) => put_varint(entry, u64::from(index)),
+        (Some(ns), None) => {
+            flags |= NEW_NAMESPACE;
+            put_str(entry, ns);
+        }
+    }
+    put_str(entry, object.name);
+    if object.mark != 0 {
+        flags |= MARK;
+        entry.extend_from_slice(&object.mark.to_le_bytes());
+    }
+    entry[0] = flags;
+}
+
+fn encode_tombstone(entry: &mut Vec<u8>, uid: SavedUid<'_>) {
+    entry.push(0);
+    let flags = TOMBSTONE | put_uid(entry, uid);
+    entry[0] = flags;
+}
+
+/// Appends the uid; returns the flag it needs.
+fn put_uid(entry: &mut Vec<u8>, uid: SavedUid<'_>) -> u8 {
+    match uid {
+        SavedUid::Uuid(bytes) => {
+            entry.extend_from_slice(&bytes);
+            UUID
+        }
+        SavedUid::Text(text) => {
+            put_str(entry, text);
+            0
+        }
+    }
+}
+
+/// One journal record: the objects first published in one batch, written before their messages.
+/// Each entry carries its namespace inline, so entries are appended as they come.
+#[derive(Debug, Default)]
+pub struct JournalBatch {
+    entries: Vec<u8>,
+    entry: Vec<u8>,
+    len: usize,
+}
+
+impl JournalBatch {
+    pub fn push(&mut self, object: &SavedObject<'_>) {
+        encode_object(&mut self.entry, object, None);
+        self.entries.extend_from_slice(&self.entry);
+        self.len += 1;
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The record, for journal position `sequence` of the watch target whose identity hashes to
+    /// `identity`. The batch stays as it is until [`clear`](Self::clear).
+    pub fn record(&self, sequence: u64, identity: u64) -> Bytes {
+        let mut out = Vec::with_capacity(HEADER_LEN + 4 + self.entries.len());
+        out.extend_from_slice(JOURNAL_MAGIC);
+        out.push(FORMAT as u8);
+        out.extend_from_slice(&sequence.to_le_bytes());
+        out.extend_from_slice(&identity.to_le_bytes());
+        out.extend_from_slice(&self.entries);
+        Bytes::from(out)
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.len = 0;
+    }
+}
+
+/// Checks a journal record's header and calls `f` with each object in it.
+pub fn decode_journal<'a>(
+    record: &'a [u8],
+    sequence: u64,
+    identity: u64,
+    f: impl FnMut(Saved<'a>),
+) -> Result<(), CodecError> {
+    let mut r = Reader {
+        bytes: record,
+        pos: 0,
+        index: 0,
+    };
+    if r.take(JOURNAL_MAGIC.len())? != JOURNAL_MAGIC || r.byte()? != FORMAT as u8 {
+        return Err(r.malformed());
+    }
+    let stored_sequence = u64::from_le_bytes(r.array()?);
+    let stored_identity = u64::from_le_bytes(r.array()?);
+    if stored_sequence != sequence || stored_identity != identity {
+        return Err(CodecError::StaleJournal { sequence });
+    }
+    decode_entries(r, f)
+}
+
+/// Checks a chunk's header and calls `f` with each object and tombstone in it.
+pub fn decode_chunk<'a>(
+    chunk: &'a [u8],
     generation: u64,
     index: u32,
-    mut f: impl FnMut(SavedObject<'_>),
+    f: impl FnMut(Saved<'a>),
 ) -> Result<(), CodecError> {
     let mut r = Reader {
         bytes: chunk,
@@ -246,6 +362,10 @@ pub fn decode_chunk(
     if stored_generation != generation || stored_index != index {
         return Err(CodecError::StaleChunk { index });
     }
+    decode_entries(r, f)
+}
+
+fn decode_entries<'a>(mut r: Reader<'a>, mut f: impl FnMut(Saved<'a>)) -> Result<(), CodecError> {
     let mut namespaces: Vec<&str> = Vec::new();
     while !r.done() {
         let flags = r.byte()?;
@@ -257,6 +377,10 @@ pub fn decode_chunk(
         } else {
             SavedUid::Text(r.str()?)
         };
+        if flags & TOMBSTONE != 0 {
+            f(Saved::Tombstone(uid));
+            continue;
+        }
         let version = if flags & NUMBER != 0 {
             SavedVersion::Number(r.varint()?)
         } else {
@@ -278,13 +402,14 @@ pub fn decode_chunk(
         } else {
             0
         };
-        f(SavedObject {
+        f(Saved::Object(SavedObject {
             uid,
             version,
             name,
             namespace,
+            unconfirmed: flags & UNCONFIRMED != 0,
             mark,
-        });
+        }));
     }
     Ok(())
 }
@@ -433,6 +558,7 @@ mod tests {
                 version: *version,
                 name,
                 namespace: ns.as_deref(),
+                unconfirmed: name.ends_with('7'),
                 mark: mark_of(i),
             });
         }
@@ -450,9 +576,10 @@ mod tests {
                     version: *version,
                     name,
                     namespace: ns.as_deref(),
+                    unconfirmed: name.ends_with('7'),
                     mark: mark_of(i),
                 };
-                format!("{o:?}")
+                format!("{:?}", Saved::Object(o))
             })
             .collect();
         assert_eq!(decoded, objects);
@@ -502,6 +629,92 @@ mod tests {
     }
 
     #[test]
+    fn tombstones_follow_the_objects_and_round_trip() {
+        let mut encoder = Encoder::new(3, 64);
+        encoder.push(SavedObject {
+            uid: SavedUid::Text("live"),
+            version: SavedVersion::Number(5),
+            name: "a",
+            namespace: None,
+            unconfirmed: false,
+            mark: 0,
+        });
+        let gone: Vec<[u8; 16]> = (0..20u8).map(|i| [i; 16]).collect();
+        for uid in &gone {
+            encoder.push_tombstone(SavedUid::Uuid(*uid));
+        }
+        encoder.push_tombstone(SavedUid::Text("odd-uid"));
+        let encoded = encoder.finish();
+        assert_eq!((encoded.objects, encoded.tombstones), (1, 21));
+        assert!(encoded.chunks.len() > 1, "tombstones split across chunks");
+        let mut tombstones = Vec::new();
+        for (i, chunk) in encoded.chunks.iter().enumerate() {
+            decode_chunk(chunk, 3, i as u32, |s| {
+                if let Saved::Tombstone(uid) = s {
+                    tombstones.push(format!("{uid:?}"));
+                }
+            })
+            .unwrap();
+        }
+        let mut expected: Vec<String> = gone
+            .iter()
+            .map(|u| format!("{:?}", SavedUid::Uuid(*u)))
+            .collect();
+        expected.push(format!("{:?}", SavedUid::Text("odd-uid")));
+        assert_eq!(tombstones, expected);
+    }
+
+    #[test]
+    fn journal_records_round_trip_and_name_their_place() {
+        let mut batch = JournalBatch::default();
+        for (i, ns) in [Some("a"), None, Some("a"), Some("b")]
+            .into_iter()
+            .enumerate()
+        {
+            let name = format!("n{i}");
+            batch.push(&SavedObject {
+                uid: SavedUid::Uuid([i as u8; 16]),
+                version: SavedVersion::Number(100 + i as u64),
+                name: &name,
+                namespace: ns,
+                unconfirmed: false,
+                mark: 0,
+            });
+        }
+        assert_eq!(batch.len(), 4);
+        let record = batch.record(9, 42);
+        let mut seen = Vec::new();
+        decode_journal(&record, 9, 42, |s| {
+            if let Saved::Object(o) = s {
+                seen.push((o.name.to_owned(), o.namespace.map(str::to_owned)));
+            }
+        })
+        .unwrap();
+        assert_eq!(
+            seen,
+            vec![
+                ("n0".into(), Some("a".into())),
+                ("n1".into(), None),
+                ("n2".into(), Some("a".into())),
+                ("n3".into(), Some("b".into()))
+            ]
+        );
+        assert_eq!(
+            decode_journal(&record, 10, 42, |_| {}),
+            Err(CodecError::StaleJournal { sequence: 10 })
+        );
+        assert_eq!(
+            decode_journal(&record, 9, 43, |_| {}),
+            Err(CodecError::StaleJournal { sequence: 9 })
+        );
+        for cut in 0..record.len() {
+            let _ = decode_journal(&record[..cut], 9, 42, |_| {});
+        }
+        batch.clear();
+        assert!(batch.is_empty());
+    }
+
+    #[test]
     fn a_typical_pod_costs_under_50_bytes() {
         let names: Vec<String> = (0..1000).map(|i| format!("web-7d9f8c6b5-{i:05}")).collect();
         let per_object = |mark: u64| {
@@ -512,6 +725,7 @@ mod tests {
                     version: SavedVersion::Number(123_456_789),
                     name,
                     namespace: Some("default"),
+                    unconfirmed: false,
                     mark,
                 });
             }

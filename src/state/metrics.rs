@@ -41,7 +41,7 @@ impl StateMetrics {
         let failures = IntCounterVec::new(
             opts(
                 "state_checkpoint_failures_total",
-                "Checkpoint writes that failed (each is retried).",
+                "Checkpoint and journal writes that failed (each is retried).",
             ),
             &["watch"],
         )?;

@@ -16,7 +16,10 @@
 //!   chunks of at most 256 KiB (see [`codec`]): 100,000 objects are ~5 MB, far more than one
 //!   NATS message may carry;
 //! - `….manifest`: a small JSON record naming the committed set, its generation, object count,
-//!   checksum, the watch's identity and the resume version.
+//!   checksum, the watch's identity, the resume version and the first journal record not in it;
+//! - `….j.N`: the [`Journal`]: objects first published, and deletions, since that snapshot,
+//!   each record written before the messages it covers; folded into the next snapshot and then
+//!   removed from the stream (a stream purge, which leaves no per-key marker behind).
 //!
 //! A snapshot is written to the set the manifest does *not* point at, and the manifest is written
 //! last, so a crash or NATS outage mid-write leaves the previous snapshot intact: the manifest is
@@ -36,6 +39,10 @@
 //! is half-way, and hands it to this target's writer task, which writes it in the background.
 //! A crash between a publish and the next checkpoint re-publishes at most the events since that
 //! checkpoint; in JetStream mode their `Nats-Msg-Id`s are the same, so the stream drops them.
+//! What a crash must not lose is an object the snapshot does not know (published since): the
+//! journal runs *ahead* of publishing for exactly those, and an object known only from it is
+//! published once more at the next start. Recently deleted uids (tombstones) are saved with
+//! the objects, so a replayed event of an object deleted before the snapshot stays dropped.
 //!
 //! ## Identity, damage, absence
 //!
@@ -59,10 +66,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::config::{BackoffConfig, StateConfig};
-use crate::dedupe::Dedupe;
+use crate::dedupe::{Dedupe, Saved, SavedObject};
 use crate::event::ResourceVersion;
 use crate::watcher::Target;
-use codec::{CodecError, Encoded, Encoder, Fnv, Manifest, Slot, FORMAT};
+use codec::{CodecError, Encoded, Encoder, Fnv, JournalBatch, Manifest, Slot, FORMAT};
 pub use metrics::{StateMetrics, TargetMetrics};
 
 /// The largest chunk: far below NATS' default `max_payload` (1 MiB), and small enough that
@@ -190,17 +197,70 @@ impl StateStore {
         }
     }
 
+    /// Removes the state of targets that this configuration's watches no longer have (a
+    /// namespace dropped from a watch), with a log line each; `targets` are the keys of the
+    /// configured targets ([`target_key`]). A watch name this configuration does not have is left
+    /// alone: another kube2nats sharing the bucket may own it (removed or renamed watches are
+    /// cleaned up by hand, see the README). Best effort: a failure is logged and retried at the
+    /// next start.
+    pub async fn purge_removed(self, targets: Vec<String>) {
+        let Backend::Durable(bucket) = &self.backend else {
+            return;
+        };
+        let listing = async {
+            use futures_util::TryStreamExt;
+            let keys = bucket.store.keys().await.map_err(|e| e.to_string())?;
+            keys.try_collect::<Vec<String>>()
+                .await
+                .map_err(|e| e.to_string())
+        };
+        let keys = match tokio::time::timeout(4 * REQUEST_TIMEOUT, listing).await {
+            Ok(Ok(keys)) => keys,
+            Ok(Err(e)) => return tracing::warn!(error = %e, "cannot list the state bucket to remove the state of removed targets"),
+            Err(_) => return tracing::warn!("listing the state bucket timed out; the state of removed targets stays until the next start"),
+        };
+        let configured: std::collections::HashSet<&str> =
+            targets.iter().map(String::as_str).collect();
+        let watches: std::collections::HashSet<&str> =
+            targets.iter().filter_map(|t| t.split('.').next()).collect();
+        let removed: std::collections::BTreeSet<&str> = keys
+            .iter()
+            .filter_map(|key| {
+                // `{watch}.{namespace}.…`: neither part holds a dot.
+                let target_len = key.match_indices('.').nth(1)?.0;
+                let target = &key[..target_len];
+                let watch = target.split('.').next()?;
+                (watches.contains(watch) && !configured.contains(target)).then_some(target)
+            })
+            .collect();
+        for target in removed {
+            let subjects = format!("{}{target}.>", bucket.store.prefix);
+            match purge(&bucket.store, &subjects, None).await {
+                Ok(()) => {
+                    tracing::info!(key = %target, "removed the saved state of a target this configuration no longer watches")
+                }
+                Err(e) => {
+                    tracing::warn!(key = %target, error = %e, "cannot remove the saved state of a target no longer watched")
+                }
+            }
+        }
+    }
+
     /// The state of one watch target.
     pub fn target(&self, watch: &str, target: &Target) -> TargetState {
-        let namespace = target.namespace.as_deref().unwrap_or("_all");
         TargetState {
-            key: format!("{watch}.{namespace}"),
+            key: target_key(watch, target.namespace.as_deref()),
             identity: identity(target),
             backend: self.backend.clone(),
             metrics: self.metrics.for_target(watch),
             checkpoint_interval: self.checkpoint_interval,
         }
     }
+}
+
+/// The prefix of a target's keys in the bucket: `{watch}.{namespace or _all}`.
+pub fn target_key(watch: &str, namespace: Option<&str>) -> String {
+    format!("{watch}.{}", namespace.unwrap_or("_all"))
 }
 
 /// What a target watches, as stored in its manifest: state saved under another identity describes
@@ -270,6 +330,9 @@ pub enum Start {
         dedupe: Box<Dedupe>,
         version: ResourceVersion,
     },
+    /// No snapshot, but a journal of objects published by a run that crashed before its first
+    /// checkpoint: list, and diff against them (their deletions are announced).
+    Journaled { dedupe: Box<Dedupe> },
     /// Nothing usable was saved (the reason is logged).
     Fresh,
 }
@@ -298,12 +361,12 @@ impl TargetState {
     /// Loads the saved state, retrying while NATS does not answer; says in one log line (the
     /// watch's fields come from the caller's span) when it starts fresh, and why. `None` if
     /// shutdown came first.
-    pub async fn load(self, shutdown: &CancellationToken) -> Option<(Start, Checkpoints)> {
+    pub async fn load(self, shutdown: &CancellationToken) -> Option<Loaded> {
         let bucket = match &self.backend {
             Backend::Durable(bucket) => bucket.clone(),
             Backend::Disabled | Backend::MemoryOnly => {
                 tracing::info!("started fresh: state is not durable");
-                return Some((Start::Fresh, self.checkpoints(None, None)));
+                return Some(self.loaded(Start::Fresh, None, None));
             }
         };
         let started = Instant::now();
@@ -313,43 +376,103 @@ impl TargetState {
                 _ = shutdown.cancelled() => return None,
                 attempt = self.read(&bucket) => attempt,
             };
-            let error = match attempt {
-                Ok(Some((manifest, dedupe))) => {
+            let fresh = match attempt {
+                Ok(read) => {
+                    let objects = read.dedupe.len();
                     self.metrics
-                        .loaded(dedupe.len(), started.elapsed().as_secs_f64());
+                        .loaded(objects, started.elapsed().as_secs_f64());
+                    let journal = read.journal_next;
+                    let bucket = Some((bucket, journal));
+                    let Some(manifest) = read.manifest else {
+                        if objects == 0 {
+                            tracing::info!("started fresh: no saved state");
+                            return Some(self.loaded(Start::Fresh, bucket, None));
+                        }
+                        tracing::info!(objects, journal_records = journal, "no checkpoint yet, but a journal of objects published before a crash: listing and diffing against them");
+                        let start = Start::Journaled {
+                            dedupe: Box::new(read.dedupe),
+                        };
+                        return Some(self.loaded(start, bucket, None));
+                    };
                     self.metrics.stored(manifest.bytes);
                     self.metrics.current();
-                    tracing::debug!(objects = dedupe.len(), resource_version = %manifest.resume_version, generation = manifest.generation, elapsed = ?started.elapsed(), "loaded saved state");
-                    let version = ResourceVersion::new(manifest.resume_version.as_str());
-                    let checkpoints = self.checkpoints(Some(bucket), Some(manifest));
-                    let dedupe = Box::new(dedupe);
-                    return Some((Start::Saved { dedupe, version }, checkpoints));
-                }
-                Ok(None) => {
-                    tracing::info!("started fresh: no saved state");
-                    return Some((Start::Fresh, self.checkpoints(Some(bucket), None)));
+                    tracing::debug!(objects, journaled = read.dedupe.unconfirmed(), tombstones = read.dedupe.tombstones(), resource_version = %manifest.resume_version, generation = manifest.generation, elapsed = ?started.elapsed(), "loaded saved state");
+                    let start = Start::Saved {
+                        version: ResourceVersion::new(manifest.resume_version.as_str()),
+                        dedupe: Box::new(read.dedupe),
+                    };
+                    return Some(self.loaded(start, bucket, Some(manifest)));
                 }
                 Err(e @ LoadError::OtherIdentity { .. }) => {
                     tracing::info!(identity = %self.identity, reason = %e, "started fresh: the watch's resource, namespace or selectors changed since its state was saved");
-                    return Some((Start::Fresh, self.checkpoints(Some(bucket), None)));
+                    true
                 }
                 Err(e @ LoadError::Damaged(_)) => {
                     tracing::error!(key = %self.key, error = %e, "started fresh: the saved state cannot be used; it will be overwritten by the next checkpoint");
-                    return Some((Start::Fresh, self.checkpoints(Some(bucket), None)));
+                    true
                 }
-                Err(LoadError::Unavailable(e)) => e,
+                Err(LoadError::Unavailable(error)) => {
+                    let delay = backoff.next_delay();
+                    tracing::warn!(error, retry_in = ?delay, "cannot read the saved state yet; retrying");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return None,
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                    false
+                }
             };
-            let delay = backoff.next_delay();
-            tracing::warn!(error, retry_in = ?delay, "cannot read the saved state yet; retrying");
-            tokio::select! {
-                _ = shutdown.cancelled() => return None,
-                () = tokio::time::sleep(delay) => {}
+            if fresh {
+                // The old journal describes other objects: it must not be read on top of the
+                // state this start writes.
+                if let Err(e) = purge(
+                    &bucket.store,
+                    &journal_subjects(&bucket.store, &self.key),
+                    None,
+                )
+                .await
+                {
+                    tracing::warn!(key = %self.key, error = %e, "cannot remove the unusable journal yet; retrying");
+                    tokio::time::sleep(backoff.next_delay()).await;
+                    continue;
+                }
+                return Some(self.loaded(Start::Fresh, Some((bucket, 0)), None));
             }
         }
     }
 
-    /// Reads the manifest and its chunks into a fresh memory; `None` when nothing was saved.
-    async fn read(&self, bucket: &Bucket) -> Result<Option<(Manifest, Dedupe)>, LoadError> {
+    fn loaded(
+        self,
+        start: Start,
+        bucket: Option<(Arc<Bucket>, u64)>,
+        committed: Option<Manifest>,
+    ) -> Loaded {
+        let journal = bucket.as_ref().map(|(bucket, next)| Journal {
+            key: self.key.clone(),
+            identity: identity_hash(&self.identity),
+            bucket: bucket.clone(),
+            store: bucket.store.clone(),
+            next: *next,
+            last_stream_sequence: 0,
+            batch: JournalBatch::default(),
+            failing: false,
+            metrics: self.metrics.clone(),
+        });
+        let journaled = match &start {
+            Start::Saved { dedupe, .. } | Start::Journaled { dedupe } => dedupe.unconfirmed() > 0,
+            Start::Fresh => false,
+        };
+        let mut checkpoints = self.checkpoints(bucket.map(|(b, _)| b), committed);
+        checkpoints.objects_changed |= journaled;
+        Loaded {
+            start,
+            checkpoints,
+            journal,
+        }
+    }
+
+    /// Reads the manifest and its chunks into a fresh memory, then the journal records written
+    /// after that snapshot.
+    async fn read(&self, bucket: &Bucket) -> Result<Read, LoadError> {
         let store = &bucket.store;
         let get = |key: String| {
             let store = store.clone();
@@ -360,11 +483,46 @@ impl TargetState {
                     .map_err(|e| LoadError::Unavailable(e.to_string()))
             }
         };
-        let Some(raw) = get(manifest_key(&self.key)).await? else {
-            return Ok(None);
+        let mut dedupe = Dedupe::new();
+        let manifest = match get(manifest_key(&self.key)).await? {
+            Some(raw) => Some(self.read_snapshot(&raw, &mut dedupe, get).await?),
+            None => None,
         };
+        let mut next = manifest.as_ref().map_or(0, |m| m.journal_next);
+        let identity = identity_hash(&self.identity);
+        while let Some(record) = get(journal_key(&self.key, next)).await? {
+            let decoded =
+                codec::decode_journal(&record, next, identity, |o| dedupe.restore_saved(o, true));
+            match decoded {
+                Err(CodecError::StaleJournal { .. }) if manifest.is_none() => {
+                    return Err(LoadError::OtherIdentity {
+                        saved: "a journal of another configuration".into(),
+                    })
+                }
+                other => other?,
+            }
+            next += 1;
+        }
+        Ok(Read {
+            manifest,
+            dedupe,
+            journal_next: next,
+        })
+    }
+
+    /// Checks the manifest and fills `dedupe` from the chunks it commits.
+    async fn read_snapshot<F, Fut>(
+        &self,
+        raw: &[u8],
+        dedupe: &mut Dedupe,
+        get: F,
+    ) -> Result<Manifest, LoadError>
+    where
+        F: Fn(String) -> Fut,
+        Fut: std::future::Future<Output = Result<Option<bytes::Bytes>, LoadError>>,
+    {
         let manifest: Manifest =
-            serde_json::from_slice(&raw).map_err(|e| CodecError::Manifest(e.to_string()))?;
+            serde_json::from_slice(raw).map_err(|e| CodecError::Manifest(e.to_string()))?;
         if manifest.format != FORMAT {
             return Err(CodecError::Format {
                 found: manifest.format,
@@ -382,25 +540,28 @@ impl TargetState {
             }
             .into());
         }
-        let mut dedupe = Dedupe::new();
         let mut checksum = Fnv::new();
         for index in 0..manifest.chunks {
             let chunk = get(chunk_key(&self.key, manifest.slot, index))
                 .await?
                 .ok_or(CodecError::MissingChunk { index })?;
             checksum.write(&chunk);
-            codec::decode_chunk(&chunk, manifest.generation, index, |o| dedupe.restore(o))?;
+            codec::decode_chunk(&chunk, manifest.generation, index, |o| {
+                dedupe.restore_saved(o, false)
+            })?;
         }
         if checksum.0 != manifest.checksum {
             return Err(CodecError::Mismatch { what: "checksum" }.into());
         }
-        if dedupe.len() as u64 != manifest.objects {
+        if dedupe.len() as u64 != manifest.objects
+            || dedupe.tombstones() as u64 != manifest.tombstones
+        {
             return Err(CodecError::Mismatch {
                 what: "object count",
             }
             .into());
         }
-        Ok(Some((manifest, dedupe)))
+        Ok(manifest)
     }
 
     fn checkpoints(self, bucket: Option<Arc<Bucket>>, committed: Option<Manifest>) -> Checkpoints {
@@ -419,6 +580,7 @@ impl TargetState {
                 bucket,
                 committed,
                 stored_chunks,
+                journal_purged: 0,
                 mailbox: mailbox.clone(),
                 metrics: self.metrics.clone(),
             };
@@ -442,6 +604,144 @@ impl TargetState {
 
 fn manifest_key(target: &str) -> String {
     format!("{target}.manifest")
+}
+
+fn journal_key(target: &str, sequence: u64) -> String {
+    format!("{target}.j.{sequence}")
+}
+
+/// The stream subjects of a target's journal records.
+fn journal_subjects(store: &kv::Store, target: &str) -> String {
+    format!("{}{target}.j.>", store.prefix)
+}
+
+/// Removes the messages on `subjects` (below stream sequence `below`, if given) from the
+/// bucket's stream: unlike a key-value purge, which leaves a marker per key, nothing stays.
+async fn purge(store: &kv::Store, subjects: &str, below: Option<u64>) -> Result<(), String> {
+    let request = store.stream.purge().filter(subjects);
+    let purged = match below {
+        Some(sequence) => request.sequence(sequence).await,
+        None => request.await,
+    };
+    purged.map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// The identity as journal records carry it.
+fn identity_hash(identity: &str) -> u64 {
+    let mut hash = Fnv::new();
+    hash.write(identity.as_bytes());
+    hash.0
+}
+
+/// What [`TargetState::read`] found.
+struct Read {
+    manifest: Option<Manifest>,
+    dedupe: Dedupe,
+    /// The position after the last journal record read.
+    journal_next: u64,
+}
+
+/// A target's state, loaded: where it starts, its checkpoints and its journal (`None` when
+/// state is not durable).
+pub struct Loaded {
+    pub start: Start,
+    pub checkpoints: Checkpoints,
+    pub journal: Option<Journal>,
+}
+
+/// Records objects before their first message is published, in batches, so that a crash before
+/// the next checkpoint cannot make kube2nats forget an object subscribers were told about (its
+/// deletion while kube2nats is down would never be announced). Deletions are recorded too (at
+/// the deleted version), so that a deletion announced again after a crash is the same message,
+/// with the same `Nats-Msg-Id`.
+///
+/// The watch task holds back the messages of a batch (and every message after them, to keep
+/// their order) until its record is written: one write per batch — a list page, or the events
+/// that arrived together — never one per event. An object recorded whose message then did not
+/// go out (a crash in between) is published once more at the next start, as [`Dedupe`]'s
+/// unconfirmed objects are. Each checkpoint folds the records into its snapshot
+/// ([`Manifest::journal_next`]) and removes them.
+pub struct Journal {
+    key: String,
+    identity: u64,
+    bucket: Arc<Bucket>,
+    store: kv::Store,
+    /// The position of the next record.
+    next: u64,
+    /// The stream sequence of the last record written (0: none in this run).
+    last_stream_sequence: u64,
+    batch: JournalBatch,
+    failing: bool,
+    metrics: TargetMetrics,
+}
+
+impl Journal {
+    /// An object is about to be published for the first time, or its deletion.
+    pub fn record(&mut self, meta: &crate::event::ObjectMeta) {
+        self.batch.push(&SavedObject::of(meta));
+    }
+
+    /// Objects recorded but not yet written.
+    pub fn pending(&self) -> usize {
+        self.batch.len()
+    }
+
+    /// Writes the recorded objects, retrying (and re-finding the bucket) until it succeeds.
+    pub async fn write(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let mut backoff = Backoff::new(RETRY_BACKOFF);
+        let record = self.batch.record(self.next, self.identity);
+        loop {
+            match self
+                .store
+                .put(journal_key(&self.key, self.next), record.clone())
+                .await
+            {
+                Ok(sequence) => {
+                    if self.failing {
+                        self.failing = false;
+                        tracing::info!(watch = %self.metrics.watch, key = %self.key, "the journal is written again");
+                    }
+                    self.last_stream_sequence = sequence;
+                    self.next += 1;
+                    self.batch.clear();
+                    return;
+                }
+                Err(e) => {
+                    self.metrics.failures.inc();
+                    let delay = backoff.next_delay();
+                    if !self.failing {
+                        self.failing = true;
+                        tracing::warn!(watch = %self.metrics.watch, key = %self.key, error = %e, retry_in = ?delay, "writing the journal failed; new objects wait until it is written");
+                    }
+                    tokio::time::sleep(delay).await;
+                    if let Ok(found) =
+                        ensure_bucket(&self.bucket.context, &self.bucket.config).await
+                    {
+                        self.store = found;
+                    }
+                }
+            }
+        }
+    }
+
+    /// What a snapshot taken now contains.
+    fn mark(&self) -> JournalMark {
+        JournalMark {
+            next: self.next,
+            last_stream_sequence: self.last_stream_sequence,
+        }
+    }
+}
+
+/// The journal records a snapshot contains: those before `next`, stored at stream sequences up
+/// to `last_stream_sequence`.
+#[derive(Debug, Clone, Copy, Default)]
+struct JournalMark {
+    next: u64,
+    last_stream_sequence: u64,
 }
 
 fn chunk_key(target: &str, slot: Slot, index: u32) -> String {
@@ -493,7 +793,7 @@ impl Checkpoints {
 
     /// Takes a snapshot and hands it to the writer, if the outbox is `settled` (everything handed
     /// to it acknowledged or flushed); otherwise tries again an interval later.
-    pub fn save(&mut self, settled: bool, dedupe: &Dedupe) {
+    pub fn save(&mut self, settled: bool, dedupe: &Dedupe, journal: Option<&Journal>) {
         let Some((mailbox, _)) = &self.writer else {
             return;
         };
@@ -512,12 +812,16 @@ impl Checkpoints {
             let generation = self.next_generation;
             self.next_generation += 1;
             let mut encoder = Encoder::new(generation, self.chunk_limit);
-            dedupe.for_each_saved(|o| encoder.push(o));
+            dedupe.for_each_saved(|saved| match saved {
+                Saved::Object(o) => encoder.push(o),
+                Saved::Tombstone(uid) => encoder.push_tombstone(uid),
+            });
             Arc::new(encoder.finish())
         });
         mailbox.post(Job {
             encoded,
             version: self.version.clone(),
+            journal: journal.map(Journal::mark).unwrap_or_default(),
         });
         self.objects_changed = false;
         self.saved_version = Some(self.version.clone());
@@ -548,6 +852,7 @@ impl Drop for Checkpoints {
 struct Job {
     encoded: Option<Arc<Encoded>>,
     version: String,
+    journal: JournalMark,
 }
 
 impl Job {
@@ -556,6 +861,7 @@ impl Job {
         Job {
             encoded: newer.encoded.or(self.encoded),
             version: newer.version,
+            journal: newer.journal,
         }
     }
 }
@@ -628,6 +934,8 @@ struct Writer {
     /// Chunks known to be stored in each slot (a, b), so that a smaller snapshot purges the
     /// leftovers of a larger one.
     stored_chunks: [u32; 2],
+    /// The stream sequence up to which folded journal records are removed.
+    journal_purged: u64,
     mailbox: Arc<Mailbox>,
     metrics: TargetMetrics,
 }
@@ -713,6 +1021,8 @@ impl Writer {
                     bytes: encoded.bytes,
                     checksum: encoded.checksum,
                     saved_at: 0,
+                    tombstones: encoded.tombstones,
+                    journal_next: 0,
                 }
             }
             (None, Some(previous)) => previous.clone(),
@@ -720,6 +1030,7 @@ impl Writer {
             (None, None) => return Ok(()),
         };
         manifest.resume_version.clone_from(&job.version);
+        manifest.journal_next = manifest.journal_next.max(job.journal.next);
         manifest.saved_at = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -735,6 +1046,16 @@ impl Writer {
         }
         *stored = manifest.chunks;
         self.committed = Some(manifest);
+        if job.journal.last_stream_sequence > self.journal_purged {
+            // Best effort: records below `journal_next` are never read again.
+            let subjects = journal_subjects(store, &self.key);
+            if purge(store, &subjects, Some(job.journal.last_stream_sequence + 1))
+                .await
+                .is_ok()
+            {
+                self.journal_purged = job.journal.last_stream_sequence;
+            }
+        }
         Ok(())
     }
 }

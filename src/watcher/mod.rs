@@ -7,6 +7,11 @@
 //! settled, so the version the watch resumes from is always one whose events are all published.
 //! The same holds for the durable checkpoints ([`crate::state`]): when one is due, the task settles
 //! the outbox while its next step waits, and snapshots its memory at that point.
+//!
+//! A message that makes an object known for the first time waits, with every message after it,
+//! until the state's journal has recorded the object ([`crate::state::Journal`]): the task goes
+//! on reading while the next line is ready, and writes the journal and publishes what waited
+//! once it is not (or the batch is full), so a busy stream costs one journal write per batch.
 
 pub mod machine;
 pub mod metrics;
@@ -24,18 +29,22 @@ use crate::publish::message::BuildError;
 use crate::publish::{MessageBuilder, OutMessage, Outbox};
 use crate::rbac;
 use crate::scope::Scope;
-use crate::state::{Checkpoints, Start, TargetState};
+use crate::state::{Checkpoints, Journal, Loaded, Start, TargetState};
 use crate::telemetry::target::TargetGauges;
 use machine::{Machine, Outcome, Restart, RestartError, RestartReason, State};
 use metrics::WatchMetrics;
 
 pub use machine::{ListReason, Target};
 
+/// The most messages (and journal entries) held back for one journal write.
+const MAX_HELD: usize = 256;
+
 /// One watch target's task: the machine, its memory of what was published, and its outbox.
 pub struct WatchTask {
     machine: Machine,
     dedupe: Dedupe,
     outbox: Outbox,
+    staged: Staged,
     messages: MessageBuilder,
     /// The event types published; the rest are counted as filtered.
     events: Vec<EventType>,
@@ -89,6 +98,7 @@ impl WatchTask {
             machine,
             dedupe: Dedupe::new(),
             outbox,
+            staged: Staged::default(),
             messages,
             events,
             noise,
@@ -116,6 +126,7 @@ impl WatchTask {
         loop {
             if matches!(state, State::Connecting { .. }) {
                 // The watch resumes from a version only once everything before it is published.
+                self.staged.flush(&mut self.outbox).await;
                 self.outbox.settle().await;
             }
             // A busy stream always has its next line ready, so the timer below would never win:
@@ -124,24 +135,29 @@ impl WatchTask {
                 .due()
                 .is_some_and(|due| due <= tokio::time::Instant::now())
             {
-                let settled = self.outbox.settle().await;
-                checkpoints.save(settled, &self.dedupe);
+                self.checkpoint(&mut checkpoints).await;
             }
             let stepped = {
                 let step = self.machine.step(state);
                 tokio::pin!(step);
                 loop {
                     let due = checkpoints.due();
+                    let holding = self.staged.holding();
                     tokio::select! {
                         biased;
                         _ = shutdown.cancelled() => break Step::Shutdown,
                         stepped = &mut step => break Step::Done(stepped.0, stepped.1),
+                        // No line is ready: write the journal and publish what waited for it.
+                        () = std::future::ready(()), if holding => {
+                            self.staged.flush(&mut self.outbox).await;
+                        }
                         () = self.scope.changed() => break Step::ScopeChanged,
                         () = sleep_until(due) => {
                             // The step waits (a line not yet arrived): everything handled so far
                             // is a consistent point once published.
+                            self.staged.flush(&mut self.outbox).await;
                             let settled = self.outbox.settle().await;
-                            checkpoints.save(settled, &self.dedupe);
+                            checkpoints.save(settled, &self.dedupe, self.staged.journal.as_ref());
                         }
                     }
                 }
@@ -155,17 +171,28 @@ impl WatchTask {
                 Step::Shutdown => break,
             }
         }
-        let settled = self.outbox.settle().await;
-        checkpoints.save(settled, &self.dedupe);
+        self.checkpoint(&mut checkpoints).await;
         checkpoints.finish().await;
         tracing::debug!(watch = %self.metrics.watch, namespace = self.namespace(), "watch stopped");
+    }
+
+    /// Publishes everything handled so far and takes a checkpoint of it.
+    async fn checkpoint(&mut self, checkpoints: &mut Checkpoints) {
+        self.staged.flush(&mut self.outbox).await;
+        let settled = self.outbox.settle().await;
+        checkpoints.save(settled, &self.dedupe, self.staged.journal.as_ref());
     }
 
     /// Loads the saved state: with it the watch resumes from the saved version, without it it
     /// lists. `None` if shutdown came first.
     async fn start(&mut self, shutdown: &CancellationToken) -> Option<(State, Checkpoints)> {
         let saved = self.saved.take()?;
-        let (start, mut checkpoints) = saved.load(shutdown).await?;
+        let Loaded {
+            start,
+            mut checkpoints,
+            journal,
+        } = saved.load(shutdown).await?;
+        self.staged.journal = journal;
         match start {
             Start::Saved { dedupe, version } if self.scope.is_limited() => {
                 self.dedupe = *dedupe;
@@ -182,6 +209,14 @@ impl WatchTask {
                 tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %version, objects = self.dedupe.len(), "loaded saved state: resuming the watch from the saved resourceVersion, without a list");
                 checkpoints.advanced(&version);
                 Some((self.machine.resume(version), checkpoints))
+            }
+            Start::Journaled { dedupe } => {
+                // Not a first start for the journaled objects, which are diffed; the rest are
+                // listed as on a first start (`initial_state` applies).
+                self.dedupe = *dedupe;
+                self.resuming = Some(self.dedupe.len());
+                self.report_tracked();
+                Some((self.machine.start(), checkpoints))
             }
             Start::Fresh => Some((self.machine.start(), checkpoints)),
         }
@@ -263,6 +298,12 @@ impl WatchTask {
         let changed = match self.dedupe.listed(&item.meta, mark) {
             Listed::New if !self.listed_once && self.initial_state == InitialState::Skip => true,
             Listed::New => {
+                self.diff[0] += 1;
+                self.staged.record(&item.meta);
+                self.publish(item, true).await;
+                true
+            }
+            Listed::Unconfirmed => {
                 self.diff[0] += 1;
                 self.publish(item, true).await;
                 true
@@ -355,12 +396,20 @@ impl WatchTask {
         if !self.in_scope(&mut event) {
             return false;
         }
+        // The journal records an object's first message, so its deletion is announced even
+        // after a crash; and a deletion, so that one announced again after a crash carries the
+        // same version (and `Nats-Msg-Id`).
+        let journaled = self.staged.journal.is_some()
+            && (event.event_type == EventType::Deleted) == self.dedupe.tracks(&event.meta.uid);
         let mark = match event.event_type {
             EventType::Deleted => 0,
             EventType::Added | EventType::Modified => self.noise.mark(&event),
         };
         let changed = match self.dedupe.observe(&event.meta, event.event_type, mark) {
             Verdict::Publish => {
+                if journaled {
+                    self.staged.record(&event.meta);
+                }
                 self.publish_as(event, false, fit).await;
                 true
             }
@@ -389,6 +438,9 @@ impl WatchTask {
     async fn publish_as(&mut self, event: ObjectEvent, synthesized: bool, fit: Fit) {
         if !self.events.contains(&event.event_type) {
             self.metrics.dropped_filtered.inc();
+            if self.staged.full() {
+                self.staged.flush(&mut self.outbox).await;
+            }
             return;
         }
         if synthesized {
@@ -415,6 +467,12 @@ impl WatchTask {
             Fit::MetadataOnly => self.messages.truncated(&event, synthesized),
         };
         match message {
+            Ok(message) if self.staged.holding() => {
+                self.staged.held.push(message);
+                if self.staged.full() {
+                    self.staged.flush(&mut self.outbox).await;
+                }
+            }
             Ok(message) => self.outbox.publish(message).await,
             Err(e) => {
                 self.metrics.dropped_subject_too_long.inc();
@@ -534,6 +592,57 @@ impl WatchTask {
 
     fn namespace(&self) -> &str {
         self.machine.target().namespace.as_deref().unwrap_or("*")
+    }
+}
+
+/// Messages held back until the journal has recorded the objects they make known.
+#[derive(Default)]
+struct Staged {
+    /// `None` when state is not durable: nothing is held.
+    journal: Option<Journal>,
+    /// In order; the first of them is the first message of a recorded object.
+    held: Vec<OutMessage>,
+}
+
+impl Staged {
+    /// The object is about to be published for the first time, or deleted.
+    fn record(&mut self, meta: &crate::event::ObjectMeta) {
+        if let Some(journal) = &mut self.journal {
+            journal.record(meta);
+        }
+    }
+
+    fn holding(&self) -> bool {
+        !self.held.is_empty() || self.journal.as_ref().is_some_and(|j| j.pending() > 0)
+    }
+
+    fn full(&self) -> bool {
+        self.held.len() >= MAX_HELD
+            || self
+                .journal
+                .as_ref()
+                .is_some_and(|j| j.pending() >= MAX_HELD)
+    }
+
+    /// Writes the journal, then publishes what waited for it, in order.
+    async fn flush(&mut self, outbox: &mut Outbox) {
+        if let Some(journal) = &mut self.journal {
+            // Before the journal says an object is deleted, its earlier messages must be
+            // published: after a crash they would be dropped as older than the deletion.
+            let deleted: Vec<u64> = self
+                .held
+                .iter()
+                .filter(|m| m.event_type == EventType::Deleted)
+                .map(|m| m.object_key)
+                .collect();
+            if !deleted.is_empty() {
+                outbox.settle_objects(&deleted).await;
+            }
+            journal.write().await;
+        }
+        for message in self.held.drain(..) {
+            outbox.publish(message).await;
+        }
     }
 }
 

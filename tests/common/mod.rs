@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod restart;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write as _};
 use std::path::{Path, PathBuf};
