@@ -429,10 +429,16 @@ struct DaemonCfg<'a> {
 }
 
 fn start_kube2nats(env: &Env, dir: &Path, cfg: &DaemonCfg<'_>) -> anyhow::Result<Proc> {
-    spawn_kube2nats(&env.kube2nats, dir, cfg)
+    spawn_kube2nats(&env.kube2nats, &env.args.format, dir, cfg)
 }
 
-fn spawn_kube2nats(bin: &Path, dir: &Path, cfg: &DaemonCfg<'_>) -> anyhow::Result<Proc> {
+/// Starts `bin` with `publish.format = format`.
+fn spawn_kube2nats(
+    bin: &Path,
+    format: &str,
+    dir: &Path,
+    cfg: &DaemonCfg<'_>,
+) -> anyhow::Result<Proc> {
     let mut toml = format!(
         "[log]\nfilter = \"info\"\n\n[kubernetes]\napi_url = \"http://127.0.0.1:{}\"\nlist_page_size = 500\n\n[nats]\nurl = \"{}\"\nmode = \"{}\"\n\n[http]\nlisten = \"127.0.0.1:{}\"\n\n[state]\nenabled = {}\n\n[publish]\nformat = {:?}\n",
         cfg.api_port,
@@ -440,7 +446,7 @@ fn spawn_kube2nats(bin: &Path, dir: &Path, cfg: &DaemonCfg<'_>) -> anyhow::Resul
         if cfg.jetstream { "jetstream" } else { "core" },
         cfg.http_port.unwrap_or(0),
         cfg.state,
-        env.args.format,
+        format,
     );
     for w in 0..cfg.watches {
         let namespaces = cfg
@@ -806,7 +812,14 @@ async fn shaped_run(
             .await??;
         None
     };
-    let daemon = forwarder.start(dir.path(), api_port, &nats_url, jetstream, &watch_extra)?;
+    let daemon = forwarder.start(
+        dir.path(),
+        api_port,
+        &nats_url,
+        jetstream,
+        &env.args.format,
+        &watch_extra,
+    )?;
     if !wait_for_watch(&scenario).await {
         bail!(
             "{} never opened the watch; see {}",

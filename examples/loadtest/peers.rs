@@ -47,6 +47,7 @@ impl Forwarder {
         api_port: u16,
         nats_url: &str,
         jetstream: bool,
+        format: &str,
         watch_extra: &str,
     ) -> anyhow::Result<Proc> {
         let api_url = format!("http://127.0.0.1:{api_port}");
@@ -54,6 +55,7 @@ impl Forwarder {
         match self {
             Forwarder::Kube2nats { bin, state } => spawn_kube2nats(
                 bin,
+                format,
                 dir,
                 &DaemonCfg {
                     state: *state,
