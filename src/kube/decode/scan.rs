@@ -172,13 +172,17 @@ struct RawStr<'a> {
 }
 
 impl<'a> RawStr<'a> {
+    /// The bytes between the quotes.
+    fn body(&self) -> &'a [u8] {
+        &self.token[1..self.token.len() - 1]
+    }
+
     /// The string's value, as serde_json would give it (escapes decoded, UTF-8 checked).
     fn text(&self) -> Result<Cow<'a, str>> {
         if self.escaped {
             serde_json::from_slice::<String>(self.token).map(Cow::Owned)
         } else {
-            let body = &self.token[1..self.token.len() - 1];
-            std::str::from_utf8(body)
+            std::str::from_utf8(self.body())
                 .map(Cow::Borrowed)
                 .map_err(|e| Error::custom(format!("invalid UTF-8 in a string: {e}")))
         }
@@ -296,6 +300,18 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// A key's text, for matching against the field names `known`. Inside the object the scan has
+    /// checked every string to be UTF-8 already: there an unescaped key is compared as bytes, and
+    /// one that is none of `known` comes back empty (its member is skipped).
+    fn key_text(&self, key: &RawStr<'a>, known: &[&'static str]) -> Result<Cow<'a, str>> {
+        if self.utf8 && !key.escaped {
+            let body = key.body();
+            let name = known.iter().find(|k| k.as_bytes() == body);
+            return Ok(Cow::Borrowed(name.copied().unwrap_or("")));
+        }
+        key.text()
+    }
+
     /// A string value without escapes, as serde borrows it (`"type"` must be one).
     fn borrowed_str(&mut self, field: &str) -> Result<&'a str> {
         if self.peek() != Some(b'"') {
@@ -323,7 +339,7 @@ impl<'a> Scanner<'a> {
         let mut kind: Option<Option<()>> = None;
         let mut metadata: Option<Option<Meta<'a>>> = None;
         self.members(|s, key| {
-            let key = match key.text() {
+            let key = match s.key_text(&key, &["kind", "metadata"]) {
                 Ok(key) => key,
                 Err(e) => {
                     field_error.get_or_insert(e);
@@ -401,7 +417,10 @@ impl<'a> Scanner<'a> {
         // Which of the four fields have appeared (`null` included), to reject duplicates.
         let mut seen = [false; 4];
         self.members(|s, key| {
-            let key = match key.text() {
+            let key = match s.key_text(
+                &key,
+                &["uid", "resourceVersion", "name", "namespace", "generation"],
+            ) {
                 Ok(key) => key,
                 Err(e) => {
                     field_error.get_or_insert(e);
