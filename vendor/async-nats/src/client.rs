@@ -370,11 +370,21 @@ impl Client {
         headers: Option<&HeaderMap>,
         payload_len: usize,
     ) -> Result<(), (usize, usize)> {
-        let max_payload = self.max_payload.load(Ordering::Relaxed);
-        let size = match headers {
-            Some(headers) if !headers.is_empty() => headers.wire_len() + payload_len,
-            _ => payload_len,
+        let headers_len = match headers {
+            Some(headers) if !headers.is_empty() => headers.wire_len(),
+            _ => 0,
         };
+        self.check_message_size(headers_len, payload_len)
+    }
+
+    /// As [`Self::check_payload_size`], for a header block of `headers_len` bytes.
+    pub(crate) fn check_message_size(
+        &self,
+        headers_len: usize,
+        payload_len: usize,
+    ) -> Result<(), (usize, usize)> {
+        let max_payload = self.max_payload.load(Ordering::Relaxed);
+        let size = headers_len + payload_len;
         if size > max_payload {
             Err((max_payload, size))
         } else {
@@ -508,6 +518,48 @@ impl Client {
                 reply: None,
                 headers: Some(headers),
             }))
+            .await?;
+        Ok(())
+    }
+
+    /// Publish a [Message] with headers the caller serialized once
+    /// ([`SerializedHeaders`][crate::header::SerializedHeaders]), which spares building and
+    /// serializing a [HeaderMap] per message.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), async_nats::Error> {
+    /// use async_nats::header::{SerializedHeaders, NATS_MESSAGE_ID};
+    /// let client = async_nats::connect("demo.nats.io").await?;
+    /// let mut headers = SerializedHeaders::builder(32);
+    /// headers.append(&NATS_MESSAGE_ID, "one")?;
+    /// client
+    ///     .publish_with_serialized_headers("events.data", headers.finish(), "payload".into())
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn publish_with_serialized_headers<S: ToSubject>(
+        &self,
+        subject: S,
+        headers: crate::header::SerializedHeaders,
+        payload: Bytes,
+    ) -> Result<(), PublishError> {
+        let subject = self
+            .maybe_validate_publish_subject(subject)
+            .map_err(|e| PublishError::with_source(PublishErrorKind::InvalidSubject, e))?;
+
+        self.check_message_size(headers.len(), payload.len())
+            .map_err(max_payload_error)?;
+
+        self.sender
+            .send(Command::PublishSerialized {
+                subject,
+                payload,
+                headers,
+            })
             .await?;
         Ok(())
     }
@@ -722,7 +774,7 @@ impl Client {
 
             let payload = request.payload.unwrap_or_default();
             let respond = self.new_inbox().into();
-            let headers = request.headers;
+            let headers = request.headers.map(crate::header::WireHeaders::Map);
 
             self.sender
                 .send(Command::Request {

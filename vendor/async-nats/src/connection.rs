@@ -35,7 +35,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{self, AsyncRead, AsyncReadExt, AsyncWrite};
 use tracing::trace;
 
-use crate::header::{HeaderMap, HeaderName, IntoHeaderValue};
+use crate::header::{HeaderMap, HeaderName, IntoHeaderValue, WireHeaders};
 use crate::status::StatusCode;
 use crate::subject::Subject;
 use crate::{ClientOp, ServerError, ServerOp, Statistics};
@@ -522,13 +522,20 @@ impl Connection {
                 }
 
                 match headers {
-                    Some(headers) if !headers.is_empty() => {
+                    Some(WireHeaders::Map(headers)) if !headers.is_empty() => {
                         let headers = headers.to_bytes();
 
                         let headers_len = headers.len();
                         let total_len = headers_len + payload.len();
                         small_write!("{headers_len} {total_len}\r\n");
                         self.write(headers);
+                    }
+                    Some(WireHeaders::Serialized(headers)) if !headers.is_empty() => {
+                        let headers = headers.as_bytes();
+                        let headers_len = headers.len();
+                        let total_len = headers_len + payload.len();
+                        small_write!("{headers_len} {total_len}\r\n");
+                        self.write_slice(headers);
                     }
                     _ => {
                         let payload_len = payload.len();
@@ -728,6 +735,17 @@ impl Connection {
             }
 
             self.write_buf.push_back(buf);
+        }
+    }
+
+    /// Write a borrowed `buf`: copied into the flattened buffer when small, else into a chunk
+    /// of its own (as [`Self::write`]).
+    fn write_slice(&mut self, buf: &[u8]) {
+        if buf.len() < WRITE_FLATTEN_THRESHOLD {
+            self.write_buf_len += buf.len();
+            self.flattened_writes.extend_from_slice(buf);
+        } else {
+            self.write(Bytes::copy_from_slice(buf));
         }
     }
 
@@ -1251,10 +1269,10 @@ mod write_op {
                     subject: "FOO.BAR".into(),
                     payload: "Hello World".into(),
                     respond: Some("INBOX.67".into()),
-                    headers: Some(HeaderMap::from_iter([(
+                    headers: Some(WireHeaders::Map(HeaderMap::from_iter([(
                         "Header".parse().unwrap(),
                         "X".parse().unwrap(),
-                    )])),
+                    )]))),
                 }]
                 .iter(),
             )
@@ -1269,6 +1287,35 @@ mod write_op {
         assert_eq!(
             buffer,
             "HPUB FOO.BAR INBOX.67 23 34\r\nNATS/1.0\r\nHeader: X\r\n\r\n"
+        );
+        buffer.clear();
+        reader.read_line(&mut buffer).await.unwrap();
+        assert_eq!(buffer, "Hello World\r\n");
+
+        let mut block = crate::header::SerializedHeaders::builder(16);
+        block
+            .append(&HeaderName::from_static("Header"), "X")
+            .unwrap();
+        connection
+            .easy_write_and_flush(
+                [ClientOp::Publish {
+                    subject: "FOO.BAR".into(),
+                    payload: "Hello World".into(),
+                    respond: None,
+                    headers: Some(WireHeaders::Serialized(block.finish())),
+                }]
+                .iter(),
+            )
+            .await
+            .unwrap();
+
+        buffer.clear();
+        for _ in 0..5 {
+            reader.read_line(&mut buffer).await.unwrap();
+        }
+        assert_eq!(
+            buffer,
+            "HPUB FOO.BAR 23 34\r\nNATS/1.0\r\nHeader: X\r\n\r\nHello World\r\n"
         );
     }
 

@@ -389,8 +389,14 @@ pub(crate) enum Command {
         subject: Subject,
         payload: Bytes,
         respond: Subject,
-        headers: Option<HeaderMap>,
+        headers: Option<header::WireHeaders>,
         sender: oneshot::Sender<Message>,
+    },
+    /// A publish whose headers the caller serialized ([`header::SerializedHeaders`]).
+    PublishSerialized {
+        subject: Subject,
+        payload: Bytes,
+        headers: header::SerializedHeaders,
     },
     Subscribe {
         sid: u64,
@@ -425,7 +431,7 @@ pub(crate) enum ClientOp {
         subject: Subject,
         payload: Bytes,
         respond: Option<Subject>,
-        headers: Option<HeaderMap>,
+        headers: Option<header::WireHeaders>,
     },
     Subscribe {
         sid: u64,
@@ -960,7 +966,28 @@ impl ConnectionHandler {
                     subject,
                     payload,
                     respond,
-                    headers,
+                    headers: headers.map(header::WireHeaders::Map),
+                });
+            }
+
+            Command::PublishSerialized {
+                subject,
+                payload,
+                headers,
+            } => {
+                self.connector
+                    .connect_stats
+                    .out_messages
+                    .add(1, Ordering::Relaxed);
+                self.connector.connect_stats.out_bytes.add(
+                    (payload.len() + subject.len() + headers.len()) as u64,
+                    Ordering::Relaxed,
+                );
+                self.connection.enqueue_write_op(&ClientOp::Publish {
+                    subject,
+                    payload,
+                    respond: None,
+                    headers: Some(header::WireHeaders::Serialized(headers)),
                 });
             }
 

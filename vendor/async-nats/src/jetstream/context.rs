@@ -537,8 +537,9 @@ impl Context {
     pub async fn send_publish<S: ToSubject>(
         &self,
         subject: S,
-        publish: PublishMessage,
+        mut publish: PublishMessage,
     ) -> Result<PublishAckFuture, PublishError> {
+        let headers = publish.wire_headers();
         let subject = self
             .client
             .maybe_validate_publish_subject(subject)
@@ -547,7 +548,13 @@ impl Context {
         // Reject oversized messages before taking an ack permit, else the
         // publish is sent and we wait for an ack that never arrives.
         self.client
-            .check_payload_size(publish.headers.as_ref(), publish.payload.len())
+            .check_message_size(
+                headers
+                    .as_ref()
+                    .filter(|h| !h.is_empty())
+                    .map_or(0, |h| h.wire_len()),
+                publish.payload.len(),
+            )
             .map_err(|sizes| {
                 PublishError::with_source(
                     PublishErrorKind::MaxPayloadExceeded,
@@ -586,7 +593,7 @@ impl Context {
                 subject,
                 payload: publish.payload,
                 respond,
-                headers: publish.headers,
+                headers,
                 sender,
             })
             .map_err(|err| PublishError::with_source(PublishErrorKind::Other, err));
@@ -1889,6 +1896,7 @@ impl traits::Publisher for Context {
             PublishMessage {
                 payload: message.payload,
                 headers: message.headers,
+                serialized_headers: None,
             },
         )
     }

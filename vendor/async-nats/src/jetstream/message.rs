@@ -68,6 +68,7 @@ impl From<OutboundMessage> for message::OutboundMessage {
 pub struct PublishMessage {
     pub(crate) payload: Bytes,
     pub(crate) headers: Option<header::HeaderMap>,
+    pub(crate) serialized_headers: Option<header::SerializedHeaders>,
 }
 impl PublishMessage {
     /// Creates a new custom Publish struct to be used with.
@@ -84,6 +85,21 @@ impl PublishMessage {
     pub fn headers(mut self, headers: HeaderMap) -> Self {
         self.headers = Some(headers);
         self
+    }
+    /// Sets headers serialized by the caller, cheap to clone for a retry; headers added with the
+    /// other methods are sent after them.
+    pub fn serialized_headers(mut self, headers: header::SerializedHeaders) -> Self {
+        self.serialized_headers = Some(headers);
+        self
+    }
+
+    /// The headers as they go on the wire.
+    pub(crate) fn wire_headers(&mut self) -> Option<header::WireHeaders> {
+        match (self.serialized_headers.take(), self.headers.take()) {
+            (Some(block), None) => Some(header::WireHeaders::Serialized(block)),
+            (Some(block), Some(map)) => Some(header::WireHeaders::Serialized(block.extended(&map))),
+            (None, map) => map.map(header::WireHeaders::Map),
+        }
     }
     /// A shorthand to add a single header.
     pub fn header<N: IntoHeaderName, V: IntoHeaderValue>(mut self, name: N, value: V) -> Self {
