@@ -2,19 +2,82 @@
 //! headers and with the CloudEvents attributes added (`format = "cloudevents"`): what the CloudEvents
 //! format costs per event on the hot path.
 //!
+//! `headermap_reference` builds the same native headers the way kube2nats did before it
+//! serialized them itself: an async-nats `HeaderMap`, then its wire form (as the connection
+//! writes it). The bench also prints allocations per message of both, from a counting allocator.
+//!
 //! `cargo bench --bench message`
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_nats::header::SerializedHeaders;
+use async_nats::HeaderMap;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
 use kube2nats::config::{MessageFormat, PayloadMode};
 use kube2nats::event::{ObjectEvent, ResourceInfo};
 use kube2nats::kube::decode::{decode_line, WatchLine};
+use kube2nats::publish::message::{header, header_value, msg_id};
 use kube2nats::publish::MessageBuilder;
 use kube2nats::subject::SubjectTemplate;
 
 #[path = "../examples/loadtest/pods.rs"]
 #[allow(dead_code)]
 mod pods;
+
+/// Counts allocations (and reallocations), to report them per message.
+struct CountingAlloc;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+/// Allocations of one call of `f`, and what it returned.
+fn allocations<T>(mut f: impl FnMut() -> T) -> u64 {
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let out = f();
+    let n = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    drop(out);
+    n
+}
+
+/// The native headers of `event` as an async-nats `HeaderMap` in its wire form: what kube2nats
+/// built per message before (without the subject and payload).
+fn headermap_reference(event: &ObjectEvent, cluster: &str) -> SerializedHeaders {
+    let meta = &event.meta;
+    let mut headers = HeaderMap::new();
+    headers.insert(header::EVENT_TYPE, event.event_type.as_str());
+    let mut insert = |name, raw: &str| headers.insert(name, header_value(raw).as_ref());
+    insert(header::RESOURCE_VERSION, meta.resource_version.as_str());
+    insert(header::UID, &meta.uid);
+    if let Some(ns) = &meta.namespace {
+        insert(header::NAMESPACE, ns);
+    }
+    insert(header::NAME, &meta.name);
+    insert(header::KIND, "Pod");
+    insert(header::API_VERSION, "v1");
+    insert(header::MSG_ID, &msg_id("pods", meta, event.event_type));
+    if !cluster.is_empty() {
+        insert(header::CLUSTER, cluster);
+    }
+    SerializedHeaders::from(&headers)
+}
 
 /// A realistic pod `MODIFIED`, decoded as the watch decodes it.
 fn pod_event() -> ObjectEvent {
@@ -54,6 +117,8 @@ fn build(c: &mut Criterion) {
         ("cloudevents_cluster", "prod-eu", MessageFormat::CloudEvents),
     ] {
         let b = builder(cluster, format);
+        let n = allocations(|| b.build(&event, false));
+        println!("message/build/{label}: {n} allocations per message");
         group.bench_function(format!("build/{label}"), |bench| {
             bench.iter(|| {
                 b.build(std::hint::black_box(&event), false)
@@ -61,6 +126,11 @@ fn build(c: &mut Criterion) {
             })
         });
     }
+    let n = allocations(|| headermap_reference(&event, "prod-eu"));
+    println!("message/headermap_reference: {n} allocations per header block");
+    group.bench_function("headermap_reference", |bench| {
+        bench.iter(|| headermap_reference(std::hint::black_box(&event), "prod-eu"))
+    });
     group.finish();
 }
 
