@@ -11,14 +11,12 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use async_nats::header::SerializedHeaders;
-use async_nats::HeaderMap;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
 use kube2nats::config::{MessageFormat, PayloadMode};
 use kube2nats::event::{ObjectEvent, ResourceInfo};
 use kube2nats::kube::decode::{decode_line, WatchLine};
-use kube2nats::publish::message::{header, header_value, msg_id};
+use kube2nats::publish::message::headermap_reference;
 use kube2nats::publish::MessageBuilder;
 use kube2nats::subject::SubjectTemplate;
 
@@ -55,28 +53,6 @@ fn allocations<T>(mut f: impl FnMut() -> T) -> u64 {
     let n = ALLOCATIONS.load(Ordering::Relaxed) - before;
     drop(out);
     n
-}
-
-/// The native headers of `event` as an async-nats `HeaderMap` in its wire form: what kube2nats
-/// built per message before (without the subject and payload).
-fn headermap_reference(event: &ObjectEvent, cluster: &str) -> SerializedHeaders {
-    let meta = &event.meta;
-    let mut headers = HeaderMap::new();
-    headers.insert(header::EVENT_TYPE, event.event_type.as_str());
-    let mut insert = |name, raw: &str| headers.insert(name, header_value(raw).as_ref());
-    insert(header::RESOURCE_VERSION, meta.resource_version.as_str());
-    insert(header::UID, &meta.uid);
-    if let Some(ns) = &meta.namespace {
-        insert(header::NAMESPACE, ns);
-    }
-    insert(header::NAME, &meta.name);
-    insert(header::KIND, "Pod");
-    insert(header::API_VERSION, "v1");
-    insert(header::MSG_ID, &msg_id("pods", meta, event.event_type));
-    if !cluster.is_empty() {
-        insert(header::CLUSTER, cluster);
-    }
-    SerializedHeaders::from(&headers)
 }
 
 /// A realistic pod `MODIFIED`, decoded as the watch decodes it.
@@ -126,10 +102,11 @@ fn build(c: &mut Criterion) {
             })
         });
     }
-    let n = allocations(|| headermap_reference(&event, "prod-eu"));
+    let b = builder("prod-eu", MessageFormat::Native);
+    let n = allocations(|| headermap_reference(&b, &event, false, false));
     println!("message/headermap_reference: {n} allocations per header block");
     group.bench_function("headermap_reference", |bench| {
-        bench.iter(|| headermap_reference(std::hint::black_box(&event), "prod-eu"))
+        bench.iter(|| headermap_reference(&b, std::hint::black_box(&event), false, false))
     });
     group.finish();
 }

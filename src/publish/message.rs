@@ -382,6 +382,52 @@ fn name_key(meta: &ObjectMeta) -> u64 {
     h.finish()
 }
 
+/// The header block kube2nats published when it built an async-nats `HeaderMap` per
+/// message (the code as it was, CloudEvents attributes included), in the map's wire form: the
+/// reference the tests and `benches/message.rs` compare the serialized block with.
+#[doc(hidden)]
+pub fn headermap_reference(
+    b: &MessageBuilder,
+    event: &ObjectEvent,
+    synthesized: bool,
+    truncated: bool,
+) -> SerializedHeaders {
+    let meta = &event.meta;
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(header::EVENT_TYPE, event.event_type.as_str());
+    let mut insert = |name, raw: &str| headers.insert(name, header_value(raw).as_ref());
+    insert(header::RESOURCE_VERSION, meta.resource_version.as_str());
+    insert(header::UID, &meta.uid);
+    if let Some(ns) = &meta.namespace {
+        insert(header::NAMESPACE, ns);
+    }
+    insert(header::NAME, &meta.name);
+    insert(header::KIND, &b.resource.kind);
+    insert(header::API_VERSION, &b.api_version);
+    let id = msg_id(&b.watch, meta, event.event_type);
+    insert(header::MSG_ID, &id);
+    if !b.cluster.is_empty() {
+        insert(header::CLUSTER, &b.cluster);
+    }
+    if synthesized {
+        headers.insert(header::SYNTHESIZED, SYNTHESIZED_RELIST);
+    }
+    if let Some(attributes) = &b.cloudevents {
+        let values = attributes.values(meta, event.event_type, &id, std::time::SystemTime::now());
+        let mut block = SerializedHeaders::builder(0);
+        if values.append(&mut block).is_err() {
+            return SerializedHeaders::from(&headers);
+        }
+        for (name, value) in block.finish().iter() {
+            headers.insert(name, value);
+        }
+    }
+    if truncated {
+        headers.insert(header::PAYLOAD, PAYLOAD_TRUNCATED);
+    }
+    SerializedHeaders::from(&headers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -410,49 +456,6 @@ mod tests {
             payload,
             format,
         )
-    }
-
-    /// The header block kube2nats published when it built an async-nats `HeaderMap` per
-    /// message (the code as it was, CloudEvents attributes included), in the map's wire form.
-    fn headermap_reference(
-        b: &MessageBuilder,
-        event: &ObjectEvent,
-        synthesized: bool,
-        truncated: bool,
-    ) -> SerializedHeaders {
-        let meta = &event.meta;
-        let mut headers = async_nats::HeaderMap::new();
-        headers.insert(header::EVENT_TYPE, event.event_type.as_str());
-        let mut insert = |name, raw: &str| headers.insert(name, header_value(raw).as_ref());
-        insert(header::RESOURCE_VERSION, meta.resource_version.as_str());
-        insert(header::UID, &meta.uid);
-        if let Some(ns) = &meta.namespace {
-            insert(header::NAMESPACE, ns);
-        }
-        insert(header::NAME, &meta.name);
-        insert(header::KIND, &b.resource.kind);
-        insert(header::API_VERSION, &b.api_version);
-        let id = msg_id(&b.watch, meta, event.event_type);
-        insert(header::MSG_ID, &id);
-        if !b.cluster.is_empty() {
-            insert(header::CLUSTER, &b.cluster);
-        }
-        if synthesized {
-            headers.insert(header::SYNTHESIZED, SYNTHESIZED_RELIST);
-        }
-        if let Some(attributes) = &b.cloudevents {
-            let values =
-                attributes.values(meta, event.event_type, &id, std::time::SystemTime::now());
-            let mut block = SerializedHeaders::builder(0);
-            values.append(&mut block).unwrap();
-            for (name, value) in block.finish().iter() {
-                headers.insert(name, value);
-            }
-        }
-        if truncated {
-            headers.insert(header::PAYLOAD, PAYLOAD_TRUNCATED);
-        }
-        SerializedHeaders::from(&headers)
     }
 
     /// The lines of a header block, sorted, without `ce-time` (the time of the call).
