@@ -92,10 +92,7 @@ async fn tail_objects_deleted_while_down(mode: Mode) {
     let recording = Recording::start(&cluster.nats.url()).await;
     let quick = cluster.config(PODS_WATCH, "");
     // No checkpoint is ever due: what the run publishes is known only to its journal.
-    let never = quick.replace(
-        "checkpoint_interval = \"150ms\"",
-        "checkpoint_interval = \"1h\"",
-    );
+    let never = without_checkpoints(&quick);
     run_until_checkpointed(&cluster, &recording, &quick, PODS_KEY).await;
     let saved = cluster.manifest(PODS_KEY).await.unwrap().resume_version;
 
@@ -195,10 +192,7 @@ async fn crash_before_the_first_checkpoint(mode: Mode) {
         sim.create("pods", Some(NS), pod_named(&format!("p{i}"), 0));
     }
     let recording = Recording::start(&cluster.nats.url()).await;
-    let never = cluster.config(PODS_WATCH, "").replace(
-        "checkpoint_interval = \"150ms\"",
-        "checkpoint_interval = \"1h\"",
-    );
+    let never = without_checkpoints(&cluster.config(PODS_WATCH, ""));
     let daemon = Process::spawn(&never);
     daemon.line_with(&["watching from resourceVersion"]);
     sim.create("pods", Some(NS), pod_named("p20", 1));
@@ -253,6 +247,14 @@ async fn a_crash_before_the_first_checkpoint_still_announces_deletions_core() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_before_the_first_checkpoint_still_announces_deletions_jetstream() {
     crash_before_the_first_checkpoint(Mode::JetStream).await;
+}
+
+/// `config` with no checkpoint due while a test runs.
+fn without_checkpoints(config: &str) -> String {
+    config.replace(
+        "checkpoint_interval = \"150ms\"",
+        "checkpoint_interval = \"1h\"",
+    )
 }
 
 /// Starts a daemon on `cluster` with `config`, waits until every pod is published and a
@@ -514,10 +516,7 @@ async fn a_stuck_journal_holds_only_the_new_objects(mode: Mode) {
         sim.create("pods", Some(NS), pod_named(&format!("p{i}"), 0));
     }
     let recording = Recording::start(&cluster.nats.url()).await;
-    let never = cluster.config(PODS_WATCH, "").replace(
-        "checkpoint_interval = \"150ms\"",
-        "checkpoint_interval = \"1h\"",
-    );
+    let never = without_checkpoints(&cluster.config(PODS_WATCH, ""));
     let daemon = Process::spawn(&never);
     converge(sim, &recording).await;
 
