@@ -360,6 +360,8 @@ fn free_port() -> anyhow::Result<u16> {
 struct Proc {
     child: tokio::process::Child,
     pid: u32,
+    /// Where a kube2nats serves `/metrics`, when the harness reads them.
+    metrics_port: Option<u16>,
 }
 
 impl Proc {
@@ -374,14 +376,42 @@ impl Proc {
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
         let pid = child.id().context("child has no pid")?;
-        Ok(Proc { child, pid })
+        Ok(Proc {
+            child,
+            pid,
+            metrics_port: None,
+        })
     }
 
     fn cpu(&self) -> f64 {
         procfs::process_cpu(self.pid)
     }
 
+    /// The value of one sample of the process's `/metrics` (`NaN` if unavailable).
+    async fn metric(&self, sample: &str) -> f64 {
+        let Some(port) = self.metrics_port else {
+            return f64::NAN;
+        };
+        let Ok(response) = reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await else {
+            return f64::NAN;
+        };
+        let text = response.text().await.unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' '))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN)
+    }
+
+    /// SIGKILL; with `LOADTEST_GRACEFUL_STOP` set, SIGTERM first and up to a minute to exit (a
+    /// process run under `valgrind --tool=callgrind` writes its profile only when it exits).
     async fn stop(mut self) {
+        if std::env::var_os("LOADTEST_GRACEFUL_STOP").is_some() {
+            let pid = self.pid.to_string();
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid])
+                .status();
+            let _ = tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await;
+        }
         let _ = self.child.kill().await;
     }
 }
@@ -632,6 +662,9 @@ struct RunResult {
     api_bytes_per_event: f64,
     /// Payload bytes the subscriber received per event.
     nats_bytes_per_event: f64,
+    /// Durable state: journal writes, and objects recorded per write (`NaN` without state).
+    journal_writes: f64,
+    journal_records_per_write: f64,
 }
 
 async fn throughput(env: &Env, jetstream: bool) -> anyhow::Result<Vec<String>> {
@@ -663,7 +696,7 @@ async fn throughput(env: &Env, jetstream: bool) -> anyhow::Result<Vec<String>> {
             let r =
                 throughput_run(env, jetstream, &daemon, noise, env.args.objects, events).await?;
             eprintln!(
-                "{mode} (state {}, noise {noise}) run {}: {:.0} events/s end to end, kube2nats {:.3} CPU-s/100k events ({:.0} events per CPU-second), peak RSS {:.1} MiB; CPU-s/100k: API server {:.3}, subscriber {:.3}, nats-server {:.3}",
+                "{mode} (state {}, noise {noise}) run {}: {:.0} events/s end to end, kube2nats {:.3} CPU-s/100k events ({:.0} events per CPU-second), peak RSS {:.1} MiB; CPU-s/100k: API server {:.3}, subscriber {:.3}, nats-server {:.3}; journal: {} writes, {:.1} objects each",
                 on_off(state),
                 run + 1,
                 r.events_per_sec,
@@ -672,7 +705,9 @@ async fn throughput(env: &Env, jetstream: bool) -> anyhow::Result<Vec<String>> {
                 r.peak_rss_mib,
                 r.server_cpu_per_100k,
                 r.subscriber_cpu_per_100k,
-                r.nats_cpu_per_100k
+                r.nats_cpu_per_100k,
+                r.journal_writes,
+                r.journal_records_per_write
             );
             results[v].push(r);
         }
@@ -869,6 +904,12 @@ async fn shaped_run(
     let elapsed = t0.elapsed().as_secs_f64();
     let (cpu1, srv1, sub1, nats1) = (daemon.cpu(), server.cpu(), subscriber.cpu(), nats.cpu());
     let peak_rss_mib = procfs::status_mib(daemon.pid, "VmHWM");
+    let journal_writes = daemon
+        .metric("kube2nats_state_journal_records_count{watch=\"pods0\"}")
+        .await;
+    let journal_records = daemon
+        .metric("kube2nats_state_journal_records_sum{watch=\"pods0\"}")
+        .await;
     if !done {
         bail!(
             "only {} of {expected} messages arrived; see {}",
@@ -891,6 +932,8 @@ async fn shaped_run(
         nats_cpu_per_100k: per100k(nats1 - nats0),
         api_bytes_per_event: scenario.bytes_sent.load(Ordering::Relaxed) as f64 / expected as f64,
         nats_bytes_per_event: arrivals.bytes.load(Ordering::Relaxed) as f64 / expected as f64,
+        journal_writes,
+        journal_records_per_write: journal_records / journal_writes,
     })
 }
 

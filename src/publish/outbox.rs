@@ -171,21 +171,19 @@ impl Outbox {
 
 impl Outbox {
     /// Waits until no message of the objects `keys` (their `object_key`s) is unacknowledged
-    /// (JetStream), or everything has reached the server (core: a flush round trip).
+    /// (JetStream), so that a JetStream write made afterwards on the same connection is stored
+    /// only after them. Core mode has nothing to wait for: the client sends its messages in the
+    /// order it was handed them, and the server handles one connection's messages in order, so
+    /// by the time such a write is acknowledged the server has every message handed over before.
     pub async fn settle_objects(&mut self, keys: &[u64]) {
-        match &self.nats {
-            Nats::JetStream { client, context } => {
-                while self
-                    .window
-                    .in_flight
-                    .iter()
-                    .any(|f| keys.contains(&f.msg.object_key))
-                {
-                    self.window.complete_oldest(client, context).await;
-                }
-            }
-            Nats::Core(_) => {
-                self.settle().await;
+        if let Nats::JetStream { client, context } = &self.nats {
+            while self
+                .window
+                .in_flight
+                .iter()
+                .any(|f| keys.contains(&f.msg.object_key))
+            {
+                self.window.complete_oldest(client, context).await;
             }
         }
     }
