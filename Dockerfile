@@ -16,10 +16,10 @@ ARG RUST_VERSION=1.95
 FROM --platform=$BUILDPLATFORM rust:${RUST_VERSION}-slim-bookworm AS build
 ARG TARGETARCH
 ARG BUILDARCH
-# ring compiles C and assembly for the target: a C compiler for it. Natively, musl-tools (found by
-# the cc crate); from amd64 to arm64, Debian's aarch64 cross compiler, named as C compiler and
-# linker (Rust's musl target brings its own libc and crt: the cross gcc only compiles ring's C
-# and drives the link).
+# ring (C and assembly) and mimalloc (C, the allocator of musl builds) compile for the target: a C
+# compiler for it. Natively, musl-tools (found by the cc crate); from amd64 to arm64, Debian's
+# aarch64 cross compiler, named as C compiler and linker (Rust's musl target brings its own libc
+# and crt: the cross gcc only compiles that C and drives the link).
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN case "$TARGETARCH" in \
       amd64) target=x86_64-unknown-linux-musl ;; \
