@@ -63,6 +63,9 @@ LABEL org.opencontainers.image.title="kube2nats" \
       org.opencontainers.image.source="https://github.com/kube2nats/kube2nats" \
       org.opencontainers.image.base.name="gcr.io/distroless/static-debian12:nonroot"
 COPY --from=build /kube2nats /usr/local/bin/kube2nats
+# mimalloc (the musl build's allocator) would back its heap with transparent huge pages: idle RSS
+# 32.6 MiB instead of 14.7 MiB without them; CPU per event is as fast either way.
+ENV MIMALLOC_ALLOW_THP=0
 # distroless' nonroot user, numerically, so runAsNonRoot can verify it without /etc/passwd.
 USER 65532:65532
 # /metrics, /healthz and /readyz (http.listen).
