@@ -201,7 +201,7 @@ impl Window {
         self.in_hand = 1;
         self.report();
         let published = client
-            .publish_with_headers(msg.subject.clone(), msg.headers, msg.payload)
+            .publish_with_serialized_headers(msg.subject.clone(), msg.headers, msg.payload)
             .await;
         self.in_hand = 0;
         if published.is_ok() {
@@ -292,7 +292,7 @@ impl Window {
         loop {
             let publish = jetstream::message::PublishMessage::build()
                 .payload(msg.payload.clone())
-                .headers(msg.headers.clone());
+                .serialized_headers(msg.headers.clone());
             match context.send_publish(msg.subject.clone(), publish).await {
                 Ok(ack) => return Some(ack),
                 Err(e) if e.kind() == jetstream::context::PublishErrorKind::MaxPayloadExceeded => {
