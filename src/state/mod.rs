@@ -25,6 +25,13 @@
 //! last, so a crash or NATS outage mid-write leaves the previous snapshot intact: the manifest is
 //! the commit. With history 1 and two fixed sets, storage is bounded by twice the largest snapshot.
 //!
+//! A snapshot is never held encoded whole: the watch task hands the writer a frozen view of its
+//! memory ([`Dedupe::freeze`], which shares the memory's chunks copy-on-write), and the writer
+//! encodes and writes it chunk by chunk, releasing each part once written. A checkpoint of a
+//! million objects (~44 MB encoded) so costs a chunk or two of memory, plus copies of the parts
+//! that events change while it is written. A write that fails half-way has spent its view: the
+//! next checkpoint takes a new one.
+//!
 //! Alternatives weighed: one key per object makes every event a second JetStream write (the CPU
 //! budget is +10% per event, a JetStream publish costs about as much as the event itself); a
 //! delta log needs compaction and replay logic of its own. A whole snapshot costs O(objects) per
@@ -66,10 +73,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::config::{BackoffConfig, StateConfig};
-use crate::dedupe::{Dedupe, Saved, SavedObject};
+use crate::dedupe::{Dedupe, Frozen, Saved, SavedObject};
 use crate::event::ResourceVersion;
 use crate::watcher::Target;
-use codec::{CodecError, Encoded, Encoder, Fnv, JournalBatch, Manifest, Slot, FORMAT};
+use codec::{CodecError, Encoder, Fnv, JournalBatch, Manifest, Slot, FORMAT};
 pub use metrics::{StateMetrics, TargetMetrics};
 
 /// The largest chunk: far below NATS' default `max_payload` (1 MiB), and small enough that
@@ -801,6 +808,9 @@ impl Checkpoints {
         if !settled || !self.consistent {
             return;
         }
+        if mailbox.take_lost() {
+            self.objects_changed = true;
+        }
         let version_moved = self.saved_version.as_deref() != Some(self.version.as_str());
         if !self.objects_changed && !version_moved {
             if mailbox.is_idle() {
@@ -808,18 +818,19 @@ impl Checkpoints {
             }
             return;
         }
-        let encoded = self.objects_changed.then(|| {
+        // Frozen, not encoded: the writer encodes it chunk by chunk as it writes, so a snapshot
+        // of a million objects never sits in memory whole beside the state it copies.
+        let snapshot = self.objects_changed.then(|| {
             let generation = self.next_generation;
             self.next_generation += 1;
-            let mut encoder = Encoder::new(generation, self.chunk_limit);
-            dedupe.for_each_saved(|saved| match saved {
-                Saved::Object(o) => encoder.push(o),
-                Saved::Tombstone(uid) => encoder.push_tombstone(uid),
-            });
-            Arc::new(encoder.finish())
+            Snapshot {
+                frozen: dedupe.freeze(),
+                generation,
+                chunk_limit: self.chunk_limit,
+            }
         });
         mailbox.post(Job {
-            encoded,
+            snapshot,
             version: self.version.clone(),
             journal: journal.map(Journal::mark).unwrap_or_default(),
         });
@@ -847,19 +858,26 @@ impl Drop for Checkpoints {
     }
 }
 
-/// One snapshot to write. `encoded: None`: no object changed since the previous snapshot, only
+/// One snapshot to write. `snapshot: None`: no object changed since the previous snapshot, only
 /// the resume version moved.
 struct Job {
-    encoded: Option<Arc<Encoded>>,
+    snapshot: Option<Snapshot>,
     version: String,
     journal: JournalMark,
+}
+
+/// The objects of a snapshot, to encode while writing.
+struct Snapshot {
+    frozen: Frozen,
+    generation: u64,
+    chunk_limit: usize,
 }
 
 impl Job {
     /// `newer` replaces `self`, keeping `self`'s objects if `newer` has none of its own.
     fn merged_into(self, newer: Job) -> Job {
         Job {
-            encoded: newer.encoded.or(self.encoded),
+            snapshot: newer.snapshot.or(self.snapshot),
             version: newer.version,
             journal: newer.journal,
         }
@@ -880,6 +898,9 @@ struct MailboxState {
     writing: bool,
     failing: bool,
     closed: bool,
+    /// A snapshot failed half-written: its frozen objects are spent (each part is released once
+    /// encoded), so the next checkpoint must take the objects again.
+    lost: bool,
 }
 
 impl Mailbox {
@@ -906,6 +927,19 @@ impl Mailbox {
         });
     }
 
+    /// A job whose snapshot was spent failed: it is dropped, with any pending job that carries
+    /// only a newer version (it would commit that version over the older objects).
+    fn lose(&self) {
+        let mut state = self.lock();
+        state.pending = state.pending.take().filter(|job| job.snapshot.is_some());
+        state.lost = true;
+    }
+
+    /// Whether a snapshot was lost since the last call.
+    fn take_lost(&self) -> bool {
+        std::mem::take(&mut self.lock().lost)
+    }
+
     fn take(&self) -> Option<Job> {
         let mut state = self.lock();
         let job = state.pending.take();
@@ -915,7 +949,7 @@ impl Mailbox {
 
     fn is_idle(&self) -> bool {
         let state = self.lock();
-        state.pending.is_none() && !state.writing && !state.failing
+        state.pending.is_none() && !state.writing && !state.failing && !state.lost
     }
 
     fn close(&self) {
@@ -945,14 +979,15 @@ impl Writer {
         let mut backoff = Backoff::new(RETRY_BACKOFF);
         let mut store = self.bucket.store.clone();
         loop {
-            let Some(job) = self.mailbox.take() else {
+            let Some(mut job) = self.mailbox.take() else {
                 if self.mailbox.lock().closed {
                     return;
                 }
                 self.mailbox.notify.notified().await;
                 continue;
             };
-            match self.write(&store, &job).await {
+            let spends_objects = job.snapshot.is_some();
+            match self.write(&store, &mut job).await {
                 Ok(()) => {
                     let mut state = self.mailbox.lock();
                     state.writing = false;
@@ -984,7 +1019,11 @@ impl Writer {
                     } else {
                         tracing::debug!(watch = %self.metrics.watch, key = %self.key, error = %e, retry_in = ?delay, "writing a checkpoint failed again");
                     }
-                    self.mailbox.requeue(job);
+                    if spends_objects {
+                        self.mailbox.lose();
+                    } else {
+                        self.mailbox.requeue(job);
+                    }
                     tokio::time::sleep(delay).await;
                     // The bucket may have been deleted: find or create it again.
                     match ensure_bucket(&self.bucket.context, &self.bucket.config).await {
@@ -998,17 +1037,39 @@ impl Writer {
         }
     }
 
-    /// Writes the job's chunks (if it has any) to the free slot, then the manifest that commits them.
-    async fn write(&mut self, store: &kv::Store, job: &Job) -> Result<(), WriteError> {
+    /// Writes the job's chunks (if it has any) to the free slot, encoding them as it goes, then
+    /// the manifest that commits them. The job's snapshot is spent.
+    async fn write(&mut self, store: &kv::Store, job: &mut Job) -> Result<(), WriteError> {
         let previous = self.committed.as_ref();
-        let mut manifest = match (&job.encoded, previous) {
-            (Some(encoded), previous) => {
+        let mut manifest = match (job.snapshot.take(), previous) {
+            (Some(snapshot), previous) => {
                 let slot = previous.map_or(Slot::A, |m| m.slot.other());
-                for (index, chunk) in encoded.chunks.iter().enumerate() {
-                    let index = u32::try_from(index).unwrap_or(u32::MAX);
-                    store
-                        .put(chunk_key(&self.key, slot, index), chunk.clone())
-                        .await?;
+                let Snapshot {
+                    mut frozen,
+                    generation,
+                    chunk_limit,
+                } = snapshot;
+                let mut encoder = Encoder::new(generation, chunk_limit);
+                let mut index = 0;
+                loop {
+                    let more = frozen.next_part(|saved| match saved {
+                        Saved::Object(o) => encoder.push(o),
+                        Saved::Tombstone(uid) => encoder.push_tombstone(uid),
+                    });
+                    let chunks = if more {
+                        encoder.take_chunks()
+                    } else {
+                        break;
+                    };
+                    for chunk in chunks {
+                        store.put(chunk_key(&self.key, slot, index), chunk).await?;
+                        index += 1;
+                    }
+                }
+                let encoded = encoder.finish();
+                for chunk in encoded.chunks {
+                    store.put(chunk_key(&self.key, slot, index), chunk).await?;
+                    index += 1;
                 }
                 Manifest {
                     format: FORMAT,
@@ -1016,7 +1077,7 @@ impl Writer {
                     resume_version: String::new(),
                     generation: encoded.generation,
                     slot,
-                    chunks: u32::try_from(encoded.chunks.len()).unwrap_or(u32::MAX),
+                    chunks: encoded.total_chunks,
                     objects: encoded.objects,
                     bytes: encoded.bytes,
                     checksum: encoded.checksum,
