@@ -16,10 +16,10 @@ ARG RUST_VERSION=1.95
 FROM --platform=$BUILDPLATFORM rust:${RUST_VERSION}-slim-bookworm AS build
 ARG TARGETARCH
 ARG BUILDARCH
-# ring compiles C and assembly for the target: a C compiler for it. Natively, musl-tools (found by
-# the cc crate); from amd64 to arm64, Debian's aarch64 cross compiler, named as C compiler and
-# linker (Rust's musl target brings its own libc and crt: the cross gcc only compiles ring's C
-# and drives the link).
+# ring (C and assembly) and mimalloc (C, the allocator of musl builds) compile for the target: a C
+# compiler for it. Natively, musl-tools (found by the cc crate); from amd64 to arm64, Debian's
+# aarch64 cross compiler, named as C compiler and linker (Rust's musl target brings its own libc
+# and crt: the cross gcc only compiles that C and drives the link).
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN case "$TARGETARCH" in \
       amd64) target=x86_64-unknown-linux-musl ;; \
@@ -63,6 +63,9 @@ LABEL org.opencontainers.image.title="kube2nats" \
       org.opencontainers.image.source="https://github.com/kube2nats/kube2nats" \
       org.opencontainers.image.base.name="gcr.io/distroless/static-debian12:nonroot"
 COPY --from=build /kube2nats /usr/local/bin/kube2nats
+# mimalloc (the musl build's allocator) would back its heap with transparent huge pages: idle RSS
+# 32.6 MiB instead of 14.7 MiB without them; CPU per event is as fast either way.
+ENV MIMALLOC_ALLOW_THP=0
 # distroless' nonroot user, numerically, so runAsNonRoot can verify it without /etc/passwd.
 USER 65532:65532
 # /metrics, /healthz and /readyz (http.listen).
