@@ -699,11 +699,12 @@ const BUDGET_MIB: u64 = 16;
 /// What the process may hold beyond the budget, over its RSS once synced. Over HTTP/1.1 each
 /// watch connection has hyper's own read buffer, which the budget cannot see and reqwest cannot
 /// cap: up to 408 KiB each once data floods in on all 300 (120 MiB), kept while the connection
-/// lives. The rest (60 MiB) is for lines assembled in buffers grown by doubling (up to twice
-/// what the budget counts), the one line a stream may finish past the budget, and the
-/// allocator's slack. Measured: peak +166 MiB; before idle watches let go of their last line,
-/// +260..+320 MiB during the catch-up.
-const OVERHEAD_MIB: u64 = 120 + 60;
+/// lives. The rest (80 MiB) is for the first read of each stream at a line boundary (taken
+/// before the budget can see it), lines assembled in buffers grown by doubling (up to twice what
+/// the budget counts), the one line a stream may finish past the budget, and the allocator's
+/// slack. Measured: peak +166 and +173 MiB; before idle watches let go of their last line,
+/// +258..+354 MiB during the catch-up.
+const OVERHEAD_MIB: u64 = 120 + 80;
 
 /// `kube2nats_*` samples of a running binary's `/metrics`.
 async fn scrape(http: &reqwest::Client, url: &str, name: &str) -> f64 {
