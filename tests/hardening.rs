@@ -715,16 +715,6 @@ async fn scrape(http: &reqwest::Client, url: &str, name: &str) -> f64 {
     metric(&text, name, &[]).unwrap_or(0.0)
 }
 
-/// Peak resident memory of a process so far (VmHWM, KiB).
-fn peak_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// What the outage scenario measured of the kube2nats process, in MiB.
 #[derive(Debug)]
 struct OutageMemory {
