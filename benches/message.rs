@@ -2,19 +2,58 @@
 //! headers and with the CloudEvents attributes added (`format = "cloudevents"`): what the CloudEvents
 //! format costs per event on the hot path.
 //!
+//! `headermap_reference` builds the same native headers the way kube2nats did before it
+//! serialized them itself: an async-nats `HeaderMap`, then its wire form (as the connection
+//! writes it). The bench also prints allocations per message of both, from a counting allocator.
+//!
 //! `cargo bench --bench message`
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
 use kube2nats::config::{MessageFormat, PayloadMode};
 use kube2nats::event::{ObjectEvent, ResourceInfo};
 use kube2nats::kube::decode::{decode_line, WatchLine};
+use kube2nats::publish::message::headermap_reference;
 use kube2nats::publish::MessageBuilder;
 use kube2nats::subject::SubjectTemplate;
 
 #[path = "../examples/loadtest/pods.rs"]
 #[allow(dead_code)]
 mod pods;
+
+/// Counts allocations (and reallocations), to report them per message.
+struct CountingAlloc;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+/// Allocations of one call of `f`, and what it returned.
+fn allocations<T>(mut f: impl FnMut() -> T) -> u64 {
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let out = f();
+    let n = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    drop(out);
+    n
+}
 
 /// A realistic pod `MODIFIED`, decoded as the watch decodes it.
 fn pod_event() -> ObjectEvent {
@@ -54,6 +93,8 @@ fn build(c: &mut Criterion) {
         ("cloudevents_cluster", "prod-eu", MessageFormat::CloudEvents),
     ] {
         let b = builder(cluster, format);
+        let n = allocations(|| b.build(&event, false));
+        println!("message/build/{label}: {n} allocations per message");
         group.bench_function(format!("build/{label}"), |bench| {
             bench.iter(|| {
                 b.build(std::hint::black_box(&event), false)
@@ -61,6 +102,12 @@ fn build(c: &mut Criterion) {
             })
         });
     }
+    let b = builder("prod-eu", MessageFormat::Native);
+    let n = allocations(|| headermap_reference(&b, &event, false, false));
+    println!("message/headermap_reference: {n} allocations per header block");
+    group.bench_function("headermap_reference", |bench| {
+        bench.iter(|| headermap_reference(&b, std::hint::black_box(&event), false, false))
+    });
     group.finish();
 }
 

@@ -12,9 +12,15 @@
 //! [`Dedupe::for_each_saved`]) and refills it at start ([`Dedupe::restore`]), so a restart's relist
 //! is diffed against what was published before it.
 
-use std::collections::{HashMap, VecDeque};
+mod store;
 
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use hashbrown::HashTable;
 use rustc_hash::{FxHashMap, FxHashSet};
+
+use store::{Entry, NameRef, Names, Objects};
 
 use crate::event::{EventType, ObjectMeta, ResourceVersion};
 
@@ -131,10 +137,14 @@ const OPAQUE: u64 = u64::MAX;
 /// `Tracked::namespace` of a cluster-scoped object.
 const NO_NAMESPACE: u32 = u32::MAX;
 
-/// What is remembered of one object: 32 bytes, plus its name in the shared [`Names`] text.
+/// What is remembered of one object, as read out of the storage ([`store`]).
 ///
-/// This is the bulk of kube2nats' memory, so it is kept under 100 bytes per object: with the
-/// 16-byte uid key and the hash table's spare room it comes to about 65 bytes, plus the name.
+/// This is the bulk of kube2nats' memory, so it is kept well under 100 bytes per object: an
+/// object with a UUID uid (every object a real API server creates) is a 36-byte [`Entry`] (uid,
+/// version, name and namespace references, list generation) in dense chunks, 4 bytes in an index
+/// table of 5 bytes per bucket (8 to 16 bytes per object with the table's spare room), and its
+/// name, length-prefixed, in shared pages; the `mark` takes 8 bytes more only in watches whose
+/// `changes` sets one. About 70 bytes per pod in all.
 #[derive(Debug, Clone, Copy)]
 struct Tracked {
     /// The integer resourceVersion, or [`OPAQUE`].
@@ -149,50 +159,13 @@ struct Tracked {
     list_epoch: u32,
 }
 
-/// Where a name is in [`Names`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct NameRef {
-    offset: u32,
-    len: u32,
-}
-
-/// Every tracked object's name, back to back in one string: no allocation (and no allocator
-/// overhead) per object. Names of forgotten objects are garbage until the next compaction.
-#[derive(Debug, Default)]
-struct Names {
-    text: String,
-    garbage: usize,
-}
-
-/// Compaction waits for at least this much garbage, so small states are not rewritten often.
-const MIN_NAME_GARBAGE: usize = 64 * 1024;
-
-impl Names {
-    fn push(&mut self, name: &str) -> NameRef {
-        if self.text.capacity() - self.text.len() < name.len() {
-            // Grow by half rather than double: the text is most of the state's slack.
-            self.text
-                .reserve_exact(name.len().max(self.text.len() / 2).max(1024));
-        }
-        let offset = self.text.len();
-        self.text.push_str(name);
-        NameRef {
-            offset: u32::try_from(offset).expect(
-                "names stay below 4 GiB: compaction keeps them at most twice the live names",
-            ),
-            len: u32::try_from(name.len())
-                .expect("a Kubernetes name is at most a few hundred bytes"),
-        }
-    }
-
-    fn get(&self, name: NameRef) -> &str {
-        let start = name.offset as usize;
-        &self.text[start..start + name.len as usize]
-    }
-
-    fn needs_compaction(&self) -> bool {
-        self.garbage > MIN_NAME_GARBAGE && self.garbage > self.text.len() / 2
-    }
+/// Where a tracked object is stored.
+#[derive(Debug, Clone, Copy)]
+enum Place {
+    /// Position in [`Dedupe::uuids`].
+    Dense(usize),
+    /// In [`Dedupe::others`].
+    Other,
 }
 
 /// Namespaces, interned: each tracked object holds a 4-byte index. A namespace is dropped when its
@@ -259,7 +232,7 @@ impl Namespaces {
 pub struct Dedupe {
     /// Objects with a canonical UUID uid: every object a real API server creates. The API server
     /// assigns uids (clients cannot choose them), so a fast unkeyed hash is safe here.
-    uuids: FxHashMap<[u8; 16], Tracked>,
+    uuids: Objects,
     /// Objects whose uid is anything else.
     others: HashMap<Box<str>, Tracked>,
     /// The text of versions that are not integers (stored as [`OPAQUE`]).
@@ -267,13 +240,22 @@ pub struct Dedupe {
     names: Names,
     namespaces: Namespaces,
     list_epoch: u32,
-    /// During a list: the tracked objects by a hash of (namespace, name), built at the first
+    /// During a list: the tracked objects by (namespace, name), built at the first
     /// [`Dedupe::superseded`] call of that list and dropped when it ends.
-    by_name: Option<FxHashMap<u64, UidKey>>,
+    by_name: Option<ByName>,
     tombstones: Tombstones,
     /// Objects restored from the journal: their first message may not have been published
     /// before a crash, so the next event or list of each is published whatever its version.
     unconfirmed: FxHashSet<UidKey>,
+}
+
+/// [`Dedupe::superseded`]'s index: positions in [`Dedupe::uuids`] by a hash of namespace and
+/// name (4 bytes each, so a relist of a million objects adds ~10 MB, not ~70), and the uids of
+/// the other objects by the same hash.
+#[derive(Debug, Default)]
+struct ByName {
+    dense: HashTable<u32>,
+    others: FxHashMap<u64, Box<str>>,
 }
 
 /// How many deleted uids each watch target remembers. A replay reaches back a few events (a
@@ -317,7 +299,7 @@ impl Dedupe {
     /// Whether an object with this uid is tracked: if not, publishing it makes it known, and its
     /// deletion must be announced even after a crash.
     pub fn tracks(&self, uid: &str) -> bool {
-        self.get(&UidKey::new(uid)).is_some()
+        self.locate(&UidKey::new(uid)).is_some()
     }
 
     fn is_unconfirmed(&self, key: &UidKey) -> bool {
@@ -345,7 +327,8 @@ impl Dedupe {
             };
         }
         let version = Version::new(&meta.resource_version);
-        if let Some(tracked) = self.get(&key) {
+        let place = self.locate(&key);
+        if let Some((_, tracked)) = place {
             let unconfirmed = self.is_unconfirmed(&key);
             let stored = self.stored_version(&key, tracked);
             if version.older_than(&stored) {
@@ -357,7 +340,7 @@ impl Dedupe {
             if unconfirmed {
                 self.unconfirmed.remove(&key);
             } else if event_type == EventType::Modified && mark != 0 && mark == tracked.mark {
-                self.track(key, version, meta, mark);
+                self.track(key, place, version, meta.into(), mark);
                 return Verdict::Unchanged;
             }
         }
@@ -366,7 +349,9 @@ impl Dedupe {
                 self.forget(&key);
                 self.tombstones.insert(key);
             }
-            EventType::Added | EventType::Modified => self.track(key, version, meta, mark),
+            EventType::Added | EventType::Modified => {
+                self.track(key, place, version, meta.into(), mark)
+            }
         }
         Verdict::Publish
     }
@@ -386,46 +371,64 @@ impl Dedupe {
             return None;
         }
         if self.by_name.is_none() {
-            let index = self.name_index();
-            self.by_name = Some(index);
+            self.by_name = Some(self.name_index());
         }
         let hash = name_hash(meta.namespace.as_deref(), &meta.name);
-        let key = self.by_name.as_ref()?.get(&hash)?.clone();
+        let by_name = self.by_name.as_ref()?;
+        let named = |name: NameRef, namespace: u32| {
+            self.names.get(name) == meta.name
+                && self.namespaces.get(namespace) == meta.namespace.as_deref()
+        };
+        let dense = by_name.dense.find(hash, |&i| {
+            let entry = self.uuids.entry(i as usize);
+            named(entry.name, entry.namespace)
+        });
+        let key = match dense {
+            Some(&i) => UidKey::Uuid(self.uuids.entry(i as usize).uid),
+            None => UidKey::Other(by_name.others.get(&hash)?.clone()),
+        };
         if key == UidKey::new(&meta.uid) {
             return None;
         }
-        let tracked = self.get(&key)?;
+        let (_, tracked) = self.locate(&key)?;
         // A hash collision between two names is not a recreation.
-        if self.names.get(tracked.name) != meta.name
-            || self.namespaces.get(tracked.namespace) != meta.namespace.as_deref()
-        {
+        if !named(tracked.name, tracked.namespace) {
             return None;
         }
-        if let Some(index) = self.by_name.as_mut() {
-            index.remove(&hash);
+        if let (UidKey::Other(_), Some(by_name)) = (&key, self.by_name.as_mut()) {
+            by_name.others.remove(&hash);
         }
         self.vanish(&key)
     }
 
-    fn name_index(&self) -> FxHashMap<u64, UidKey> {
-        let entry = |key: UidKey, t: &Tracked| {
-            let hash = name_hash(self.namespaces.get(t.namespace), self.names.get(t.name));
-            (hash, key)
-        };
-        self.uuids
-            .iter()
-            .map(|(k, t)| entry(UidKey::Uuid(*k), t))
-            .chain(
-                self.others
-                    .iter()
-                    .map(|(k, t)| entry(UidKey::Other(k.clone()), t)),
+    fn name_index(&self) -> ByName {
+        let hash = |i: u32| {
+            let entry = self.uuids.entry(i as usize);
+            name_hash(
+                self.namespaces.get(entry.namespace),
+                self.names.get(entry.name),
             )
-            .collect()
+        };
+        let mut dense = HashTable::with_capacity(self.uuids.len());
+        for (i, _) in self.uuids.iter() {
+            // `i` is a position of `uuids`, which fit in u32.
+            let i = i as u32;
+            dense.insert_unique(hash(i), i, |&j| hash(j));
+        }
+        let others = self
+            .others
+            .iter()
+            .map(|(uid, t)| {
+                let hash = name_hash(self.namespaces.get(t.namespace), self.names.get(t.name));
+                (hash, uid.clone())
+            })
+            .collect();
+        ByName { dense, others }
     }
 
     /// Forgets a tracked object and returns what is announced of it.
     fn vanish(&mut self, key: &UidKey) -> Option<Vanished> {
-        let tracked = self.get(key)?;
+        let (_, tracked) = self.locate(key)?;
         let meta = ObjectMeta {
             uid: key.to_uid_string(),
             resource_version: self.stored_version(key, tracked).to_resource_version(),
@@ -443,9 +446,10 @@ impl Dedupe {
     pub fn listed(&mut self, meta: &ObjectMeta, mark: u64) -> Listed {
         let key = UidKey::new(&meta.uid);
         let version = Version::new(&meta.resource_version);
-        let verdict = match self.get(&key) {
+        let place = self.locate(&key);
+        let verdict = match place {
             None => Listed::New,
-            Some(tracked) => {
+            Some((at, tracked)) => {
                 let unconfirmed = self.is_unconfirmed(&key);
                 let stored = self.stored_version(&key, tracked);
                 let verdict = if version.same_as(&stored) && unconfirmed {
@@ -463,16 +467,17 @@ impl Dedupe {
                     self.unconfirmed.remove(&key);
                 }
                 if matches!(verdict, Listed::Unchanged | Listed::Stale) {
-                    let epoch = self.list_epoch;
-                    if let Some(tracked) = self.get_mut(&key) {
-                        tracked.list_epoch = epoch;
-                    }
+                    let seen = Tracked {
+                        list_epoch: self.list_epoch,
+                        ..tracked
+                    };
+                    self.write(&key, at, seen);
                     return verdict;
                 }
                 verdict
             }
         };
-        self.track(key, version, meta, mark);
+        self.track(key, place, version, meta.into(), mark);
         verdict
     }
 
@@ -484,8 +489,8 @@ impl Dedupe {
         let gone: Vec<UidKey> = self
             .uuids
             .iter()
-            .filter(|(_, t)| t.list_epoch != epoch)
-            .map(|(k, _)| UidKey::Uuid(*k))
+            .filter(|(_, e)| e.list_epoch != epoch)
+            .map(|(_, e)| UidKey::Uuid(e.uid))
             .chain(
                 self.others
                     .iter()
@@ -504,17 +509,42 @@ impl Dedupe {
         vanished
     }
 
-    fn get(&self, key: &UidKey) -> Option<Tracked> {
+    /// Where the object is, and what is remembered of it.
+    fn locate(&self, key: &UidKey) -> Option<(Place, Tracked)> {
         match key {
-            UidKey::Uuid(uuid) => self.uuids.get(uuid).copied(),
-            UidKey::Other(uid) => self.others.get(uid).copied(),
+            UidKey::Uuid(uuid) => {
+                let i = self.uuids.find(uuid)?;
+                let entry = self.uuids.entry(i);
+                let tracked = Tracked {
+                    version: entry.version(),
+                    mark: self.uuids.mark(i),
+                    name: entry.name,
+                    namespace: entry.namespace,
+                    list_epoch: entry.list_epoch,
+                };
+                Some((Place::Dense(i), tracked))
+            }
+            UidKey::Other(uid) => self.others.get(uid).map(|t| (Place::Other, *t)),
         }
     }
 
-    fn get_mut(&mut self, key: &UidKey) -> Option<&mut Tracked> {
-        match key {
-            UidKey::Uuid(uuid) => self.uuids.get_mut(uuid),
-            UidKey::Other(uid) => self.others.get_mut(uid),
+    /// Stores `tracked` for the object at `place` (as [`locate`](Self::locate) found it).
+    fn write(&mut self, key: &UidKey, place: Place, tracked: Tracked) {
+        match (place, key) {
+            (Place::Dense(i), _) => {
+                let entry = self.uuids.entry_mut(i);
+                entry.set_version(tracked.version);
+                entry.name = tracked.name;
+                entry.namespace = tracked.namespace;
+                entry.list_epoch = tracked.list_epoch;
+                self.uuids.set_mark(i, tracked.mark);
+            }
+            (Place::Other, UidKey::Other(uid)) => {
+                if let Some(stored) = self.others.get_mut(uid) {
+                    *stored = tracked;
+                }
+            }
+            (Place::Other, UidKey::Uuid(_)) => {}
         }
     }
 
@@ -525,9 +555,16 @@ impl Dedupe {
         }
     }
 
-    /// Records `version` and `mark` for the object; its name and namespace are stored on first
-    /// sight.
-    fn track(&mut self, key: UidKey, version: Version, meta: &ObjectMeta, mark: u64) {
+    /// Records `version` and `mark` for the object (found at `place`, if tracked); its name and
+    /// namespace are stored on first sight.
+    fn track(
+        &mut self,
+        key: UidKey,
+        place: Option<(Place, Tracked)>,
+        version: Version,
+        named: Named<'_>,
+        mark: u64,
+    ) {
         let version = match version {
             Version::Number(n) => {
                 if !self.opaque_versions.is_empty() {
@@ -540,52 +577,83 @@ impl Dedupe {
                 OPAQUE
             }
         };
-        let epoch = self.list_epoch;
-        if let Some(tracked) = self.get_mut(&key) {
-            tracked.version = version;
-            tracked.mark = mark;
-            tracked.list_epoch = epoch;
-            let old = *tracked;
+        let list_epoch = self.list_epoch;
+        if let Some((at, old)) = place {
+            let mut tracked = Tracked {
+                version,
+                mark,
+                list_epoch,
+                ..old
+            };
             // Name and namespace of an object never change in Kubernetes; should a server say
             // otherwise, the latest wins.
-            if self.names.get(old.name) != meta.name
-                || self.namespaces.get(old.namespace) != meta.namespace.as_deref()
+            if self.names.get(old.name) != named.name
+                || self.namespaces.get(old.namespace) != named.namespace
             {
-                let name = self.names.push(&meta.name);
-                self.names.garbage += old.name.len as usize;
-                let namespace = self.namespaces.acquire(meta.namespace.as_deref());
+                tracked.name = self.names.push(named.name);
+                self.names.release(old.name);
+                tracked.namespace = self.namespaces.acquire(named.namespace);
                 self.namespaces.release(old.namespace);
-                if let Some(tracked) = self.get_mut(&key) {
-                    tracked.name = name;
-                    tracked.namespace = namespace;
-                }
-                if self.names.needs_compaction() {
-                    self.compact_names();
-                }
+            }
+            self.write(&key, at, tracked);
+            if self.names.needs_compaction() {
+                self.compact_names();
             }
             return;
         }
-        let tracked = Tracked {
-            version,
-            mark,
-            name: self.names.push(&meta.name),
-            namespace: self.namespaces.acquire(meta.namespace.as_deref()),
-            list_epoch: epoch,
-        };
+        let name = self.names.push(named.name);
+        let namespace = self.namespaces.acquire(named.namespace);
         match key {
-            UidKey::Uuid(uuid) => self.uuids.insert(uuid, tracked),
-            UidKey::Other(uid) => self.others.insert(uid, tracked),
-        };
+            UidKey::Uuid(uuid) => {
+                let entry = Entry::new(uuid, version, name, namespace, list_epoch);
+                self.uuids.insert(entry, mark);
+            }
+            UidKey::Other(uid) => {
+                let tracked = Tracked {
+                    version,
+                    mark,
+                    name,
+                    namespace,
+                    list_epoch,
+                };
+                self.others.insert(uid, tracked);
+            }
+        }
     }
 
     /// Drops everything remembered of the object.
     fn forget(&mut self, key: &UidKey) {
-        let removed = match key {
-            UidKey::Uuid(uuid) => self.uuids.remove(uuid),
-            UidKey::Other(uid) => self.others.remove(uid),
-        };
-        let Some(tracked) = removed else {
-            return;
+        let tracked = match key {
+            UidKey::Uuid(uuid) => {
+                let Some((Place::Dense(i), tracked)) = self.locate(key) else {
+                    return;
+                };
+                let hash_at = |d: &Dedupe, i: usize| {
+                    let entry = d.uuids.entry(i);
+                    name_hash(d.namespaces.get(entry.namespace), d.names.get(entry.name))
+                };
+                let removed_hash = self.by_name.is_some().then(|| hash_at(self, i));
+                let (_, _, moved) = self.uuids.remove(i);
+                debug_assert!(self.uuids.find(uuid).is_none());
+                // The name index holds positions: the removed one goes, the moved one follows.
+                let moved = moved.map(|m| (hash_at(self, m.to), m));
+                if let (Some(by_name), Some(hash)) = (self.by_name.as_mut(), removed_hash) {
+                    if let Ok(found) = by_name.dense.find_entry(hash, |&j| j as usize == i) {
+                        found.remove();
+                    }
+                    if let Some((hash, m)) = moved {
+                        if let Some(at) = by_name.dense.find_mut(hash, |&j| j as usize == m.from) {
+                            // A position of `uuids`, which fit in u32.
+                            *at = m.to as u32;
+                        }
+                    }
+                }
+                tracked
+            }
+            UidKey::Other(uid) => match self.others.remove(uid) {
+                Some(tracked) => tracked,
+                None => return,
+            },
         };
         if !self.unconfirmed.is_empty() {
             self.unconfirmed.remove(key);
@@ -594,23 +662,39 @@ impl Dedupe {
             self.opaque_versions.remove(key);
         }
         self.namespaces.release(tracked.namespace);
-        self.names.garbage += tracked.name.len as usize;
+        self.names.release(tracked.name);
         if self.names.needs_compaction() {
             self.compact_names();
         }
     }
 
-    /// Rewrites the names of the live objects into a new, tight string.
+    /// Rewrites the names of the live objects into new, tight pages.
     fn compact_names(&mut self) {
-        let live = self.names.text.len() - self.names.garbage;
-        let mut names = Names {
-            text: String::with_capacity(live + live / 4),
-            garbage: 0,
-        };
-        for tracked in self.uuids.values_mut().chain(self.others.values_mut()) {
-            tracked.name = names.push(self.names.get(tracked.name));
+        let old = std::mem::take(&mut self.names);
+        for i in 0..self.uuids.len() {
+            let name = self.names.push(old.get(self.uuids.entry(i).name));
+            self.uuids.entry_mut(i).name = name;
         }
-        self.names = names;
+        for tracked in self.others.values_mut() {
+            tracked.name = self.names.push(old.get(tracked.name));
+        }
+        debug_assert_eq!(self.names.live(), old.live());
+    }
+}
+
+/// The name and namespace of an object, as received or as saved.
+#[derive(Debug, Clone, Copy)]
+struct Named<'a> {
+    name: &'a str,
+    namespace: Option<&'a str>,
+}
+
+impl<'a> From<&'a ObjectMeta> for Named<'a> {
+    fn from(meta: &'a ObjectMeta) -> Named<'a> {
+        Named {
+            name: &meta.name,
+            namespace: meta.namespace.as_deref(),
+        }
     }
 }
 
@@ -674,46 +758,29 @@ pub enum SavedVersion<'a> {
 impl Dedupe {
     /// Calls `f` with every tracked object, in no particular order, then with every tombstone,
     /// oldest first.
-    pub fn for_each_saved<'s>(&'s self, mut f: impl FnMut(Saved<'s>)) {
-        let saved = |key: &UidKey, tracked: &Tracked| -> SavedObject<'s> {
-            let version = match self.stored_version(key, *tracked) {
-                StoredVersion::Number(n) => SavedVersion::Number(n),
-                StoredVersion::Opaque(text) => SavedVersion::Text(text),
-            };
-            SavedObject {
-                uid: SavedUid::Text(""),
-                version,
-                name: self.names.get(tracked.name),
-                namespace: self.namespaces.get(tracked.namespace),
-                unconfirmed: self.is_unconfirmed(key),
-                mark: tracked.mark,
-            }
-        };
-        for (uuid, tracked) in &self.uuids {
-            let key = UidKey::Uuid(*uuid);
-            f(Saved::Object(SavedObject {
-                uid: SavedUid::Uuid(*uuid),
-                ..saved(&key, tracked)
-            }));
-        }
-        for (uid, tracked) in &self.others {
-            // Opaque versions and unconfirmed marks are looked up by key; only objects that
-            // may hold one need it built.
-            let key = if tracked.version == OPAQUE || !self.unconfirmed.is_empty() {
-                UidKey::Other(uid.clone())
-            } else {
-                UidKey::Uuid([0; 16])
-            };
-            f(Saved::Object(SavedObject {
-                uid: SavedUid::Text(uid),
-                ..saved(&key, tracked)
-            }));
-        }
-        for key in &self.tombstones.order {
-            f(Saved::Tombstone(match key {
-                UidKey::Uuid(bytes) => SavedUid::Uuid(*bytes),
-                UidKey::Other(text) => SavedUid::Text(text),
-            }));
+    pub fn for_each_saved(&self, f: impl FnMut(Saved<'_>)) {
+        self.freeze().for_each(f);
+    }
+
+    /// The state as it is now, for a checkpoint to encode while the state moves on: it shares
+    /// the storage, and a part changed meanwhile is copied first (see [`store`]).
+    pub fn freeze(&self) -> Frozen {
+        let (entries, marks) = self.uuids.share();
+        Frozen {
+            entries: entries.into_iter().map(Some).collect(),
+            marks: marks.map(|marks| marks.into_iter().map(Some).collect()),
+            names: self.names.share(),
+            namespaces: self.namespaces.names.clone(),
+            others: self
+                .others
+                .iter()
+                .map(|(uid, t)| (uid.clone(), *t))
+                .collect(),
+            opaque_versions: self.opaque_versions.clone(),
+            unconfirmed: self.unconfirmed.clone(),
+            tombstones: self.tombstones.order.iter().cloned().collect(),
+            objects: self.len(),
+            next: 0,
         }
     }
 
@@ -724,8 +791,8 @@ impl Dedupe {
         match saved {
             Saved::Object(object) => {
                 let key = saved_key(object.uid);
-                if let (true, Some(tracked), SavedVersion::Number(n)) =
-                    (unconfirmed, self.get(&key), object.version)
+                if let (true, Some((_, tracked)), SavedVersion::Number(n)) =
+                    (unconfirmed, self.locate(&key), object.version)
                 {
                     if tracked.version != OPAQUE && n < tracked.version {
                         return;
@@ -758,17 +825,114 @@ impl Dedupe {
             SavedVersion::Number(n) => Version::Opaque(n.to_string().into()),
             SavedVersion::Text(text) => Version::new(&ResourceVersion::new(text)),
         };
-        let meta = ObjectMeta {
-            uid: String::new(),
-            resource_version: ResourceVersion::new(""),
-            name: saved.name.to_owned(),
-            namespace: saved.namespace.map(str::to_owned),
-            generation: None,
+        let named = Named {
+            name: saved.name,
+            namespace: saved.namespace,
         };
-        self.track(key, version, &meta, saved.mark);
+        let place = self.locate(&key);
+        self.track(key, place, version, named, saved.mark);
     }
 }
 
+/// A [`Dedupe`] as it was at [`Dedupe::freeze`], read part by part by a checkpoint: each part
+/// read is released, so a change to its objects no longer copies them.
+#[derive(Debug)]
+pub struct Frozen {
+    entries: Vec<Option<Arc<Vec<Entry>>>>,
+    marks: Option<Vec<Option<Arc<Vec<u64>>>>>,
+    names: Vec<Arc<Vec<u8>>>,
+    namespaces: Vec<Option<Box<str>>>,
+    others: Vec<(Box<str>, Tracked)>,
+    opaque_versions: HashMap<UidKey, Box<str>>,
+    unconfirmed: FxHashSet<UidKey>,
+    tombstones: Vec<UidKey>,
+    objects: usize,
+    /// The next part: a chunk of the dense entries, then the rest.
+    next: usize,
+}
+
+impl Frozen {
+    /// Objects tracked at the freeze.
+    pub fn objects(&self) -> usize {
+        self.objects
+    }
+
+    /// Calls `f` with every object and tombstone, as [`Dedupe::for_each_saved`].
+    pub fn for_each(mut self, mut f: impl FnMut(Saved<'_>)) {
+        while self.next_part(&mut f) {}
+    }
+
+    /// Calls `f` with the objects of the next part (a few thousand; after the last part the
+    /// tombstones, oldest first) and releases the part; false when nothing was left.
+    pub fn next_part(&mut self, mut f: impl FnMut(Saved<'_>)) -> bool {
+        let part = self.next;
+        self.next += 1;
+        if let Some(slot) = self.entries.get_mut(part) {
+            let entries = slot.take();
+            let marks = self
+                .marks
+                .as_mut()
+                .and_then(|marks| marks.get_mut(part).and_then(Option::take));
+            for (k, entry) in entries.iter().flat_map(|e| e.iter()).enumerate() {
+                let mark = marks.as_ref().map_or(0, |m| m[k]);
+                let key = UidKey::Uuid(entry.uid);
+                f(Saved::Object(SavedObject {
+                    uid: SavedUid::Uuid(entry.uid),
+                    ..self.saved(&key, entry.version(), entry.name, entry.namespace, mark)
+                }));
+            }
+            return true;
+        }
+        if part > self.entries.len() {
+            return false;
+        }
+        for (uid, t) in &self.others {
+            // Opaque versions and unconfirmed marks are looked up by key; only objects that
+            // may hold one need it built.
+            let key = if t.version == OPAQUE || !self.unconfirmed.is_empty() {
+                UidKey::Other(uid.clone())
+            } else {
+                UidKey::Uuid([0; 16])
+            };
+            f(Saved::Object(SavedObject {
+                uid: SavedUid::Text(uid),
+                ..self.saved(&key, t.version, t.name, t.namespace, t.mark)
+            }));
+        }
+        for key in &self.tombstones {
+            f(Saved::Tombstone(match key {
+                UidKey::Uuid(bytes) => SavedUid::Uuid(*bytes),
+                UidKey::Other(text) => SavedUid::Text(text),
+            }));
+        }
+        true
+    }
+
+    fn saved(
+        &self,
+        key: &UidKey,
+        version: u64,
+        name: NameRef,
+        namespace: u32,
+        mark: u64,
+    ) -> SavedObject<'_> {
+        let version = match version {
+            OPAQUE => SavedVersion::Text(self.opaque_versions.get(key).map_or("", |v| &**v)),
+            n => SavedVersion::Number(n),
+        };
+        SavedObject {
+            uid: SavedUid::Text(""),
+            version,
+            name: store::get(&self.names, name),
+            namespace: self
+                .namespaces
+                .get(namespace as usize)
+                .and_then(Option::as_deref),
+            unconfirmed: !self.unconfirmed.is_empty() && self.unconfirmed.contains(key),
+            mark,
+        }
+    }
+}
 fn saved_key(uid: SavedUid<'_>) -> UidKey {
     match uid {
         SavedUid::Uuid(bytes) => UidKey::Uuid(bytes),
@@ -1129,7 +1293,7 @@ mod tests {
             let m = meta(&uuid_of(i), "6", "ignored");
             assert_eq!(d.observe(&m, EventType::Deleted, 0), Verdict::Publish);
         }
-        assert!(d.names.text.len() < 100_000, "{}", d.names.text.len());
+        assert!(d.names.bytes() < 100_000, "{}", d.names.bytes());
         d.begin_list();
         let vanished = d.end_list();
         assert_eq!(vanished.len(), 1000);
@@ -1241,5 +1405,275 @@ mod tests {
         assert_eq!(d.unconfirmed(), 0);
         d.begin_list();
         assert_eq!(d.listed(&meta(&uuid_of(3), "8", "c"), 0), Listed::Unchanged);
+    }
+}
+
+/// The state against a plain model (a map of uid to what was published) under random events,
+/// relists, checkpoints taken half-way and restores.
+#[cfg(test)]
+mod model_tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+    struct Published {
+        version: u64,
+        name: String,
+        namespace: Option<String>,
+        mark: u64,
+    }
+
+    type Model = BTreeMap<String, Published>;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Event {
+            uid: u8,
+            version: u64,
+            kind: u8,
+            mark: u64,
+        },
+        /// Objects listed: known ones at a version, new ones under a name, maybe one a
+        /// vanished object held.
+        Relist(Vec<(u8, u64, u8, u64)>),
+        Freeze,
+        Restore,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let listed = (0u8..60, 1u64..12, 0u8..40, 0u64..3);
+        prop_oneof![
+            6 => (0u8..60, 1u64..12, 0u8..3, 0u64..3).prop_map(|(uid, version, kind, mark)| {
+                Op::Event { uid, version, kind, mark }
+            }),
+            1 => proptest::collection::vec(listed, 0..50).prop_map(Op::Relist),
+            1 => Just(Op::Freeze),
+            1 => Just(Op::Restore),
+        ]
+    }
+
+    fn uid(i: u8) -> String {
+        // Some uids are UUIDs (the dense store), some not (the side map).
+        if i % 5 == 4 {
+            format!("custom-{i}")
+        } else {
+            format!("{i:08x}-0000-4000-8000-000000000000")
+        }
+    }
+
+    /// Names of every length: some long, so that forgetting them compacts the names.
+    fn name(i: u8) -> String {
+        if i % 3 == 0 {
+            format!("{}-{i}", "long".repeat(500))
+        } else {
+            format!("n{i}")
+        }
+    }
+
+    fn namespace(i: u8) -> Option<String> {
+        (i % 4 != 0).then(|| format!("ns{}", i % 4))
+    }
+
+    fn meta_of(uid: &str, version: u64, p: &Published) -> ObjectMeta {
+        ObjectMeta {
+            uid: uid.into(),
+            resource_version: ResourceVersion::new(version.to_string()),
+            name: p.name.clone(),
+            namespace: p.namespace.clone(),
+            generation: None,
+        }
+    }
+
+    fn saved(frozen: Frozen) -> (Model, Vec<String>) {
+        let mut objects = Model::new();
+        let mut tombstones = Vec::new();
+        let text = |uid: SavedUid<'_>| match uid {
+            SavedUid::Uuid(bytes) => format_uuid(&bytes),
+            SavedUid::Text(text) => text.to_owned(),
+        };
+        frozen.for_each(|saved| match saved {
+            Saved::Object(o) => {
+                let SavedVersion::Number(version) = o.version else {
+                    panic!("only integer versions here");
+                };
+                let p = Published {
+                    version,
+                    name: o.name.to_owned(),
+                    namespace: o.namespace.map(str::to_owned),
+                    mark: o.mark,
+                };
+                assert!(objects.insert(text(o.uid), p).is_none(), "saved twice");
+            }
+            Saved::Tombstone(uid) => tombstones.push(text(uid)),
+        });
+        (objects, tombstones)
+    }
+
+    /// Whether another tracked object holds the name: names are unique at any instant, so
+    /// such an event is not generated.
+    fn name_taken(model: &Model, uid: &str, p: &Published) -> bool {
+        model
+            .iter()
+            .any(|(u, q)| u != uid && q.name == p.name && q.namespace == p.namespace)
+    }
+
+    fn run(ops: Vec<Op>) {
+        let mut d = Dedupe::new();
+        let mut model = Model::new();
+        let mut tombstones: Vec<String> = Vec::new();
+        let mut frozen: Vec<(Frozen, Model)> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Event {
+                    uid: i,
+                    version,
+                    kind,
+                    mark,
+                } => {
+                    let u = uid(i);
+                    let event_type =
+                        [EventType::Added, EventType::Modified, EventType::Deleted][kind as usize];
+                    let p = model.get(&u).cloned().unwrap_or(Published {
+                        version,
+                        name: name(i),
+                        namespace: namespace(i),
+                        mark,
+                    });
+                    if name_taken(&model, &u, &p) {
+                        continue;
+                    }
+                    let expected = if tombstones.contains(&u) {
+                        if event_type == EventType::Deleted {
+                            Verdict::Duplicate
+                        } else {
+                            Verdict::Stale
+                        }
+                    } else {
+                        match model.get(&u) {
+                            Some(t) if version < t.version => Verdict::Stale,
+                            Some(t) if event_type != EventType::Deleted && version == t.version => {
+                                Verdict::Duplicate
+                            }
+                            Some(t)
+                                if event_type == EventType::Modified
+                                    && mark != 0
+                                    && mark == t.mark =>
+                            {
+                                Verdict::Unchanged
+                            }
+                            _ => Verdict::Publish,
+                        }
+                    };
+                    let got = d.observe(&meta_of(&u, version, &p), event_type, mark);
+                    assert_eq!(got, expected, "{event_type:?} {u} at {version}");
+                    match (expected, event_type) {
+                        (Verdict::Publish, EventType::Deleted) => {
+                            model.remove(&u);
+                            tombstones.push(u);
+                        }
+                        (Verdict::Publish | Verdict::Unchanged, _) => {
+                            model.insert(u, Published { version, mark, ..p });
+                        }
+                        _ => {}
+                    }
+                }
+                Op::Relist(items) => {
+                    d.begin_list();
+                    let mut seen_uids = BTreeSet::new();
+                    let mut seen_names = BTreeSet::new();
+                    for (i, version, n, mark) in items {
+                        let u = uid(i);
+                        let p = model.get(&u).cloned().unwrap_or(Published {
+                            version,
+                            name: name(n),
+                            namespace: namespace(n),
+                            mark,
+                        });
+                        if tombstones.contains(&u)
+                            || !seen_uids.insert(u.clone())
+                            || !seen_names.insert((p.namespace.clone(), p.name.clone()))
+                        {
+                            continue;
+                        }
+                        let meta = meta_of(&u, version, &p);
+                        let holder = model
+                            .iter()
+                            .find(|(h, q)| {
+                                **h != u && q.name == p.name && q.namespace == p.namespace
+                            })
+                            .map(|(h, q)| (h.clone(), q.version));
+                        let gone = d.superseded(&meta).map(|v| v.meta);
+                        assert_eq!(
+                            gone.as_ref()
+                                .map(|m| (m.uid.clone(), m.resource_version.as_u64())),
+                            holder.as_ref().map(|(h, v)| (h.clone(), Some(*v)))
+                        );
+                        if let Some((h, _)) = holder {
+                            model.remove(&h);
+                            tombstones.push(h);
+                        }
+                        let expected = match model.get(&u) {
+                            None => Listed::New,
+                            Some(t) if t.version == version => Listed::Unchanged,
+                            Some(t) if version < t.version => Listed::Stale,
+                            Some(t) if mark != 0 && mark == t.mark => Listed::SameMark,
+                            Some(_) => Listed::Changed,
+                        };
+                        assert_eq!(d.listed(&meta, mark), expected, "{u} at {version}");
+                        if !matches!(expected, Listed::Unchanged | Listed::Stale) {
+                            model.insert(u, Published { version, mark, ..p });
+                        }
+                    }
+                    let mut expected: Vec<(Option<String>, String, String)> = model
+                        .iter()
+                        .filter(|(u, _)| !seen_uids.contains(*u))
+                        .map(|(u, p)| (p.namespace.clone(), p.name.clone(), u.clone()))
+                        .collect();
+                    expected.sort();
+                    let vanished: Vec<_> = d
+                        .end_list()
+                        .into_iter()
+                        .map(|v| (v.meta.namespace, v.meta.name, v.meta.uid))
+                        .collect();
+                    assert_eq!(vanished, expected);
+                    for (_, _, u) in expected {
+                        model.remove(&u);
+                        tombstones.push(u);
+                    }
+                }
+                Op::Freeze => frozen.push((d.freeze(), model.clone())),
+                Op::Restore => {
+                    let mut restored = Dedupe::new();
+                    d.for_each_saved(|o| restored.restore_saved(o, false));
+                    d = restored;
+                }
+            }
+            assert_eq!(d.len(), model.len());
+        }
+        for (frozen, then) in frozen {
+            assert_eq!(
+                saved(frozen).0,
+                then,
+                "a checkpoint sees the state as it was"
+            );
+        }
+        let (now, saved_tombstones) = saved(d.freeze());
+        assert_eq!(now, model);
+        // A relist's vanished are remembered in no particular order.
+        let set = |t: Vec<String>| t.into_iter().collect::<BTreeSet<_>>();
+        assert_eq!(set(saved_tombstones), set(tombstones));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn the_state_behaves_as_a_map_of_what_was_published(
+            ops in proptest::collection::vec(op(), 1..120)
+        ) {
+            run(ops);
+        }
     }
 }

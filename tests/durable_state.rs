@@ -92,10 +92,7 @@ async fn tail_objects_deleted_while_down(mode: Mode) {
     let recording = Recording::start(&cluster.nats.url()).await;
     let quick = cluster.config(PODS_WATCH, "");
     // No checkpoint is ever due: what the run publishes is known only to its journal.
-    let never = quick.replace(
-        "checkpoint_interval = \"150ms\"",
-        "checkpoint_interval = \"1h\"",
-    );
+    let never = without_checkpoints(&quick);
     run_until_checkpointed(&cluster, &recording, &quick, PODS_KEY).await;
     let saved = cluster.manifest(PODS_KEY).await.unwrap().resume_version;
 
@@ -195,10 +192,7 @@ async fn crash_before_the_first_checkpoint(mode: Mode) {
         sim.create("pods", Some(NS), pod_named(&format!("p{i}"), 0));
     }
     let recording = Recording::start(&cluster.nats.url()).await;
-    let never = cluster.config(PODS_WATCH, "").replace(
-        "checkpoint_interval = \"150ms\"",
-        "checkpoint_interval = \"1h\"",
-    );
+    let never = without_checkpoints(&cluster.config(PODS_WATCH, ""));
     let daemon = Process::spawn(&never);
     daemon.line_with(&["watching from resourceVersion"]);
     sim.create("pods", Some(NS), pod_named("p20", 1));
@@ -253,6 +247,14 @@ async fn a_crash_before_the_first_checkpoint_still_announces_deletions_core() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_before_the_first_checkpoint_still_announces_deletions_jetstream() {
     crash_before_the_first_checkpoint(Mode::JetStream).await;
+}
+
+/// `config` with no checkpoint due while a test runs.
+fn without_checkpoints(config: &str) -> String {
+    config.replace(
+        "checkpoint_interval = \"150ms\"",
+        "checkpoint_interval = \"1h\"",
+    )
 }
 
 /// Starts a daemon on `cluster` with `config`, waits until every pod is published and a
@@ -500,4 +502,71 @@ async fn the_state_of_a_dropped_namespace_is_removed_and_foreign_state_is_kept()
         !daemon.rest().contains("others.b"),
         "a watch name not configured is not touched"
     );
+}
+
+/// While the journal cannot be written (the bucket refuses every write), a new object's first
+/// message waits for its record — it is not published without it — but the changes of objects
+/// already announced go on being published. Once the bucket takes writes again, the held message
+/// follows, and every object's messages are published once, in order. (A checkpoint publishes
+/// everything held first, so it waits for the journal: none is due in this run.)
+async fn a_stuck_journal_holds_only_the_new_objects(mode: Mode) {
+    let cluster = Cluster::start(mode, 10_000).await;
+    let sim = &cluster.sim;
+    for i in 0..3 {
+        sim.create("pods", Some(NS), pod_named(&format!("p{i}"), 0));
+    }
+    let recording = Recording::start(&cluster.nats.url()).await;
+    let never = without_checkpoints(&cluster.config(PODS_WATCH, ""));
+    let daemon = Process::spawn(&never);
+    converge(sim, &recording).await;
+
+    let js = async_nats::jetstream::new(async_nats::connect(cluster.nats.url()).await.unwrap());
+    let mut bucket = js.get_stream(format!("KV_{BUCKET}")).await.unwrap();
+    let mut refusing = bucket.info().await.unwrap().config.clone();
+    let limit = refusing.max_bytes;
+    // The bucket discards new messages at its limit: every write is refused.
+    refusing.max_bytes = 1;
+    js.update_stream(&refusing).await.unwrap();
+    let new = sim.create("pods", Some(NS), pod_named("p9", 1));
+    let new_uid = new["metadata"]["uid"].as_str().unwrap().to_owned();
+    daemon.line_with(&["writing the journal failed"]);
+    let changed = sim.update("pods", Some(NS), "p1", |o| {
+        o["metadata"]["labels"]["x"] = "1".into()
+    });
+    let (p1, p1_rv) = (uid_of(sim, "p1"), rv(&changed).parse::<u64>().unwrap());
+    eventually(
+        "the change of an announced object, published while the journal is stuck",
+        || recording.all().iter().any(|s| s.uid == p1 && s.rv == p1_rv),
+    )
+    .await;
+    assert!(
+        !recording.all().iter().any(|s| s.uid == new_uid),
+        "a new object was announced before its journal record was stored"
+    );
+
+    refusing.max_bytes = limit;
+    js.update_stream(&refusing).await.unwrap();
+    let seen = converge(sim, &recording).await;
+    daemon.line_with(&["the journal is written again"]);
+    let problems = run_problems("the run", &seen);
+    assert!(
+        problems.is_empty(),
+        "mode {mode:?}: {}",
+        problems.join("\n")
+    );
+    assert_eq!(
+        seen.iter().filter(|s| s.uid == new_uid).count(),
+        1,
+        "the new object announced once: {seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_journal_holds_only_the_new_objects_core() {
+    a_stuck_journal_holds_only_the_new_objects(Mode::Core).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_journal_holds_only_the_new_objects_jetstream() {
+    a_stuck_journal_holds_only_the_new_objects(Mode::JetStream).await;
 }

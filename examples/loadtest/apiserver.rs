@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::pods::{uuid, PodTemplate};
+use crate::pods::{uuid, PodTemplate, NAMESPACES};
 
 /// The resourceVersion of object `slot` at the time of the list (they predate the list).
 const FIRST_OBJECT_RV: u64 = 1_000_000;
@@ -173,7 +173,10 @@ async fn connection(mut stream: TcpStream, scenario: Arc<Scenario>) {
             p if p.ends_with("/pods") => {
                 let limit = param("limit").and_then(|l| l.parse().ok()).unwrap_or(500usize);
                 let offset = param("continue").and_then(|c| c.parse().ok()).unwrap_or(0usize);
-                let body = list_page(&scenario, offset, limit, partial);
+                let namespace = p
+                    .strip_prefix("/api/v1/namespaces/")
+                    .and_then(|rest| rest.strip_suffix("/pods"));
+                let body = list_page(&scenario, namespace, offset, limit, partial);
                 scenario
                     .bytes_sent
                     .fetch_add(body.len() as u64, Ordering::Relaxed);
@@ -212,12 +215,31 @@ async fn respond(stream: &mut TcpStream, code: u16, body: &[u8]) -> std::io::Res
     stream.write_all(body).await
 }
 
-fn list_page(scenario: &Scenario, offset: usize, limit: usize, partial: bool) -> Vec<u8> {
+/// One page of the list: of every pod, or of the pods of `namespace` (`offset` and the
+/// `continue` token count those). Watches are not filtered by namespace.
+fn list_page(
+    scenario: &Scenario,
+    namespace: Option<&str>,
+    offset: usize,
+    limit: usize,
+    partial: bool,
+) -> Vec<u8> {
     let pods = match partial {
         true => &scenario.partial_pods,
         false => &scenario.pods,
     };
-    let end = (offset + limit.max(1)).min(pods.len());
+    let (first, step) = match namespace {
+        None => (0, 1),
+        Some(ns) => (
+            NAMESPACES
+                .iter()
+                .position(|n| *n == ns)
+                .unwrap_or(pods.len()),
+            NAMESPACES.len(),
+        ),
+    };
+    let listed = pods.len().saturating_sub(first).div_ceil(step);
+    let end = (offset + limit.max(1)).min(listed);
     let mut body = Vec::with_capacity((end - offset) * 3700 + 256);
     body.extend_from_slice(match partial {
         true => br#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":""#,
@@ -225,12 +247,14 @@ fn list_page(scenario: &Scenario, offset: usize, limit: usize, partial: bool) ->
     });
     body.extend_from_slice(scenario.list_rv().to_string().as_bytes());
     body.extend_from_slice(b"\"");
-    if end < scenario.pods.len() {
+    if end < listed {
         body.extend_from_slice(format!(r#","continue":"{end}""#).as_bytes());
     }
     body.extend_from_slice(br#"},"items":["#);
-    for (slot, pod) in pods.iter().enumerate().take(end).skip(offset) {
-        if slot > offset {
+    for k in offset..end {
+        let slot = first + k * step;
+        let pod = &pods[slot];
+        if k > offset {
             body.push(b',');
         }
         let uid = Scenario::uid(slot as u64, 0);

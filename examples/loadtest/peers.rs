@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
 
-use super::{on_off, spawn_kube2nats, stat, throughput_run, DaemonCfg, Env, Proc, RunResult};
+use super::{
+    free_port, on_off, spawn_kube2nats, stat, throughput_run, DaemonCfg, Env, Proc, RunResult,
+};
 
 /// A process that turns the simulated API server's watch into NATS messages.
 #[derive(Debug, Clone)]
@@ -53,22 +55,27 @@ impl Forwarder {
         let api_url = format!("http://127.0.0.1:{api_port}");
         let log = dir.join(format!("{}.log", self.name()));
         match self {
-            Forwarder::Kube2nats { bin, state } => spawn_kube2nats(
-                bin,
-                format,
-                dir,
-                &DaemonCfg {
-                    state: *state,
-                    http_port: None,
-                    api_port,
-                    nats_url,
-                    jetstream,
-                    initial_state: "skip",
-                    namespaces: &[],
-                    watches: 1,
-                    watch_extra,
-                },
-            ),
+            Forwarder::Kube2nats { bin, state } => {
+                let port = free_port()?;
+                let mut proc = spawn_kube2nats(
+                    bin,
+                    format,
+                    dir,
+                    &DaemonCfg {
+                        state: *state,
+                        http_port: Some(port),
+                        api_port,
+                        nats_url,
+                        jetstream,
+                        initial_state: "skip",
+                        namespaces: &[],
+                        watches: 1,
+                        watch_extra,
+                    },
+                )?;
+                proc.metrics_port = Some(port);
+                Ok(proc)
+            }
             // The reference forwarders have no watch settings: they run the default path only.
             Forwarder::Null(bin) => {
                 let mut args = vec!["--api-url", &api_url, "--nats-url", nats_url];

@@ -477,5 +477,110 @@ mod tests {
             }
             same_as_serde(&line);
         }
+
+        /// Generated JSON of every shape (nesting, escapes, non-ASCII and broken UTF-8, numbers
+        /// at the edges, whitespace) in an object's body and metadata decodes as with serde, and
+        /// so does the same line with one byte changed.
+        #[test]
+        fn generated_lines_decode_as_with_serde(
+            spec in json_value(),
+            label in json_value(),
+            ws in proptest::sample::select(vec!["", " ", "\t", "\r\n "]),
+            edit in proptest::option::of((0.0f64..1.0, 0..MUTATION_BYTES.len())),
+        ) {
+            let mut line = format!(
+                r#"{{"type":"ADDED",{ws}"object":{{"metadata":{{"name":"a","uid":"u","resourceVersion":"1","labels":{ws}"#
+            ).into_bytes();
+            line.extend_from_slice(&label);
+            line.extend_from_slice(format!(r#"{ws}}},"spec":"#).as_bytes());
+            line.extend_from_slice(&spec);
+            line.extend_from_slice(b"}}");
+            same_as_serde(&line);
+            if let Some((at, byte)) = edit {
+                let i = ((line.len() as f64) * at) as usize;
+                line[i] = MUTATION_BYTES[byte];
+                same_as_serde(&line);
+            }
+        }
+    }
+
+    /// Bytes of a JSON value: literals, numbers (valid and at the edges of what serde reads),
+    /// strings with escapes and UTF-8 (valid or not), arrays and objects nested a few deep.
+    fn json_value() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let number = proptest::sample::select(vec![
+            "0",
+            "-0",
+            "7",
+            "-12",
+            "1.5",
+            "-0.25e-3",
+            "1E400",
+            "99999999999999999999",
+            "2e+2",
+        ])
+        .prop_map(|n| n.as_bytes().to_vec());
+        let valid: &[&[u8]] = &[
+            b"a",
+            b"Z",
+            b" ",
+            b"\\\"",
+            b"\\\\",
+            b"\\/",
+            b"\\n",
+            b"\\u00e9",
+            b"\\ud83d\\ude00",
+            b"\\ud800",
+            "é".as_bytes(),
+            "日本".as_bytes(),
+            "😀".as_bytes(),
+            b"abcdefgh",
+        ];
+        // Rare, so that most generated lines are valid and the rest fail in different places.
+        let broken: &[&[u8]] = &[
+            b"\xff",
+            b"\xc3",
+            b"\xed\xa0\x80",
+            b"\xf4\x90\x80\x80",
+            b"\xe0\x80\x80",
+            b"\x01",
+        ];
+        let piece = prop_oneof![
+            40 => proptest::sample::select(valid.to_vec()),
+            1 => proptest::sample::select(broken.to_vec()),
+        ];
+        let string = proptest::collection::vec(piece, 0..12).prop_map(|pieces| {
+            let mut s = b"\"".to_vec();
+            pieces.iter().for_each(|p| s.extend_from_slice(p));
+            s.push(b'"');
+            s
+        });
+        let leaf = prop_oneof![
+            Just(b"null".to_vec()),
+            Just(b"true".to_vec()),
+            Just(b"false".to_vec()),
+            number,
+            string.clone(),
+        ];
+        leaf.prop_recursive(4, 48, 6, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(|items| {
+                    let mut s = b"[".to_vec();
+                    s.extend_from_slice(&items.join(&b","[..]));
+                    s.push(b']');
+                    s
+                }),
+                proptest::collection::vec((string.clone(), inner), 0..6).prop_map(|members| {
+                    let members: Vec<Vec<u8>> = members
+                        .into_iter()
+                        .map(|(k, v)| [k, b" : ".to_vec(), v].concat())
+                        .collect();
+                    let mut s = b"{".to_vec();
+                    s.extend_from_slice(&members.join(&b","[..]));
+                    s.push(b'}');
+                    s
+                }),
+            ]
+        })
     }
 }

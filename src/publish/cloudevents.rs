@@ -36,9 +36,11 @@
 use std::borrow::Cow;
 use std::time::SystemTime;
 
-use async_nats::HeaderMap;
+use async_nats::header::SerializedHeadersBuilder;
+use async_nats::HeaderName;
 
 use crate::event::{EventType, ObjectMeta, ResourceInfo};
+use crate::publish::message::{append_header, BuildError};
 
 /// Header names, spelled in lower case as the binding writes them (the Go SDK matches
 /// `content-type` case-sensitively).
@@ -108,27 +110,22 @@ impl Attributes {
         }
     }
 
-    /// Adds the attributes of one event to `headers`: `id` is its `Nats-Msg-Id` (unencoded),
-    /// `received` the time kube2nats received it.
-    pub fn insert(
-        &self,
-        headers: &mut HeaderMap,
-        meta: &ObjectMeta,
+    /// The attributes of one event: `id` is its `Nats-Msg-Id` (unencoded), `received` the time
+    /// kube2nats received it.
+    pub fn values<'a>(
+        &'a self,
+        meta: &'a ObjectMeta,
         event_type: EventType,
-        id: &str,
+        id: &'a str,
         received: SystemTime,
-    ) {
-        headers.insert(header::SPECVERSION, SPECVERSION);
-        headers.insert(header::ID, header_value(id).as_ref());
-        headers.insert(header::SOURCE, self.source(meta.namespace.as_deref()));
-        headers.insert(header::TYPE, self.type_of(event_type));
-        headers.insert(header::SUBJECT, header_value(&meta.name).as_ref());
-        headers.insert(
-            header::TIME,
-            humantime::format_rfc3339_millis(received).to_string(),
-        );
-        headers.insert(header::DATACONTENTTYPE, DATA_CONTENT_TYPE);
-        headers.insert(header::CONTENT_TYPE, DATA_CONTENT_TYPE);
+    ) -> Values<'a> {
+        Values {
+            id: header_value(id),
+            source: self.source(meta.namespace.as_deref()),
+            event_type: self.type_of(event_type),
+            subject: header_value(&meta.name),
+            time: Time::of(received),
+        }
     }
 
     fn type_of(&self, event_type: EventType) -> &str {
@@ -154,6 +151,70 @@ impl Attributes {
         }
         source.push_str(&self.source_tail);
         source
+    }
+}
+
+/// The attributes of one event, encoded for headers.
+pub struct Values<'a> {
+    id: Cow<'a, str>,
+    source: String,
+    event_type: &'a str,
+    subject: Cow<'a, str>,
+    time: Time,
+}
+
+impl Values<'_> {
+    fn headers(&self) -> [(HeaderName, &str); 8] {
+        [
+            (header::SPECVERSION, SPECVERSION),
+            (header::ID, &self.id),
+            (header::SOURCE, &self.source),
+            (header::TYPE, self.event_type),
+            (header::SUBJECT, &self.subject),
+            (header::TIME, self.time.as_str()),
+            (header::DATACONTENTTYPE, DATA_CONTENT_TYPE),
+            (header::CONTENT_TYPE, DATA_CONTENT_TYPE),
+        ]
+    }
+
+    /// The bytes of their header lines.
+    pub fn wire_len(&self) -> usize {
+        self.headers()
+            .iter()
+            .map(|(name, value)| {
+                AsRef::<str>::as_ref(name).len() + ": ".len() + value.len() + "\r\n".len()
+            })
+            .sum()
+    }
+
+    /// Appends their header lines to `block`.
+    pub fn append(&self, block: &mut SerializedHeadersBuilder) -> Result<(), BuildError> {
+        for (name, value) in self.headers() {
+            append_header(block, &name, value)?;
+        }
+        Ok(())
+    }
+}
+
+/// `ce-time`, formatted on the stack: RFC 3339, UTC, milliseconds.
+struct Time {
+    bytes: [u8; 32],
+    len: usize,
+}
+
+impl Time {
+    fn of(at: SystemTime) -> Time {
+        use std::io::Write;
+        let mut bytes = [0u8; 32];
+        let mut out = &mut bytes[..];
+        // 24 bytes up to the year 9999, which is as far as humantime formats.
+        let written = write!(out, "{}", humantime::format_rfc3339_millis(at));
+        let len = if written.is_ok() { 32 - out.len() } else { 0 };
+        Time { bytes, len }
+    }
+
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
     }
 }
 
@@ -230,12 +291,15 @@ mod tests {
         t: EventType,
         id: &str,
     ) -> Vec<(String, String)> {
-        let mut h = HeaderMap::new();
         let at = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_123);
-        attrs.insert(&mut h, meta, t, id, at);
-        let mut out: Vec<(String, String)> = h
+        let values = attrs.values(meta, t, id, at);
+        let mut block = async_nats::header::SerializedHeaders::builder(values.wire_len());
+        values.append(&mut block).unwrap();
+        let block = block.finish();
+        assert_eq!(block.len(), "NATS/1.0\r\n\r\n".len() + values.wire_len());
+        let mut out: Vec<(String, String)> = block
             .iter()
-            .map(|(k, v)| (k.to_string(), v[0].as_str().to_owned()))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect();
         out.sort();
         out

@@ -10,6 +10,14 @@
 //! value is sent verbatim. A subscriber decodes a header value exactly when it contains `%`:
 //! verbatim values never do, escaped ones always do, so the rule stays injective.
 //!
+//! # Header block
+//!
+//! The headers of a message are serialized once, straight into the block that goes on the wire
+//! ([`SerializedHeaders`]: one buffer, in a fixed order), rather than into async-nats'
+//! `HeaderMap` (a `HashMap` of `Vec`s of `String`s, about twenty allocations for nine headers,
+//! serialized again per publish). The values that do not change within a watch (`Kube-Kind`,
+//! `Kube-Api-Version`, `Kube-Cluster`) are escaped once per watch.
+//!
 //! # Subject length
 //!
 //! nats-server closes a connection whose protocol line exceeds its `max_control_line` (4 KiB by
@@ -19,6 +27,8 @@
 
 use std::borrow::Cow;
 
+use async_nats::header::{SerializedHeaders, SerializedHeadersBuilder};
+use async_nats::HeaderName;
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::config::{MessageFormat, PayloadMode};
@@ -59,6 +69,24 @@ pub const MAX_SUBJECT_BYTES: usize = 3840;
 pub enum BuildError {
     #[error("subject of {bytes} bytes exceeds the limit of {MAX_SUBJECT_BYTES} (nats-server's max_control_line)")]
     SubjectTooLong { bytes: usize },
+    /// Cannot happen: every value passes [`header_value`] first; kept as an error rather than a
+    /// panic on data from outside.
+    #[error("header {name} has a value NATS refuses")]
+    HeaderValue { name: String },
+}
+
+/// Appends `name: value` to a header block; `value` must already be fit for NATS.
+pub(crate) fn append_header(
+    block: &mut SerializedHeadersBuilder,
+    name: &HeaderName,
+    value: &str,
+) -> Result<(), BuildError> {
+    match block.append(name, value) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(BuildError::HeaderValue {
+            name: name.to_string(),
+        }),
+    }
 }
 
 /// A header value NATS accepts, by the rule in the module docs: verbatim unless it holds `%` or
@@ -77,7 +105,8 @@ pub fn header_value(raw: &str) -> Cow<'_, str> {
 #[derive(Debug, Clone)]
 pub struct OutMessage {
     pub subject: String,
-    pub headers: async_nats::HeaderMap,
+    /// Serialized once; a clone (for a JetStream retry) shares the bytes.
+    pub headers: SerializedHeaders,
     pub payload: Bytes,
     pub event_type: EventType,
     /// Groups the messages of one name (namespace and name), so that two of them are never in
@@ -89,23 +118,7 @@ pub struct OutMessage {
 impl OutMessage {
     /// The bytes NATS counts against its `max_payload`: the payload and the header block.
     pub fn wire_len(&self) -> usize {
-        const FRAMING: usize = "NATS/1.0\r\n".len() + "\r\n".len();
-        let headers: usize = self
-            .headers
-            .iter()
-            .map(|(name, values)| {
-                values
-                    .iter()
-                    .map(|v| {
-                        AsRef::<str>::as_ref(name).len()
-                            + ": ".len()
-                            + v.as_str().len()
-                            + "\r\n".len()
-                    })
-                    .sum::<usize>()
-            })
-            .sum();
-        self.payload.len() + FRAMING + headers
+        self.payload.len() + self.headers.len()
     }
 }
 
@@ -120,6 +133,8 @@ pub struct MessageBuilder {
     pub resource: ResourceInfo,
     pub api_version: String,
     pub payload: PayloadMode,
+    /// The header values that are the same for every message of the watch, escaped once.
+    constant: ConstantHeaders,
     /// The watch's CloudEvents attributes when its format is `cloudevents`.
     pub cloudevents: Option<cloudevents::Attributes>,
 }
@@ -139,6 +154,11 @@ impl MessageBuilder {
             MessageFormat::Native => None,
             MessageFormat::CloudEvents => Some(cloudevents::Attributes::new(&cluster, &resource)),
         };
+        let constant = ConstantHeaders {
+            kind: header_value(&resource.kind).into_owned(),
+            api_version: header_value(&api_version).into_owned(),
+            cluster: header_value(&cluster).into_owned(),
+        };
         MessageBuilder {
             watch,
             template,
@@ -147,6 +167,7 @@ impl MessageBuilder {
             resource,
             api_version,
             payload,
+            constant,
             cloudevents,
         }
     }
@@ -154,6 +175,16 @@ impl MessageBuilder {
     /// The message for `event`; `synthesized` marks events derived from a list. Refused when its
     /// subject would be longer than the NATS server accepts.
     pub fn build(&self, event: &ObjectEvent, synthesized: bool) -> Result<OutMessage, BuildError> {
+        self.build_marked(event, synthesized, false)
+    }
+
+    /// As [`Self::build`]; `truncated` adds `Kube-Payload: truncated`.
+    fn build_marked(
+        &self,
+        event: &ObjectEvent,
+        synthesized: bool,
+        truncated: bool,
+    ) -> Result<OutMessage, BuildError> {
         let meta = &event.meta;
         let mut subject = String::with_capacity(96);
         self.template.render(
@@ -174,34 +205,11 @@ impl MessageBuilder {
                 bytes: subject.len(),
             });
         }
-        let mut headers = async_nats::HeaderMap::new();
-        headers.insert(header::EVENT_TYPE, event.event_type.as_str());
-        // Every value from outside the process goes through `header_value`.
-        let mut insert = |name, raw: &str| headers.insert(name, header_value(raw).as_ref());
-        insert(header::RESOURCE_VERSION, meta.resource_version.as_str());
-        insert(header::UID, &meta.uid);
-        if let Some(ns) = &meta.namespace {
-            insert(header::NAMESPACE, ns);
-        }
-        insert(header::NAME, &meta.name);
-        insert(header::KIND, &self.resource.kind);
-        insert(header::API_VERSION, &self.api_version);
         let id = msg_id(&self.watch, meta, event.event_type);
-        insert(header::MSG_ID, &id);
-        // Where clusters share one NATS, the subject template may leave the cluster out.
-        if !self.cluster.is_empty() {
-            insert(header::CLUSTER, &self.cluster);
-        }
-        if synthesized {
-            headers.insert(header::SYNTHESIZED, SYNTHESIZED_RELIST);
-        }
-        if let Some(attributes) = &self.cloudevents {
-            let received = std::time::SystemTime::now();
-            attributes.insert(&mut headers, meta, event.event_type, &id, received);
-        }
+        let headers = self.headers(event, &id, synthesized, truncated)?;
         Ok(OutMessage {
             subject,
-            headers,
+            headers: headers.finish(),
             payload: self.payload(event),
             event_type: event.event_type,
             object_key: name_key(meta),
@@ -222,9 +230,66 @@ impl MessageBuilder {
             object: self.vanished_object(&event.meta),
             watch_line: None,
         };
-        let mut message = self.build(&meta_only, synthesized)?;
-        message.headers.insert(header::PAYLOAD, PAYLOAD_TRUNCATED);
-        Ok(message)
+        self.build_marked(&meta_only, synthesized, true)
+    }
+
+    /// The header block of one message, but for its closing line: the values from the API
+    /// server escaped by [`header_value`], the watch's constants as escaped once.
+    fn headers(
+        &self,
+        event: &ObjectEvent,
+        id: &str,
+        synthesized: bool,
+        truncated: bool,
+    ) -> Result<SerializedHeadersBuilder, BuildError> {
+        let meta = &event.meta;
+        let event_type = event.event_type.as_str();
+        let resource_version = header_value(meta.resource_version.as_str());
+        let uid = header_value(&meta.uid);
+        let namespace = meta.namespace.as_deref().map(header_value);
+        let name = header_value(&meta.name);
+        let msg_id = header_value(id);
+        let constant = &self.constant;
+        let optional = |on: bool, value: &'static str| if on { Some(value) } else { None };
+        let cluster = Some(constant.cluster.as_str()).filter(|c| !c.is_empty());
+        // Native headers in a fixed order; `None` ones are left out. Where clusters share one
+        // NATS, the subject template may leave the cluster out, so `Kube-Cluster` names it.
+        let native: [(&HeaderName, Option<&str>); 11] = [
+            (&header::EVENT_TYPE, Some(event_type)),
+            (&header::RESOURCE_VERSION, Some(&*resource_version)),
+            (&header::UID, Some(&*uid)),
+            (&header::NAMESPACE, namespace.as_deref()),
+            (&header::NAME, Some(&*name)),
+            (&header::KIND, Some(constant.kind.as_str())),
+            (&header::API_VERSION, Some(constant.api_version.as_str())),
+            (&header::MSG_ID, Some(&*msg_id)),
+            (&header::CLUSTER, cluster),
+            (
+                &header::SYNTHESIZED,
+                optional(synthesized, SYNTHESIZED_RELIST),
+            ),
+            (&header::PAYLOAD, optional(truncated, PAYLOAD_TRUNCATED)),
+        ];
+        let lines: usize = native
+            .iter()
+            .filter_map(|(name, value)| Some(line_len(name, value.as_ref()?)))
+            .sum();
+        let attributes = self.cloudevents.as_ref().map(|attributes| {
+            let received = std::time::SystemTime::now();
+            attributes.values(meta, event.event_type, id, received)
+        });
+        let extra = attributes.as_ref().map_or(0, cloudevents::Values::wire_len);
+        // Sized exactly: the block is then frozen without another allocation.
+        let mut block = SerializedHeaders::builder(lines + extra);
+        for (name, value) in native {
+            if let Some(value) = value {
+                append_header(&mut block, name, value)?;
+            }
+        }
+        if let Some(attributes) = &attributes {
+            attributes.append(&mut block)?;
+        }
+        Ok(block)
     }
 
     fn payload(&self, event: &ObjectEvent) -> Bytes {
@@ -255,6 +320,20 @@ impl MessageBuilder {
         });
         Bytes::from(object.to_string())
     }
+}
+
+/// The header values of a watch that are the same in all its messages, fit for NATS.
+#[derive(Debug, Clone)]
+struct ConstantHeaders {
+    kind: String,
+    api_version: String,
+    /// Empty when no cluster is named.
+    cluster: String,
+}
+
+/// The bytes of the header line `name: value\r\n`.
+fn line_len(name: &HeaderName, value: &str) -> usize {
+    AsRef::<str>::as_ref(name).len() + ": ".len() + value.len() + "\r\n".len()
 }
 
 /// `Nats-Msg-Id`: `{watch}:{uid}:{resourceVersion}` for ADDED and MODIFIED, with `:DELETED`
@@ -303,6 +382,52 @@ fn name_key(meta: &ObjectMeta) -> u64 {
     h.finish()
 }
 
+/// The header block kube2nats published when it built an async-nats `HeaderMap` per
+/// message (the code as it was, CloudEvents attributes included), in the map's wire form: the
+/// reference the tests and `benches/message.rs` compare the serialized block with.
+#[doc(hidden)]
+pub fn headermap_reference(
+    b: &MessageBuilder,
+    event: &ObjectEvent,
+    synthesized: bool,
+    truncated: bool,
+) -> SerializedHeaders {
+    let meta = &event.meta;
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(header::EVENT_TYPE, event.event_type.as_str());
+    let mut insert = |name, raw: &str| headers.insert(name, header_value(raw).as_ref());
+    insert(header::RESOURCE_VERSION, meta.resource_version.as_str());
+    insert(header::UID, &meta.uid);
+    if let Some(ns) = &meta.namespace {
+        insert(header::NAMESPACE, ns);
+    }
+    insert(header::NAME, &meta.name);
+    insert(header::KIND, &b.resource.kind);
+    insert(header::API_VERSION, &b.api_version);
+    let id = msg_id(&b.watch, meta, event.event_type);
+    insert(header::MSG_ID, &id);
+    if !b.cluster.is_empty() {
+        insert(header::CLUSTER, &b.cluster);
+    }
+    if synthesized {
+        headers.insert(header::SYNTHESIZED, SYNTHESIZED_RELIST);
+    }
+    if let Some(attributes) = &b.cloudevents {
+        let values = attributes.values(meta, event.event_type, &id, std::time::SystemTime::now());
+        let mut block = SerializedHeaders::builder(0);
+        if values.append(&mut block).is_err() {
+            return SerializedHeaders::from(&headers);
+        }
+        for (name, value) in block.finish().iter() {
+            headers.insert(name, value);
+        }
+    }
+    if truncated {
+        headers.insert(header::PAYLOAD, PAYLOAD_TRUNCATED);
+    }
+    SerializedHeaders::from(&headers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -333,6 +458,63 @@ mod tests {
         )
     }
 
+    /// The lines of a header block, sorted, without `ce-time` (the time of the call).
+    fn sorted_lines(block: &SerializedHeaders) -> Vec<(String, String)> {
+        let mut lines: Vec<(String, String)> = block
+            .iter()
+            .filter(|(name, _)| *name != "ce-time")
+            .map(|(name, value)| (name.to_owned(), value.to_owned()))
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    proptest::proptest! {
+        /// The serialized block holds exactly the header lines the `HeaderMap` wrote (which wrote
+        /// them in hash order), whatever the metadata, cluster, format and marks; and its length
+        /// is what goes on the wire.
+        #[test]
+        fn header_block_has_the_lines_of_the_header_map(
+            name in "[a-z0-9.%\r\n é-]{1,12}",
+            namespace in proptest::option::of("[a-z0-9%\t-]{1,8}"),
+            uid in "[a-f0-9\r-]{1,12}",
+            rv in "[0-9%]{1,6}",
+            cluster in "(|prod-eu|e u%\n)",
+            cloudevents in proptest::bool::ANY,
+            synthesized in proptest::bool::ANY,
+            deleted in proptest::bool::ANY,
+        ) {
+            let mut b = builder_as(
+                PayloadMode::Event,
+                if cloudevents { MessageFormat::CloudEvents } else { MessageFormat::Native },
+            );
+            b = MessageBuilder::new(
+                b.watch, b.template, b.prefix, cluster, b.resource, b.payload,
+                if cloudevents { MessageFormat::CloudEvents } else { MessageFormat::Native },
+            );
+            let mut e = event(None);
+            e.meta.name = name.as_str().into();
+            e.meta.namespace = namespace.as_deref().map(Into::into);
+            e.meta.uid = uid.as_str().into();
+            e.meta.resource_version = ResourceVersion::new(rv.as_str());
+            if deleted {
+                e.event_type = EventType::Deleted;
+            }
+            let message = b.build(&e, synthesized).unwrap();
+            proptest::prop_assert_eq!(
+                sorted_lines(&message.headers),
+                sorted_lines(&headermap_reference(&b, &e, synthesized, false))
+            );
+            let expected_len = headermap_reference(&b, &e, synthesized, false).len();
+            proptest::prop_assert_eq!(message.headers.len(), expected_len);
+            let cut = b.truncated(&e, synthesized).unwrap();
+            proptest::prop_assert_eq!(
+                sorted_lines(&cut.headers),
+                sorted_lines(&headermap_reference(&b, &e, synthesized, true))
+            );
+        }
+    }
+
     fn event(line: Option<&'static [u8]>) -> ObjectEvent {
         ObjectEvent {
             event_type: EventType::Modified,
@@ -354,7 +536,7 @@ mod tests {
             .build(&event(None), true)
             .unwrap();
         assert_eq!(m.subject, "kube.core.v1.pods.default.web_1.modified");
-        let h = |k: async_nats::HeaderName| m.headers.get(k).map(|v| v.as_str().to_owned());
+        let h = |k: async_nats::HeaderName| m.headers.get(k).map(str::to_owned);
         assert_eq!(h(header::EVENT_TYPE).as_deref(), Some("MODIFIED"));
         assert_eq!(h(header::MSG_ID).as_deref(), Some("pods:u1:7"));
         assert_eq!(h(header::NAMESPACE).as_deref(), Some("default"));
@@ -381,10 +563,7 @@ mod tests {
         let whole = b.build(&big, false).unwrap();
         let cut = b.truncated(&big, false).unwrap();
         assert_eq!(cut.subject, whole.subject);
-        assert_eq!(
-            cut.headers.get(header::PAYLOAD).map(|v| v.as_str()),
-            Some("truncated")
-        );
+        assert_eq!(cut.headers.get(header::PAYLOAD), Some("truncated"));
         assert_eq!(
             cut.headers.get(header::MSG_ID),
             whole.headers.get(header::MSG_ID)
@@ -458,7 +637,7 @@ mod tests {
         for n in names(&native) {
             assert!(ce_names.contains(&n), "{n} missing");
         }
-        let h = |k: async_nats::HeaderName| ce.headers.get(k).map(|v| v.as_str().to_owned());
+        let h = |k: async_nats::HeaderName| ce.headers.get(k).map(str::to_owned);
         assert_eq!(h(cloudevents::header::ID), h(header::MSG_ID));
         assert_eq!(
             h(cloudevents::header::TYPE).as_deref(),
@@ -479,10 +658,7 @@ mod tests {
         let b = builder(PayloadMode::Event);
         let id = |e: &ObjectEvent| {
             let message = b.build(e, false).unwrap();
-            message
-                .headers
-                .get(header::MSG_ID)
-                .map(|v| v.as_str().to_owned())
+            message.headers.get(header::MSG_ID).map(str::to_owned)
         };
         e.event_type = EventType::Added;
         assert_eq!(id(&e).as_deref(), Some("pods:u1:7"));

@@ -171,21 +171,19 @@ impl Outbox {
 
 impl Outbox {
     /// Waits until no message of the objects `keys` (their `object_key`s) is unacknowledged
-    /// (JetStream), or everything has reached the server (core: a flush round trip).
+    /// (JetStream), so that a JetStream write made afterwards on the same connection is stored
+    /// only after them. Core mode has nothing to wait for: the client sends its messages in the
+    /// order it was handed them, and the server handles one connection's messages in order, so
+    /// by the time such a write is acknowledged the server has every message handed over before.
     pub async fn settle_objects(&mut self, keys: &[u64]) {
-        match &self.nats {
-            Nats::JetStream { client, context } => {
-                while self
-                    .window
-                    .in_flight
-                    .iter()
-                    .any(|f| keys.contains(&f.msg.object_key))
-                {
-                    self.window.complete_oldest(client, context).await;
-                }
-            }
-            Nats::Core(_) => {
-                self.settle().await;
+        if let Nats::JetStream { client, context } = &self.nats {
+            while self
+                .window
+                .in_flight
+                .iter()
+                .any(|f| keys.contains(&f.msg.object_key))
+            {
+                self.window.complete_oldest(client, context).await;
             }
         }
     }
@@ -201,7 +199,7 @@ impl Window {
         self.in_hand = 1;
         self.report();
         let published = client
-            .publish_with_headers(msg.subject.clone(), msg.headers, msg.payload)
+            .publish_with_serialized_headers(msg.subject.clone(), msg.headers, msg.payload)
             .await;
         self.in_hand = 0;
         if published.is_ok() {
@@ -292,7 +290,7 @@ impl Window {
         loop {
             let publish = jetstream::message::PublishMessage::build()
                 .payload(msg.payload.clone())
-                .headers(msg.headers.clone());
+                .serialized_headers(msg.headers.clone());
             match context.send_publish(msg.subject.clone(), publish).await {
                 Ok(ack) => return Some(ack),
                 Err(e) if e.kind() == jetstream::context::PublishErrorKind::MaxPayloadExceeded => {

@@ -100,7 +100,10 @@ pub struct Manifest {
 /// A snapshot of one target's memory, encoded.
 #[derive(Debug, Clone)]
 pub struct Encoded {
+    /// The chunks not taken before (by [`Encoder::take_chunks`]).
     pub chunks: Vec<Bytes>,
+    /// Chunks in the whole snapshot, taken ones included.
+    pub total_chunks: u32,
     pub objects: u64,
     pub tombstones: u64,
     pub bytes: u64,
@@ -128,25 +131,31 @@ pub enum CodecError {
 }
 
 /// Encodes objects into chunks of at most `chunk_limit` bytes (an object larger than that gets a
-/// chunk of its own).
-pub struct Encoder<'a> {
+/// chunk of its own). The finished chunks can be taken as they fill, so a large snapshot is
+/// written chunk by chunk instead of held whole.
+pub struct Encoder {
     chunk_limit: usize,
     generation: u64,
     chunks: Vec<Bytes>,
+    /// The index of the chunk being filled.
+    index: u32,
+    bytes: u64,
     buf: Vec<u8>,
-    namespaces: FxHashMap<&'a str, u32>,
+    namespaces: FxHashMap<Box<str>, u32>,
     entry: Vec<u8>,
     objects: u64,
     tombstones: u64,
     checksum: Fnv,
 }
 
-impl<'a> Encoder<'a> {
-    pub fn new(generation: u64, chunk_limit: usize) -> Encoder<'a> {
+impl Encoder {
+    pub fn new(generation: u64, chunk_limit: usize) -> Encoder {
         let mut encoder = Encoder {
             chunk_limit: chunk_limit.max(HEADER_LEN + 64),
             generation,
             chunks: Vec::new(),
+            index: 0,
+            bytes: 0,
             buf: Vec::new(),
             namespaces: FxHashMap::default(),
             entry: Vec::with_capacity(128),
@@ -158,7 +167,7 @@ impl<'a> Encoder<'a> {
         encoder
     }
 
-    pub fn push(&mut self, object: SavedObject<'a>) {
+    pub fn push(&mut self, object: SavedObject<'_>) {
         if self.encode_entry(&object) {
             self.finish_chunk();
             self.start_chunk();
@@ -170,7 +179,7 @@ impl<'a> Encoder<'a> {
     }
 
     /// A deleted uid; pushed after every object, oldest first.
-    pub fn push_tombstone(&mut self, uid: SavedUid<'a>) {
+    pub fn push_tombstone(&mut self, uid: SavedUid<'_>) {
         self.entry.clear();
         encode_tombstone(&mut self.entry, uid);
         if self.buf.len() > HEADER_LEN && self.buf.len() + self.entry.len() > self.chunk_limit {
@@ -181,21 +190,26 @@ impl<'a> Encoder<'a> {
         self.tombstones += 1;
     }
 
+    /// The chunks filled so far, in order, and not taken before.
+    pub fn take_chunks(&mut self) -> Vec<Bytes> {
+        std::mem::take(&mut self.chunks)
+    }
+
     pub fn finish(mut self) -> Encoded {
         self.finish_chunk();
-        let bytes = self.chunks.iter().map(|c| c.len() as u64).sum();
         Encoded {
             chunks: self.chunks,
+            total_chunks: self.index,
             objects: self.objects,
             tombstones: self.tombstones,
-            bytes,
+            bytes: self.bytes,
             checksum: self.checksum.0,
             generation: self.generation,
         }
     }
 
     fn start_chunk(&mut self) {
-        let index = u32::try_from(self.chunks.len()).unwrap_or(u32::MAX);
+        let index = self.index;
         self.buf = Vec::with_capacity(self.chunk_limit.min(1 << 20));
         self.buf.extend_from_slice(MAGIC);
         self.buf.push(FORMAT as u8);
@@ -207,12 +221,14 @@ impl<'a> Encoder<'a> {
     fn finish_chunk(&mut self) {
         let chunk = std::mem::take(&mut self.buf);
         self.checksum.write(&chunk);
+        self.bytes += chunk.len() as u64;
+        self.index = self.index.saturating_add(1);
         self.chunks.push(Bytes::from(chunk));
     }
 
     /// Encodes one entry into `self.entry`; `true` if the current chunk has no room for it (and
     /// it is not the chunk's first entry), in which case nothing was recorded.
-    fn encode_entry(&mut self, object: &SavedObject<'a>) -> bool {
+    fn encode_entry(&mut self, object: &SavedObject<'_>) -> bool {
         let known = object
             .namespace
             .and_then(|ns| self.namespaces.get(ns).copied());
@@ -221,7 +237,7 @@ impl<'a> Encoder<'a> {
             self.buf.len() > HEADER_LEN && self.buf.len() + self.entry.len() > self.chunk_limit;
         if let (false, None, Some(ns)) = (full, known, object.namespace) {
             let index = u32::try_from(self.namespaces.len()).unwrap_or(u32::MAX);
-            self.namespaces.insert(ns, index);
+            self.namespaces.insert(ns.into(), index);
         }
         full
     }

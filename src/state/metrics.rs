@@ -20,6 +20,7 @@ pub struct StateMetrics {
     load_duration: prometheus::GaugeVec,
     objects_loaded: IntGaugeVec,
     stored_bytes: IntGaugeVec,
+    journal_records: prometheus::HistogramVec,
     ages: CheckpointAges,
 }
 
@@ -70,6 +71,17 @@ impl StateMetrics {
             &["watch"],
         )?;
         registry.register(Box::new(stored_bytes.clone()))?;
+        // Its `_count` is the number of journal writes, its `_sum` the objects they recorded.
+        let journal_records = prometheus::HistogramVec::new(
+            prometheus::HistogramOpts::new(
+                "state_journal_records",
+                "Objects recorded per journal write (first published, or deleted, since the last checkpoint).",
+            )
+            .namespace(crate::telemetry::metrics::NAMESPACE)
+            .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]),
+            &["watch"],
+        )?;
+        registry.register(Box::new(journal_records.clone()))?;
         let ages = CheckpointAges::new()?;
         registry.register(Box::new(ages.clone()))?;
         Ok(StateMetrics {
@@ -79,6 +91,7 @@ impl StateMetrics {
             load_duration,
             objects_loaded,
             stored_bytes,
+            journal_records,
             ages,
         })
     }
@@ -94,6 +107,7 @@ impl StateMetrics {
             load_duration: self.load_duration.with_label_values(&[watch]),
             objects_loaded: self.objects_loaded.with_label_values(&[watch]),
             stored_bytes: self.stored_bytes.with_label_values(&[watch]),
+            journal_records: self.journal_records.with_label_values(&[watch]),
             last_current: started,
             stored: Arc::new(AtomicU64::new(0)),
         }
@@ -109,6 +123,8 @@ pub struct TargetMetrics {
     load_duration: prometheus::Gauge,
     objects_loaded: IntGauge,
     stored_bytes: IntGauge,
+    /// Objects per journal write.
+    pub journal_records: prometheus::Histogram,
     /// Unix millis of the last moment the saved state matched what was published.
     last_current: Arc<AtomicU64>,
     /// This target's share of `stored_bytes`.

@@ -25,6 +25,13 @@
 //! last, so a crash or NATS outage mid-write leaves the previous snapshot intact: the manifest is
 //! the commit. With history 1 and two fixed sets, storage is bounded by twice the largest snapshot.
 //!
+//! A snapshot is never held encoded whole: the watch task hands the writer a frozen view of its
+//! memory ([`Dedupe::freeze`], which shares the memory's chunks copy-on-write), and the writer
+//! encodes and writes it chunk by chunk, releasing each part once written. A checkpoint of a
+//! million objects (~44 MB encoded) so costs a chunk or two of memory, plus copies of the parts
+//! that events change while it is written. A write that fails half-way has spent its view: the
+//! next checkpoint takes a new one.
+//!
 //! Alternatives weighed: one key per object makes every event a second JetStream write (the CPU
 //! budget is +10% per event, a JetStream publish costs about as much as the event itself); a
 //! delta log needs compaction and replay logic of its own. A whole snapshot costs O(objects) per
@@ -66,10 +73,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::config::{BackoffConfig, StateConfig};
-use crate::dedupe::{Dedupe, Saved, SavedObject};
+use crate::dedupe::{Dedupe, Frozen, Saved, SavedObject};
 use crate::event::ResourceVersion;
 use crate::watcher::Target;
-use codec::{CodecError, Encoded, Encoder, Fnv, JournalBatch, Manifest, Slot, FORMAT};
+use codec::{CodecError, Encoder, Fnv, JournalBatch, Manifest, Slot, FORMAT};
 pub use metrics::{StateMetrics, TargetMetrics};
 
 /// The largest chunk: far below NATS' default `max_payload` (1 MiB), and small enough that
@@ -447,15 +454,17 @@ impl TargetState {
         committed: Option<Manifest>,
     ) -> Loaded {
         let journal = bucket.as_ref().map(|(bucket, next)| Journal {
-            key: self.key.clone(),
-            identity: identity_hash(&self.identity),
-            bucket: bucket.clone(),
-            store: bucket.store.clone(),
+            target: Arc::new(JournalTarget {
+                key: self.key.clone(),
+                identity: identity_hash(&self.identity),
+                bucket: bucket.clone(),
+                metrics: self.metrics.clone(),
+            }),
+            store: Arc::new(bucket.store.clone()),
             next: *next,
             last_stream_sequence: 0,
             batch: JournalBatch::default(),
-            failing: false,
-            metrics: self.metrics.clone(),
+            writing: None,
         });
         let journaled = match &start {
             Start::Saved { dedupe, .. } | Start::Journaled { dedupe } => dedupe.unconfirmed() > 0,
@@ -655,75 +664,113 @@ pub struct Loaded {
 /// the deleted version), so that a deletion announced again after a crash is the same message,
 /// with the same `Nats-Msg-Id`.
 ///
-/// The watch task holds back the messages of a batch (and every message after them, to keep
-/// their order) until its record is written: one write per batch — a list page, or the events
-/// that arrived together — never one per event. An object recorded whose message then did not
-/// go out (a crash in between) is published once more at the next start, as [`Dedupe`]'s
+/// Group commit: one write is under way at a time, and what is recorded meanwhile becomes the
+/// next write, so a quiet stream writes each record at once and a busy one writes one record per
+/// round trip to JetStream, however many objects it names — never one per event. The watch task
+/// holds back only the messages of the objects recorded (and later messages of the same
+/// objects, to keep their order) until their record is written ([`written`](Self::written));
+/// everything else goes on being published meanwhile. An object recorded whose message then did
+/// not go out (a crash in between) is published once more at the next start, as [`Dedupe`]'s
 /// unconfirmed objects are. Each checkpoint folds the records into its snapshot
 /// ([`Manifest::journal_next`]) and removes them.
+///
+/// Records are positions `0, 1, 2, …` of the target's journal (keys `….j.{n}`), loaded in that
+/// order until the first missing one; since one write is under way at a time, a record is never
+/// stored without every record before it.
 pub struct Journal {
-    key: String,
-    identity: u64,
-    bucket: Arc<Bucket>,
-    store: kv::Store,
-    /// The position of the next record.
+    target: Arc<JournalTarget>,
+    store: Arc<kv::Store>,
+    /// The position of the next record to be stored: every record before it is.
     next: u64,
     /// The stream sequence of the last record written (0: none in this run).
     last_stream_sequence: u64,
+    /// Objects recorded since the last write began.
     batch: JournalBatch,
-    failing: bool,
+    /// The write of the record at position `next`, while under way.
+    writing: Option<JournalWrite>,
+}
+
+/// What a journal write needs besides its record; shared by the writes of one target.
+struct JournalTarget {
+    key: String,
+    identity: u64,
+    bucket: Arc<Bucket>,
     metrics: TargetMetrics,
 }
 
+/// One record being written: resolves once it is stored (retrying until it is), with the
+/// bucket found again if it had to be.
+type JournalWrite = std::pin::Pin<Box<dyn std::future::Future<Output = Stored> + Send>>;
+
+struct Stored {
+    stream_sequence: u64,
+    store: Arc<kv::Store>,
+}
+
 impl Journal {
-    /// An object is about to be published for the first time, or its deletion.
-    pub fn record(&mut self, meta: &crate::event::ObjectMeta) {
+    /// The object of the next message is about to be published for the first time, or deleted.
+    /// Returns the position of the record that will hold it: the message must not go out before
+    /// that record is stored ([`stored_below`](Self::stored_below)).
+    pub fn record(&mut self, meta: &crate::event::ObjectMeta) -> u64 {
         self.batch.push(&SavedObject::of(meta));
+        self.next + u64::from(self.writing.is_some())
     }
 
-    /// Objects recorded but not yet written.
+    /// Objects recorded and not yet being written.
     pub fn pending(&self) -> usize {
         self.batch.len()
     }
 
-    /// Writes the recorded objects, retrying (and re-finding the bucket) until it succeeds.
-    pub async fn write(&mut self) {
-        if self.batch.is_empty() {
+    /// Whether a write is under way.
+    pub fn is_writing(&self) -> bool {
+        self.writing.is_some()
+    }
+
+    /// Every record at a position below this is stored.
+    pub fn stored_below(&self) -> u64 {
+        self.next
+    }
+
+    /// Starts writing what was recorded, unless a write is under way already or nothing was.
+    pub fn begin_write(&mut self) {
+        if self.writing.is_some() || self.batch.is_empty() {
             return;
         }
-        let mut backoff = Backoff::new(RETRY_BACKOFF);
-        let record = self.batch.record(self.next, self.identity);
+        let record = self.batch.record(self.next, self.target.identity);
+        self.target
+            .metrics
+            .journal_records
+            .observe(self.batch.len() as f64);
+        self.batch.clear();
+        self.writing = Some(Box::pin(write_record(
+            self.target.clone(),
+            self.store.clone(),
+            journal_key(&self.target.key, self.next),
+            record,
+        )));
+    }
+
+    /// Waits until the write under way is stored (forever, if none is). Cancel-safe: the write
+    /// goes on, and a later call waits for the same one.
+    pub async fn written(&mut self) {
+        let Some(writing) = &mut self.writing else {
+            return std::future::pending().await;
+        };
+        let stored = writing.await;
+        self.writing = None;
+        self.store = stored.store;
+        self.last_stream_sequence = stored.stream_sequence;
+        self.next += 1;
+    }
+
+    /// Writes everything recorded, waiting until it is stored.
+    pub async fn write_all(&mut self) {
         loop {
-            match self
-                .store
-                .put(journal_key(&self.key, self.next), record.clone())
-                .await
-            {
-                Ok(sequence) => {
-                    if self.failing {
-                        self.failing = false;
-                        tracing::info!(watch = %self.metrics.watch, key = %self.key, "the journal is written again");
-                    }
-                    self.last_stream_sequence = sequence;
-                    self.next += 1;
-                    self.batch.clear();
-                    return;
-                }
-                Err(e) => {
-                    self.metrics.failures.inc();
-                    let delay = backoff.next_delay();
-                    if !self.failing {
-                        self.failing = true;
-                        tracing::warn!(watch = %self.metrics.watch, key = %self.key, error = %e, retry_in = ?delay, "writing the journal failed; new objects wait until it is written");
-                    }
-                    tokio::time::sleep(delay).await;
-                    if let Ok(found) =
-                        ensure_bucket(&self.bucket.context, &self.bucket.config).await
-                    {
-                        self.store = found;
-                    }
-                }
+            self.begin_write();
+            if self.writing.is_none() {
+                return;
             }
+            self.written().await;
         }
     }
 
@@ -732,6 +779,44 @@ impl Journal {
         JournalMark {
             next: self.next,
             last_stream_sequence: self.last_stream_sequence,
+        }
+    }
+}
+
+/// Stores one journal record, retrying (and finding the bucket again) until it is stored.
+async fn write_record(
+    target: Arc<JournalTarget>,
+    mut store: Arc<kv::Store>,
+    key: String,
+    record: bytes::Bytes,
+) -> Stored {
+    let mut backoff = Backoff::new(RETRY_BACKOFF);
+    let mut failing = false;
+    loop {
+        match store.put(&key, record.clone()).await {
+            Ok(stream_sequence) => {
+                if failing {
+                    tracing::info!(watch = %target.metrics.watch, key = %target.key, "the journal is written again");
+                }
+                return Stored {
+                    stream_sequence,
+                    store,
+                };
+            }
+            Err(e) => {
+                target.metrics.failures.inc();
+                let delay = backoff.next_delay();
+                if !failing {
+                    failing = true;
+                    tracing::warn!(watch = %target.metrics.watch, key = %target.key, error = %e, retry_in = ?delay, "writing the journal failed; new objects wait until it is written");
+                }
+                tokio::time::sleep(delay).await;
+                if let Ok(found) =
+                    ensure_bucket(&target.bucket.context, &target.bucket.config).await
+                {
+                    store = Arc::new(found);
+                }
+            }
         }
     }
 }
@@ -801,6 +886,9 @@ impl Checkpoints {
         if !settled || !self.consistent {
             return;
         }
+        if mailbox.take_lost() {
+            self.objects_changed = true;
+        }
         let version_moved = self.saved_version.as_deref() != Some(self.version.as_str());
         if !self.objects_changed && !version_moved {
             if mailbox.is_idle() {
@@ -808,18 +896,19 @@ impl Checkpoints {
             }
             return;
         }
-        let encoded = self.objects_changed.then(|| {
+        // Frozen, not encoded: the writer encodes it chunk by chunk as it writes, so a snapshot
+        // of a million objects never sits in memory whole beside the state it copies.
+        let snapshot = self.objects_changed.then(|| {
             let generation = self.next_generation;
             self.next_generation += 1;
-            let mut encoder = Encoder::new(generation, self.chunk_limit);
-            dedupe.for_each_saved(|saved| match saved {
-                Saved::Object(o) => encoder.push(o),
-                Saved::Tombstone(uid) => encoder.push_tombstone(uid),
-            });
-            Arc::new(encoder.finish())
+            Snapshot {
+                frozen: dedupe.freeze(),
+                generation,
+                chunk_limit: self.chunk_limit,
+            }
         });
         mailbox.post(Job {
-            encoded,
+            snapshot,
             version: self.version.clone(),
             journal: journal.map(Journal::mark).unwrap_or_default(),
         });
@@ -847,19 +936,26 @@ impl Drop for Checkpoints {
     }
 }
 
-/// One snapshot to write. `encoded: None`: no object changed since the previous snapshot, only
+/// One snapshot to write. `snapshot: None`: no object changed since the previous snapshot, only
 /// the resume version moved.
 struct Job {
-    encoded: Option<Arc<Encoded>>,
+    snapshot: Option<Snapshot>,
     version: String,
     journal: JournalMark,
+}
+
+/// The objects of a snapshot, to encode while writing.
+struct Snapshot {
+    frozen: Frozen,
+    generation: u64,
+    chunk_limit: usize,
 }
 
 impl Job {
     /// `newer` replaces `self`, keeping `self`'s objects if `newer` has none of its own.
     fn merged_into(self, newer: Job) -> Job {
         Job {
-            encoded: newer.encoded.or(self.encoded),
+            snapshot: newer.snapshot.or(self.snapshot),
             version: newer.version,
             journal: newer.journal,
         }
@@ -880,6 +976,9 @@ struct MailboxState {
     writing: bool,
     failing: bool,
     closed: bool,
+    /// A snapshot failed half-written: its frozen objects are spent (each part is released once
+    /// encoded), so the next checkpoint must take the objects again.
+    lost: bool,
 }
 
 impl Mailbox {
@@ -906,6 +1005,19 @@ impl Mailbox {
         });
     }
 
+    /// A job whose snapshot was spent failed: it is dropped, with any pending job that carries
+    /// only a newer version (it would commit that version over the older objects).
+    fn lose(&self) {
+        let mut state = self.lock();
+        state.pending = state.pending.take().filter(|job| job.snapshot.is_some());
+        state.lost = true;
+    }
+
+    /// Whether a snapshot was lost since the last call.
+    fn take_lost(&self) -> bool {
+        std::mem::take(&mut self.lock().lost)
+    }
+
     fn take(&self) -> Option<Job> {
         let mut state = self.lock();
         let job = state.pending.take();
@@ -915,7 +1027,7 @@ impl Mailbox {
 
     fn is_idle(&self) -> bool {
         let state = self.lock();
-        state.pending.is_none() && !state.writing && !state.failing
+        state.pending.is_none() && !state.writing && !state.failing && !state.lost
     }
 
     fn close(&self) {
@@ -945,14 +1057,15 @@ impl Writer {
         let mut backoff = Backoff::new(RETRY_BACKOFF);
         let mut store = self.bucket.store.clone();
         loop {
-            let Some(job) = self.mailbox.take() else {
+            let Some(mut job) = self.mailbox.take() else {
                 if self.mailbox.lock().closed {
                     return;
                 }
                 self.mailbox.notify.notified().await;
                 continue;
             };
-            match self.write(&store, &job).await {
+            let spends_objects = job.snapshot.is_some();
+            match self.write(&store, &mut job).await {
                 Ok(()) => {
                     let mut state = self.mailbox.lock();
                     state.writing = false;
@@ -984,7 +1097,11 @@ impl Writer {
                     } else {
                         tracing::debug!(watch = %self.metrics.watch, key = %self.key, error = %e, retry_in = ?delay, "writing a checkpoint failed again");
                     }
-                    self.mailbox.requeue(job);
+                    if spends_objects {
+                        self.mailbox.lose();
+                    } else {
+                        self.mailbox.requeue(job);
+                    }
                     tokio::time::sleep(delay).await;
                     // The bucket may have been deleted: find or create it again.
                     match ensure_bucket(&self.bucket.context, &self.bucket.config).await {
@@ -998,17 +1115,39 @@ impl Writer {
         }
     }
 
-    /// Writes the job's chunks (if it has any) to the free slot, then the manifest that commits them.
-    async fn write(&mut self, store: &kv::Store, job: &Job) -> Result<(), WriteError> {
+    /// Writes the job's chunks (if it has any) to the free slot, encoding them as it goes, then
+    /// the manifest that commits them. The job's snapshot is spent.
+    async fn write(&mut self, store: &kv::Store, job: &mut Job) -> Result<(), WriteError> {
         let previous = self.committed.as_ref();
-        let mut manifest = match (&job.encoded, previous) {
-            (Some(encoded), previous) => {
+        let mut manifest = match (job.snapshot.take(), previous) {
+            (Some(snapshot), previous) => {
                 let slot = previous.map_or(Slot::A, |m| m.slot.other());
-                for (index, chunk) in encoded.chunks.iter().enumerate() {
-                    let index = u32::try_from(index).unwrap_or(u32::MAX);
-                    store
-                        .put(chunk_key(&self.key, slot, index), chunk.clone())
-                        .await?;
+                let Snapshot {
+                    mut frozen,
+                    generation,
+                    chunk_limit,
+                } = snapshot;
+                let mut encoder = Encoder::new(generation, chunk_limit);
+                let mut index = 0;
+                loop {
+                    let more = frozen.next_part(|saved| match saved {
+                        Saved::Object(o) => encoder.push(o),
+                        Saved::Tombstone(uid) => encoder.push_tombstone(uid),
+                    });
+                    let chunks = if more {
+                        encoder.take_chunks()
+                    } else {
+                        break;
+                    };
+                    for chunk in chunks {
+                        store.put(chunk_key(&self.key, slot, index), chunk).await?;
+                        index += 1;
+                    }
+                }
+                let encoded = encoder.finish();
+                for chunk in encoded.chunks {
+                    store.put(chunk_key(&self.key, slot, index), chunk).await?;
+                    index += 1;
                 }
                 Manifest {
                     format: FORMAT,
@@ -1016,7 +1155,7 @@ impl Writer {
                     resume_version: String::new(),
                     generation: encoded.generation,
                     slot,
-                    chunks: u32::try_from(encoded.chunks.len()).unwrap_or(u32::MAX),
+                    chunks: encoded.total_chunks,
                     objects: encoded.objects,
                     bytes: encoded.bytes,
                     checksum: encoded.checksum,

@@ -8,14 +8,18 @@
 //! The same holds for the durable checkpoints ([`crate::state`]): when one is due, the task settles
 //! the outbox while its next step waits, and snapshots its memory at that point.
 //!
-//! A message that makes an object known for the first time waits, with every message after it,
-//! until the state's journal has recorded the object ([`crate::state::Journal`]): the task goes
-//! on reading while the next line is ready, and writes the journal and publishes what waited
-//! once it is not (or the batch is full), so a busy stream costs one journal write per batch.
+//! A message that makes an object known for the first time, or deletes it, waits until the
+//! state's journal has recorded the object ([`crate::state::Journal`]), and later messages of the
+//! same object wait behind it; every other message goes out meanwhile. The task goes on reading
+//! while the next line is ready, and starts a journal write once it is not (or the batch is
+//! full), one write at a time: what is recorded during a write makes the next one, so a busy
+//! stream costs one journal write per round trip to JetStream, not one per event.
 
 pub mod machine;
 pub mod metrics;
 pub mod supervise;
+
+use std::collections::VecDeque;
 
 use tokio_util::sync::CancellationToken;
 
@@ -36,7 +40,7 @@ use metrics::WatchMetrics;
 
 pub use machine::{ListReason, Target};
 
-/// The most messages (and journal entries) held back for one journal write.
+/// The most messages held back for the journal, and the most journal entries of one write.
 const MAX_HELD: usize = 256;
 
 /// One watch target's task: the machine, its memory of what was published, and its outbox.
@@ -142,14 +146,19 @@ impl WatchTask {
                 tokio::pin!(step);
                 loop {
                     let due = checkpoints.due();
-                    let holding = self.staged.holding();
+                    let writing = self.staged.is_writing();
+                    let recorded = self.staged.can_begin_write();
                     tokio::select! {
                         biased;
                         _ = shutdown.cancelled() => break Step::Shutdown,
+                        // Before the next line: what waited for this record is due out.
+                        () = written(&mut self.staged.journal), if writing => {
+                            self.staged.release(&mut self.outbox).await;
+                        }
                         stepped = &mut step => break Step::Done(stepped.0, stepped.1),
-                        // No line is ready: write the journal and publish what waited for it.
-                        () = std::future::ready(()), if holding => {
-                            self.staged.flush(&mut self.outbox).await;
+                        // No line is ready: write what was recorded since the last write.
+                        () = std::future::ready(()), if recorded => {
+                            self.staged.begin_write(&mut self.outbox).await;
                         }
                         () = self.scope.changed() => break Step::ScopeChanged,
                         () = sleep_until(due) => {
@@ -299,8 +308,8 @@ impl WatchTask {
             Listed::New if !self.listed_once && self.initial_state == InitialState::Skip => true,
             Listed::New => {
                 self.diff[0] += 1;
-                self.staged.record(&item.meta);
-                self.publish(item, true).await;
+                let recorded = self.staged.record(&item.meta);
+                self.publish_as(item, true, Fit::Whole, recorded).await;
                 true
             }
             Listed::Unconfirmed => {
@@ -407,10 +416,12 @@ impl WatchTask {
         };
         let changed = match self.dedupe.observe(&event.meta, event.event_type, mark) {
             Verdict::Publish => {
-                if journaled {
-                    self.staged.record(&event.meta);
-                }
-                self.publish_as(event, false, fit).await;
+                let recorded = if journaled {
+                    self.staged.record(&event.meta)
+                } else {
+                    None
+                };
+                self.publish_as(event, false, fit, recorded).await;
                 true
             }
             Verdict::Unchanged => {
@@ -432,10 +443,18 @@ impl WatchTask {
 
     /// Publishes one event unless its type is filtered out; `synthesized` marks list-derived events.
     async fn publish(&mut self, event: ObjectEvent, synthesized: bool) {
-        self.publish_as(event, synthesized, Fit::Whole).await;
+        self.publish_as(event, synthesized, Fit::Whole, None).await;
     }
 
-    async fn publish_as(&mut self, event: ObjectEvent, synthesized: bool, fit: Fit) {
+    /// `recorded`: the journal position of the record the message must wait for (its object was
+    /// just recorded).
+    async fn publish_as(
+        &mut self,
+        event: ObjectEvent,
+        synthesized: bool,
+        fit: Fit,
+        recorded: Option<u64>,
+    ) {
         if !self.events.contains(&event.event_type) {
             self.metrics.dropped_filtered.inc();
             if self.staged.full() {
@@ -467,13 +486,11 @@ impl WatchTask {
             Fit::MetadataOnly => self.messages.truncated(&event, synthesized),
         };
         match message {
-            Ok(message) if self.staged.holding() => {
-                self.staged.held.push(message);
-                if self.staged.full() {
-                    self.staged.flush(&mut self.outbox).await;
-                }
+            Ok(message) => {
+                self.staged
+                    .submit(message, recorded, &mut self.outbox)
+                    .await
             }
-            Ok(message) => self.outbox.publish(message).await,
             Err(e) => {
                 self.metrics.dropped_subject_too_long.inc();
                 tracing::error!(watch = %self.metrics.watch, namespace = self.namespace(), name = ?event.meta.name, uid = ?event.meta.uid, error = %e, "event not published: its subject is longer than NATS accepts (shorten the subject template or the prefix)");
@@ -595,25 +612,38 @@ impl WatchTask {
     }
 }
 
-/// Messages held back until the journal has recorded the objects they make known.
+/// Messages held back until the journal has stored the records of their objects.
 #[derive(Default)]
 struct Staged {
     /// `None` when state is not durable: nothing is held.
     journal: Option<Journal>,
-    /// In order; the first of them is the first message of a recorded object.
-    held: Vec<OutMessage>,
+    /// In order. An object's messages are here in the order they were made, with non-decreasing
+    /// positions, so releasing those whose record is stored keeps per-object order.
+    held: VecDeque<Held>,
+}
+
+/// A message and the journal position whose record must be stored before it goes out.
+struct Held {
+    position: u64,
+    message: OutMessage,
 }
 
 impl Staged {
-    /// The object is about to be published for the first time, or deleted.
-    fn record(&mut self, meta: &crate::event::ObjectMeta) {
-        if let Some(journal) = &mut self.journal {
-            journal.record(meta);
-        }
+    /// The object is about to be published for the first time, or deleted: the position of the
+    /// record its message waits for (`None`: state is not durable).
+    fn record(&mut self, meta: &crate::event::ObjectMeta) -> Option<u64> {
+        self.journal.as_mut().map(|journal| journal.record(meta))
     }
 
-    fn holding(&self) -> bool {
-        !self.held.is_empty() || self.journal.as_ref().is_some_and(|j| j.pending() > 0)
+    fn is_writing(&self) -> bool {
+        self.journal.as_ref().is_some_and(Journal::is_writing)
+    }
+
+    /// Records wait and no write is under way.
+    fn can_begin_write(&self) -> bool {
+        self.journal
+            .as_ref()
+            .is_some_and(|j| j.pending() > 0 && !j.is_writing())
     }
 
     fn full(&self) -> bool {
@@ -624,25 +654,82 @@ impl Staged {
                 .is_some_and(|j| j.pending() >= MAX_HELD)
     }
 
-    /// Writes the journal, then publishes what waited for it, in order.
-    async fn flush(&mut self, outbox: &mut Outbox) {
-        if let Some(journal) = &mut self.journal {
-            // Before the journal says an object is deleted, its earlier messages must be
-            // published: after a crash they would be dropped as older than the deletion.
-            let deleted: Vec<u64> = self
-                .held
+    /// Publishes `message`, or holds it if it waits for the record at `recorded` or follows a
+    /// held message of its object.
+    async fn submit(&mut self, message: OutMessage, recorded: Option<u64>, outbox: &mut Outbox) {
+        let waits_for = recorded.or_else(|| {
+            self.held
                 .iter()
-                .filter(|m| m.event_type == EventType::Deleted)
-                .map(|m| m.object_key)
-                .collect();
-            if !deleted.is_empty() {
-                outbox.settle_objects(&deleted).await;
+                .rev()
+                .find(|h| h.message.object_key == message.object_key)
+                .map(|h| h.position)
+        });
+        let Some(position) = waits_for else {
+            return outbox.publish(message).await;
+        };
+        self.held.push_back(Held { position, message });
+        if self.full() {
+            self.flush(outbox).await;
+        }
+    }
+
+    /// Starts writing what was recorded, unless a write is under way. A deletion's record waits
+    /// until the object's earlier messages are acknowledged: after a crash they would be dropped
+    /// as older than the deletion.
+    async fn begin_write(&mut self, outbox: &mut Outbox) {
+        let Some(journal) = &mut self.journal else {
+            return;
+        };
+        if journal.is_writing() || journal.pending() == 0 {
+            return;
+        }
+        let position = journal.stored_below();
+        let deleted: Vec<u64> = self
+            .held
+            .iter()
+            .filter(|h| h.position == position && h.message.event_type == EventType::Deleted)
+            .map(|h| h.message.object_key)
+            .collect();
+        if !deleted.is_empty() {
+            outbox.settle_objects(&deleted).await;
+        }
+        journal.begin_write();
+    }
+
+    /// Publishes, in order, the held messages whose records are stored.
+    async fn release(&mut self, outbox: &mut Outbox) {
+        let Some(stored_below) = self.journal.as_ref().map(Journal::stored_below) else {
+            return;
+        };
+        let mut index = 0;
+        while index < self.held.len() {
+            if self.held[index].position >= stored_below {
+                index += 1;
+            } else if let Some(held) = self.held.remove(index) {
+                outbox.publish(held.message).await;
             }
-            journal.write().await;
         }
-        for message in self.held.drain(..) {
-            outbox.publish(message).await;
+    }
+
+    /// Writes everything recorded, then publishes everything held, in order.
+    async fn flush(&mut self, outbox: &mut Outbox) {
+        loop {
+            self.begin_write(outbox).await;
+            let Some(journal) = self.journal.as_mut().filter(|j| j.is_writing()) else {
+                break;
+            };
+            journal.written().await;
+            self.release(outbox).await;
         }
+        debug_assert!(self.held.is_empty());
+    }
+}
+
+/// Waits until the journal's write under way is stored; forever without one.
+async fn written(journal: &mut Option<Journal>) {
+    match journal {
+        Some(journal) => journal.written().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -4,7 +4,9 @@
 //! whole line), and a second over the object to read `kind` and `metadata` (validating it again).
 //! This scanner makes one pass: it validates every byte by the same grammar serde_json applies
 //! (strings, escapes, numbers, literals, nesting, no trailing commas or characters) and, on the
-//! way, reads the handful of fields kube2nats needs. Strings are skipped eight bytes at a time.
+//! way, reads the handful of fields kube2nats needs. Strings are skipped eight bytes at a time;
+//! inside the object, which is forwarded as text, they are also checked to be UTF-8 (outside
+//! strings the grammar admits only ASCII, so that checks the whole object in the same pass).
 //!
 //! It accepts and rejects what the serde-based decoder did, with one deliberate exception: serde's
 //! derived structs also accepted a JSON *array* in place of an object (`["ADDED",{…}]`), which no
@@ -53,7 +55,7 @@ pub(super) struct Meta<'a> {
 
 /// Scans a whole watch line.
 pub(super) fn watch_line(line: &[u8]) -> Result<LineParts<'_>> {
-    let mut s = Scanner { b: line, i: 0 };
+    let mut s = Scanner::new(line);
     let mut event_type = None;
     let mut object = None;
     let mut head = Err(Error::custom("missing field `object`"));
@@ -75,8 +77,12 @@ pub(super) fn watch_line(line: &[u8]) -> Result<LineParts<'_>> {
                 if s.peek() == Some(b'n') {
                     s.literal(b"null")?;
                 } else {
+                    // The object is forwarded as text: it must be UTF-8 throughout. Outside its
+                    // strings the grammar admits ASCII only, so checking them checks it all.
                     let start = s.i;
+                    s.utf8 = true;
                     head = s.head()?;
+                    s.utf8 = false;
                     object = Some(start..s.i);
                 }
             }
@@ -86,11 +92,6 @@ pub(super) fn watch_line(line: &[u8]) -> Result<LineParts<'_>> {
     })?;
     s.end()?;
     let event_type = event_type.ok_or_else(|| Error::custom("missing field `type`"))?;
-    if let Some(range) = &object {
-        // The object is forwarded as text: it must be UTF-8 throughout.
-        std::str::from_utf8(&line[range.clone()])
-            .map_err(|e| Error::custom(format!("invalid UTF-8 in the object: {e}")))?;
-    }
     Ok(LineParts {
         event_type,
         object,
@@ -100,7 +101,7 @@ pub(super) fn watch_line(line: &[u8]) -> Result<LineParts<'_>> {
 
 /// Scans one object (a list item, say) for its head; any error is fatal here.
 pub(super) fn object_head(object: &[u8]) -> Result<Head<'_>> {
-    let mut s = Scanner { b: object, i: 0 };
+    let mut s = Scanner::new(object);
     s.ws();
     let head = s.head()?;
     s.end()?;
@@ -120,7 +121,7 @@ pub(super) struct PrefixParts<'a> {
 /// at the cut (or at anything that is not JSON) with what it has.
 pub(super) fn watch_line_prefix(prefix: &[u8]) -> PrefixParts<'_> {
     let mut parts = PrefixParts::default();
-    let mut s = Scanner { b: prefix, i: 0 };
+    let mut s = Scanner::new(prefix);
     s.ws();
     // The cut always ends the scan with an error; what was read before it is the answer.
     let _cut = s.members(|s, key| match &*key.text()? {
@@ -158,6 +159,9 @@ pub(super) fn watch_line_prefix(prefix: &[u8]) -> PrefixParts<'_> {
 struct Scanner<'a> {
     b: &'a [u8],
     i: usize,
+    /// Whether the strings scanned must be UTF-8 (else, as serde_json does for values it skips,
+    /// only their escapes and control characters are checked).
+    utf8: bool,
 }
 
 /// A scanned string: its bytes between the quotes, and whether it holds escapes.
@@ -168,13 +172,17 @@ struct RawStr<'a> {
 }
 
 impl<'a> RawStr<'a> {
+    /// The bytes between the quotes.
+    fn body(&self) -> &'a [u8] {
+        &self.token[1..self.token.len() - 1]
+    }
+
     /// The string's value, as serde_json would give it (escapes decoded, UTF-8 checked).
     fn text(&self) -> Result<Cow<'a, str>> {
         if self.escaped {
             serde_json::from_slice::<String>(self.token).map(Cow::Owned)
         } else {
-            let body = &self.token[1..self.token.len() - 1];
-            std::str::from_utf8(body)
+            std::str::from_utf8(self.body())
                 .map(Cow::Borrowed)
                 .map_err(|e| Error::custom(format!("invalid UTF-8 in a string: {e}")))
         }
@@ -217,6 +225,14 @@ impl Nesting {
 }
 
 impl<'a> Scanner<'a> {
+    fn new(b: &'a [u8]) -> Self {
+        Scanner {
+            b,
+            i: 0,
+            utf8: false,
+        }
+    }
+
     fn error(&self, what: &str) -> Error {
         Error::custom(format!("{what} at byte {}", self.i))
     }
@@ -284,6 +300,18 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// A key's text, for matching against the field names `known`. Inside the object the scan has
+    /// checked every string to be UTF-8 already: there an unescaped key is compared as bytes, and
+    /// one that is none of `known` comes back empty (its member is skipped).
+    fn key_text(&self, key: &RawStr<'a>, known: &[&'static str]) -> Result<Cow<'a, str>> {
+        if self.utf8 && !key.escaped {
+            let body = key.body();
+            let name = known.iter().find(|k| k.as_bytes() == body);
+            return Ok(Cow::Borrowed(name.copied().unwrap_or("")));
+        }
+        key.text()
+    }
+
     /// A string value without escapes, as serde borrows it (`"type"` must be one).
     fn borrowed_str(&mut self, field: &str) -> Result<&'a str> {
         if self.peek() != Some(b'"') {
@@ -311,7 +339,7 @@ impl<'a> Scanner<'a> {
         let mut kind: Option<Option<()>> = None;
         let mut metadata: Option<Option<Meta<'a>>> = None;
         self.members(|s, key| {
-            let key = match key.text() {
+            let key = match s.key_text(&key, &["kind", "metadata"]) {
                 Ok(key) => key,
                 Err(e) => {
                     field_error.get_or_insert(e);
@@ -389,7 +417,10 @@ impl<'a> Scanner<'a> {
         // Which of the four fields have appeared (`null` included), to reject duplicates.
         let mut seen = [false; 4];
         self.members(|s, key| {
-            let key = match key.text() {
+            let key = match s.key_text(
+                &key,
+                &["uid", "resourceVersion", "name", "namespace", "generation"],
+            ) {
                 Ok(key) => key,
                 Err(e) => {
                     field_error.get_or_insert(e);
@@ -473,7 +504,7 @@ impl<'a> Scanner<'a> {
                     }
                 }
                 Some(b'"') => {
-                    self.string()?;
+                    self.skip_string()?;
                 }
                 Some(b'-' | b'0'..=b'9') => self.number()?,
                 Some(b't') => self.literal(b"true")?,
@@ -515,7 +546,7 @@ impl<'a> Scanner<'a> {
         if self.peek() != Some(b'"') {
             return Err(self.error("key must be a string"));
         }
-        self.string()?;
+        self.skip_string()?;
         self.ws();
         self.eat(b':', "expected `:`")
     }
@@ -574,71 +605,132 @@ impl<'a> Scanner<'a> {
     /// digits); raw control characters are rejected, as JSON requires.
     fn string(&mut self) -> Result<RawStr<'a>> {
         let start = self.i;
-        self.i += 1;
+        let escaped = self.skip_string()?;
+        Ok(RawStr {
+            token: &self.b[start..self.i],
+            escaped,
+        })
+    }
+
+    /// Moves the cursor past the string whose opening quote is at it; says whether the string
+    /// holds escapes. The common string (short, plain ASCII) costs one word test or two.
+    #[inline(always)]
+    fn skip_string(&mut self) -> Result<bool> {
+        let mut i = self.i + 1;
         let mut escaped = false;
         loop {
-            self.i += find_special(&self.b[self.i..]);
-            match self.peek() {
-                Some(b'"') => {
-                    self.i += 1;
-                    return Ok(RawStr {
-                        token: &self.b[start..self.i],
-                        escaped,
-                    });
+            // Eight bytes at a time while eight remain, then byte by byte.
+            while let Some(word) = self.b.get(i..).and_then(<[u8]>::first_chunk::<8>) {
+                let hits = special_bytes(u64::from_le_bytes(*word));
+                if hits != 0 {
+                    i += (hits.trailing_zeros() / 8) as usize;
+                    break;
                 }
-                Some(b'\\') => {
-                    escaped = true;
-                    self.i += 1;
-                    match self.peek() {
-                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => self.i += 1,
-                        Some(b'u') => {
-                            let hex = self.b.get(self.i + 1..self.i + 5);
-                            if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
-                                return Err(self.error("invalid \\u escape"));
-                            }
-                            self.i += 5;
-                        }
-                        _ => return Err(self.error("invalid escape")),
-                    }
-                }
-                Some(_) => return Err(self.error("control character in a string")),
-                None => return Err(self.error("end of line inside a string")),
+                i += 8;
             }
+            while let Some(&c) = self.b.get(i) {
+                if is_special(c) {
+                    break;
+                }
+                i += 1;
+            }
+            match self.b.get(i) {
+                Some(b'"') => {
+                    self.i = i + 1;
+                    return Ok(escaped);
+                }
+                Some(_) => {
+                    self.i = i;
+                    escaped |= self.special()?;
+                    i = self.i;
+                }
+                None => {
+                    self.i = i;
+                    return Err(self.error("end of line inside a string"));
+                }
+            }
+        }
+    }
+
+    /// Consumes a byte [`is_special`] flagged inside a string, other than its closing quote: an
+    /// escape (`true`), a UTF-8 encoded character, or an error.
+    #[inline(never)]
+    fn special(&mut self) -> Result<bool> {
+        match self.peek() {
+            Some(b'\\') => {
+                self.i += 1;
+                match self.peek() {
+                    Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => self.i += 1,
+                    Some(b'u') => {
+                        let hex = self.b.get(self.i + 1..self.i + 5);
+                        if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
+                            return Err(self.error("invalid \\u escape"));
+                        }
+                        self.i += 5;
+                    }
+                    _ => return Err(self.error("invalid escape")),
+                }
+                Ok(true)
+            }
+            Some(0x80..) if !self.utf8 => {
+                self.i += 1;
+                Ok(false)
+            }
+            Some(0x80..) => match utf8_char_len(&self.b[self.i..]) {
+                Some(len) => {
+                    self.i += len;
+                    Ok(false)
+                }
+                None => Err(self.error("invalid UTF-8 in a string")),
+            },
+            _ => Err(self.error("control character in a string")),
         }
     }
 }
 
-/// Offset of the first `"`, `\` or control character (< 0x20) in `bytes`, or its length.
+/// Whether a byte ends the plain run of a string: `"`, `\`, a control character (< 0x20) or a
+/// non-ASCII byte.
+fn is_special(c: u8) -> bool {
+    c == b'"' || c == b'\\' || !(0x20..0x80).contains(&c)
+}
+
+/// The bytes of `x` (eight, little-endian) that [`is_special`] flags, as their high bits.
 ///
-/// Eight bytes at a time (the same word trick serde_json uses): a byte `x` is flagged when
-/// `x - k` borrows, for `k` = 0x20 (controls) or `x ^ c` = 0 for `c` in `"` and `\`. Borrows can
+/// The word trick serde_json uses: a byte `b` is flagged when `b - k` borrows, for `k` = 0x20
+/// (controls) or `b ^ c` = 0 for `c` in `"` and `\`, or when its high bit is set. Borrows can
 /// flag bytes *after* a true hit, never before, so the lowest flag is exact.
-fn find_special(bytes: &[u8]) -> usize {
+fn special_bytes(x: u64) -> u64 {
     const ONES: u64 = u64::MAX / 255;
     const HIGH: u64 = ONES << 7;
-    let mut offset = 0;
-    let mut words = bytes.chunks_exact(8);
-    for word in &mut words {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(word);
-        let x = u64::from_le_bytes(w);
-        let control = x.wrapping_sub(ONES * 0x20) & !x;
-        let q = x ^ (ONES * u64::from(b'"'));
-        let quote = q.wrapping_sub(ONES) & !q;
-        let bs = x ^ (ONES * u64::from(b'\\'));
-        let backslash = bs.wrapping_sub(ONES) & !bs;
-        let hits = (control | quote | backslash) & HIGH;
-        if hits != 0 {
-            return offset + (hits.trailing_zeros() / 8) as usize;
-        }
-        offset += 8;
-    }
-    offset
-        + words
-            .remainder()
-            .iter()
-            .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
-            .unwrap_or(words.remainder().len())
+    let control = x.wrapping_sub(ONES * 0x20);
+    let q = x ^ (ONES * u64::from(b'"'));
+    let quote = q.wrapping_sub(ONES);
+    let bs = x ^ (ONES * u64::from(b'\\'));
+    let backslash = bs.wrapping_sub(ONES);
+    // `& !x` drops borrows out of non-ASCII bytes; `| x` flags those bytes anyway.
+    (((control | quote | backslash) & !x) | x) & HIGH
+}
+
+/// The length of the UTF-8 encoded character `bytes` start with (a non-ASCII lead byte), or
+/// `None` if they do not start with one: no overlong forms, surrogates or values past U+10FFFF
+/// (the ranges of the Unicode standard's table 3-7, which `str::from_utf8` applies too).
+fn utf8_char_len(bytes: &[u8]) -> Option<usize> {
+    let cont = |i: usize, range: std::ops::RangeInclusive<u8>| {
+        bytes.get(i).is_some_and(|b| range.contains(b))
+    };
+    let len = match bytes.first()? {
+        0xc2..=0xdf => 2,
+        0xe0 => 3 * usize::from(cont(1, 0xa0..=0xbf)),
+        0xe1..=0xec | 0xee..=0xef => 3 * usize::from(cont(1, 0x80..=0xbf)),
+        0xed => 3 * usize::from(cont(1, 0x80..=0x9f)),
+        0xf0 => 4 * usize::from(cont(1, 0x90..=0xbf)),
+        0xf1..=0xf3 => 4 * usize::from(cont(1, 0x80..=0xbf)),
+        0xf4 => 4 * usize::from(cont(1, 0x80..=0x8f)),
+        _ => 0,
+    };
+    // The lead byte and the second were checked above (the second only for 3 and 4).
+    let rest_ok = (if len == 2 { 1 } else { 2 }..len).all(|i| cont(i, 0x80..=0xbf));
+    (len > 0 && rest_ok).then_some(len)
 }
 
 #[cfg(test)]
@@ -646,22 +738,76 @@ mod tests {
     use super::*;
 
     #[test]
-    fn find_special_finds_the_first_hit_anywhere_in_a_word() {
-        for len in 0..20 {
-            for hit in 0..=len {
-                for special in [b'"', b'\\', 0x01, 0x1f] {
-                    let mut bytes = vec![b'a'; len];
-                    bytes.extend_from_slice(&[0xc3, 0xa9, b'~', 0x7f, b' ']);
-                    if hit < len {
-                        bytes[hit] = special;
-                        // A later special must not win.
-                        bytes.push(b'"');
+    fn special_bytes_flags_the_first_hit_anywhere_in_a_word() {
+        let plain = [b'a', b' ', b'~', 0x7f, b'#', b']', b'!', b'z'];
+        let specials = [b'"', b'\\', 0x00, 0x01, 0x1f, 0x80, 0xc3, 0xff];
+        for hit in 0..8 {
+            for special in specials {
+                for later in specials {
+                    let mut word = plain;
+                    word[hit] = special;
+                    if hit < 7 {
+                        word[7] = later;
                     }
-                    let expected = bytes
-                        .iter()
-                        .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
-                        .unwrap_or(bytes.len());
-                    assert_eq!(find_special(&bytes), expected, "len {len} hit {hit}");
+                    let lowest = special_bytes(u64::from_le_bytes(word)).trailing_zeros() / 8;
+                    assert_eq!(lowest as usize, hit, "{word:02x?}");
+                }
+            }
+        }
+        assert_eq!(special_bytes(u64::from_le_bytes(plain)), 0);
+    }
+
+    #[test]
+    fn strings_end_at_their_quote_wherever_it_falls() {
+        let pieces: [&[u8]; 6] = [
+            b"a",
+            b"\\\"",
+            "é".as_bytes(),
+            "€".as_bytes(),
+            b"/",
+            b"\\u00e9",
+        ];
+        for len in 0..24 {
+            let mut body = Vec::new();
+            for k in 0..len {
+                body.extend_from_slice(pieces[(k * 7 + len) % pieces.len()]);
+            }
+            let escaped = body.contains(&b'\\');
+            for utf8 in [false, true] {
+                let closed = [&b"\""[..], &body, b"\" \"after\""].concat();
+                let mut s = Scanner::new(&closed);
+                s.utf8 = utf8;
+                assert_eq!(s.skip_string().ok(), Some(escaped), "{closed:02x?}");
+                assert_eq!(s.i, body.len() + 2, "{closed:02x?}");
+                let open = [&b"\""[..], &body].concat();
+                let mut s = Scanner::new(&open);
+                s.utf8 = utf8;
+                assert!(s.skip_string().is_err(), "{open:02x?}");
+            }
+        }
+    }
+
+    #[test]
+    fn utf8_char_len_agrees_with_std() {
+        let tails = [
+            0x00, 0x41, 0x7f, 0x80, 0x8f, 0x90, 0x9f, 0xa0, 0xbf, 0xc0, 0xc2, 0xff,
+        ];
+        for lead in 0x80..=0xffu8 {
+            for second in 0..=0xffu8 {
+                for third in tails {
+                    for fourth in tails {
+                        let bytes = [lead, second, third, fourth];
+                        let valid = match std::str::from_utf8(&bytes) {
+                            Ok(s) => s,
+                            Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap(),
+                        };
+                        let expected = valid.chars().next().map(char::len_utf8);
+                        assert_eq!(utf8_char_len(&bytes), expected, "{bytes:02x?}");
+                        // Cut short, the character is incomplete.
+                        if let Some(len) = expected {
+                            assert_eq!(utf8_char_len(&bytes[..len - 1]), None, "{bytes:02x?}");
+                        }
+                    }
                 }
             }
         }
@@ -680,10 +826,7 @@ mod tests {
             "{ \"a\" : { } , \"b\" : [ ] }",
         ];
         for doc in ok {
-            let mut s = Scanner {
-                b: doc.as_bytes(),
-                i: 0,
-            };
+            let mut s = Scanner::new(doc.as_bytes());
             assert!(s.skip_value().is_ok() && s.end().is_ok(), "{doc}");
         }
         let bad = [
@@ -709,10 +852,7 @@ mod tests {
             "[1}",
         ];
         for doc in bad {
-            let mut s = Scanner {
-                b: doc.as_bytes(),
-                i: 0,
-            };
+            let mut s = Scanner::new(doc.as_bytes());
             assert!(s.skip_value().and_then(|()| s.end()).is_err(), "{doc}");
         }
     }
@@ -720,22 +860,13 @@ mod tests {
     #[test]
     fn deep_nesting_costs_no_stack() {
         let doc = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
-        let mut s = Scanner {
-            b: doc.as_bytes(),
-            i: 0,
-        };
+        let mut s = Scanner::new(doc.as_bytes());
         assert!(s.skip_value().is_ok());
         let doc = format!("{}1{}", "{\"a\":".repeat(70), "}".repeat(70));
-        let mut s = Scanner {
-            b: doc.as_bytes(),
-            i: 0,
-        };
+        let mut s = Scanner::new(doc.as_bytes());
         assert!(s.skip_value().is_ok() && s.end().is_ok());
         let doc = format!("{}1{}]", "{\"a\":".repeat(70), "}".repeat(69));
-        let mut s = Scanner {
-            b: doc.as_bytes(),
-            i: 0,
-        };
+        let mut s = Scanner::new(doc.as_bytes());
         assert!(s.skip_value().is_err());
     }
 }
