@@ -13,6 +13,10 @@
 //! and its connection and reopens the watch from its last version once there is room. That keeps
 //! the total near the limit: the limit, plus one line, plus one read chunk per stream.
 //!
+//! A charge given back must mean the memory is free: so a stage hands bytes on without keeping a
+//! reference to them (a `Bytes` slice, even an empty one, keeps its whole buffer alive). The line
+//! decoder lets go of each line's buffer and of the received chunk once it has cut them.
+//!
 //! A read can return far more than it was asked for: hyper's HTTP/1.1 read buffer grows to
 //! ~400 kB on a busy connection. So streams in the middle of a line read only while they hold one
 //! of a few read slots (one per [`READ_SLOT_BYTES`] of the budget): however many watches receive

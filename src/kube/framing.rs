@@ -107,9 +107,10 @@ impl LineDecoder {
                 // The end of a line over the limit: keep its prefix and report it.
                 let rest = self.chunk.split_to(newline + 1);
                 self.keep(&rest[..newline]);
+                self.let_go_of_empty_chunk();
                 let line_bytes = self.skipping.take().unwrap_or(newline);
                 return Some(Frame::Oversized {
-                    prefix: self.partial.split().freeze(),
+                    prefix: self.take_partial(),
                     line_bytes,
                 });
             }
@@ -118,8 +119,9 @@ impl LineDecoder {
             } else {
                 self.partial.extend_from_slice(&self.chunk[..=newline]);
                 bytes::Buf::advance(&mut self.chunk, newline + 1);
-                self.partial.split().freeze()
+                self.take_partial()
             };
+            self.let_go_of_empty_chunk();
             line.truncate(trim_line_end(&line));
             if !line.is_empty() {
                 return Some(Frame::Line(line));
@@ -156,6 +158,21 @@ impl LineDecoder {
         self.skipping = Some(total);
     }
 
+    /// An empty slice still holds the whole received buffer (hyper's read buffer, up to
+    /// ~400 kB): let it go, so an idle watch holds nothing.
+    fn let_go_of_empty_chunk(&mut self) {
+        if self.chunk.is_empty() {
+            self.chunk = Bytes::new();
+        }
+    }
+
+    /// The line assembled in `partial`, which starts over empty. (`BytesMut::split` would leave
+    /// `partial` sharing the line's buffer, keeping megabytes alive for as long as the watch is
+    /// idle after a large object.)
+    fn take_partial(&mut self) -> Bytes {
+        std::mem::take(&mut self.partial).freeze()
+    }
+
     /// Called when the body has ended: an empty buffer is a clean end, anything else a truncated line.
     /// A last line that is complete JSON but lacks its newline is still a truncation here; the
     /// caller decides whether to try it (see [`LineDecoder::take_unterminated`]).
@@ -187,7 +204,7 @@ impl LineDecoder {
         }
         self.partial.extend_from_slice(&self.chunk);
         self.chunk = Bytes::new();
-        let rest = self.partial.split().freeze();
+        let rest = self.take_partial();
         let len = trim_line_end(&rest);
         (rest[..len].iter().any(|b| !b.is_ascii_whitespace())).then(|| rest.slice(..len))
     }
@@ -207,6 +224,36 @@ mod tests {
     use super::*;
 
     const FIXTURE: &[u8] = b"{\"a\":1}\n{\"b\":22}\n\n{\"c\":333}\r\n";
+
+    /// Once a line is handed out, the decoder keeps no reference to its memory or to the
+    /// received buffer it came from: an idle watch must not pin the last large object.
+    #[test]
+    fn lines_handed_out_share_no_memory_with_the_decoder() {
+        let mut d = LineDecoder::new(1 << 20);
+        let first = Bytes::from(vec![b'x'; 1000]);
+        let second = Bytes::from([&b"yy"[..], b"\n"].concat());
+        d.push_bytes(first.clone());
+        assert!(d.next_frame().is_none());
+        d.push_bytes(second.clone());
+        let Some(Frame::Line(spanning)) = d.next_frame() else {
+            panic!("a line");
+        };
+        assert_eq!(spanning.len(), 1002);
+        assert!(
+            spanning.is_unique(),
+            "the assembled line's buffer is the line's alone"
+        );
+        drop(spanning);
+        assert!(second.is_unique(), "the received chunk is let go");
+        assert!(first.is_unique());
+
+        let within = Bytes::from(b"{\"a\":1}\n".to_vec());
+        d.push_bytes(within.clone());
+        let line = d.next_line();
+        assert_eq!(line.as_deref(), Some(&b"{\"a\":1}"[..]));
+        drop(line);
+        assert!(within.is_unique(), "the received chunk is let go");
+    }
 
     fn lines_of(chunks: &[&[u8]], max: usize) -> (Vec<Bytes>, Result<(), FrameError>) {
         let mut d = LineDecoder::new(max);
