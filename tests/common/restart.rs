@@ -231,8 +231,12 @@ pub fn random_change(sim: &ApiServer, rng: &mut StdRng, op: u64) -> (String, u64
             (uid, rv, "ADDED")
         }
         Some(_) if rng.random_ratio(7, 10) => {
+            // The label names the version it replaces, so every update is a real change: the
+            // same `op` comes up again in later cycles, and an update that changes nothing is
+            // a no-op that keeps the old resourceVersion (as in kube-apiserver).
             let updated = sim.update("pods", Some(NS), &name, |o| {
-                o["metadata"]["labels"]["gen"] = op.to_string().into()
+                let replaces = rv(o);
+                o["metadata"]["labels"]["gen"] = format!("{op}.{replaces}").into()
             });
             let (uid, rv) = uid_rv(&updated);
             (uid, rv, "MODIFIED")
