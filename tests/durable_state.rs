@@ -186,14 +186,8 @@ async fn objects_published_after_the_last_checkpoint_and_deleted_while_down_are_
 /// the restart announces the deletions made while down (once each) and re-announces each other
 /// object at most once, at the version it was announced with (JetStream keeps one copy).
 async fn crash_before_the_first_checkpoint(mode: Mode) {
-    let cluster = Cluster::start(mode, 10_000).await;
+    let (cluster, recording, daemon, never) = start_without_checkpoints(mode, 5).await;
     let sim = &cluster.sim;
-    for i in 0..5 {
-        sim.create("pods", Some(NS), pod_named(&format!("p{i}"), 0));
-    }
-    let recording = Recording::start(&cluster.nats.url()).await;
-    let never = without_checkpoints(&cluster.config(PODS_WATCH, ""));
-    let daemon = Process::spawn(&never);
     daemon.line_with(&["watching from resourceVersion"]);
     sim.create("pods", Some(NS), pod_named("p20", 1));
     converge(sim, &recording).await;
@@ -255,6 +249,25 @@ fn without_checkpoints(config: &str) -> String {
         "checkpoint_interval = \"150ms\"",
         "checkpoint_interval = \"1h\"",
     )
+}
+
+/// A cluster holding pods `p0`, `p1`, …, a recording of what is published, and a daemon that
+/// writes no checkpoint while the test runs (what it published is in the journal alone); the
+/// daemon's config is returned for restarts.
+async fn start_without_checkpoints(
+    mode: Mode,
+    pods: usize,
+) -> (Cluster, Recording, Process, String) {
+    let cluster = Cluster::start(mode, 10_000).await;
+    for i in 0..pods {
+        cluster
+            .sim
+            .create("pods", Some(NS), pod_named(&format!("p{i}"), 0));
+    }
+    let recording = Recording::start(&cluster.nats.url()).await;
+    let never = without_checkpoints(&cluster.config(PODS_WATCH, ""));
+    let daemon = Process::spawn(&never);
+    (cluster, recording, daemon, never)
 }
 
 /// Starts a daemon on `cluster` with `config`, waits until every pod is published and a
@@ -510,14 +523,8 @@ async fn the_state_of_a_dropped_namespace_is_removed_and_foreign_state_is_kept()
 /// follows, and every object's messages are published once, in order. (A checkpoint publishes
 /// everything held first, so it waits for the journal: none is due in this run.)
 async fn a_stuck_journal_holds_only_the_new_objects(mode: Mode) {
-    let cluster = Cluster::start(mode, 10_000).await;
+    let (cluster, recording, daemon, _) = start_without_checkpoints(mode, 3).await;
     let sim = &cluster.sim;
-    for i in 0..3 {
-        sim.create("pods", Some(NS), pod_named(&format!("p{i}"), 0));
-    }
-    let recording = Recording::start(&cluster.nats.url()).await;
-    let never = without_checkpoints(&cluster.config(PODS_WATCH, ""));
-    let daemon = Process::spawn(&never);
     converge(sim, &recording).await;
 
     let js = async_nats::jetstream::new(async_nats::connect(cluster.nats.url()).await.unwrap());
