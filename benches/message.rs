@@ -72,13 +72,7 @@ fn builder(cluster: &str, format: MessageFormat) -> MessageBuilder {
         SubjectTemplate::default_for(cluster),
         "kube".into(),
         cluster.into(),
-        ResourceInfo {
-            group: String::new(),
-            version: "v1".into(),
-            plural: "pods".into(),
-            kind: "Pod".into(),
-            namespaced: true,
-        },
+        ResourceInfo::core("pods", "Pod", true),
         PayloadMode::Event,
         format,
     )

@@ -116,6 +116,17 @@ pub struct ResourceInfo {
 }
 
 impl ResourceInfo {
+    /// A resource of the core API group (`v1`): pods, namespaces, configmaps, …
+    pub fn core(plural: &str, kind: &str, namespaced: bool) -> ResourceInfo {
+        ResourceInfo {
+            group: String::new(),
+            version: "v1".into(),
+            plural: plural.into(),
+            kind: kind.into(),
+            namespaced,
+        }
+    }
+
     /// `v1` for the core group, `apps/v1` otherwise, as objects spell their `apiVersion`.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {

@@ -252,13 +252,7 @@ mod tests {
 
     #[test]
     fn names_the_exact_rule() {
-        let pods = ResourceInfo {
-            group: String::new(),
-            version: "v1".into(),
-            plural: "pods".into(),
-            kind: "Pod".into(),
-            namespaced: true,
-        };
+        let pods = ResourceInfo::core("pods", "Pod", true);
         assert_eq!(
             rule_to_add(&pods, Some("default")),
             r#"add to a Role in namespace "default" (bound to kube2nats' ServiceAccount): {apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"]}"#

@@ -36,13 +36,7 @@ pub type Selected = Option<Arc<BTreeSet<String>>>;
 
 /// `namespaces` in the core API group: what a namespace selector lists and watches.
 pub fn namespaces_resource() -> ResourceInfo {
-    ResourceInfo {
-        group: String::new(),
-        version: "v1".into(),
-        plural: "namespaces".into(),
-        kind: "Namespace".into(),
-        namespaced: false,
-    }
+    ResourceInfo::core("namespaces", "Namespace", false)
 }
 
 /// One watch target's namespace scope.

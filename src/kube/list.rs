@@ -93,13 +93,7 @@ mod tests {
     use super::*;
 
     fn pods() -> ResourceInfo {
-        ResourceInfo {
-            group: String::new(),
-            version: "v1".into(),
-            plural: "pods".into(),
-            kind: "Pod".into(),
-            namespaced: true,
-        }
+        ResourceInfo::core("pods", "Pod", true)
     }
 
     #[test]

@@ -446,13 +446,7 @@ mod tests {
             .unwrap(),
             "kube".into(),
             String::new(),
-            ResourceInfo {
-                group: String::new(),
-                version: "v1".into(),
-                plural: "pods".into(),
-                kind: "Pod".into(),
-                namespaced: true,
-            },
+            ResourceInfo::core("pods", "Pod", true),
             payload,
             format,
         )

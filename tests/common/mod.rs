@@ -55,13 +55,7 @@ pub fn token_file(dir: &Path, token: &str) -> PathBuf {
 }
 
 pub fn pods() -> ResourceInfo {
-    ResourceInfo {
-        group: String::new(),
-        version: "v1".into(),
-        plural: "pods".into(),
-        kind: "Pod".into(),
-        namespaced: true,
-    }
+    ResourceInfo::core("pods", "Pod", true)
 }
 
 /// A client for `sim` that reads its token from `token_file` (re-read every `reload`).
