@@ -467,12 +467,7 @@ async fn without_jetstream_state_is_memory_only_and_said_once() {
     let line = daemon.line_with(&["no JetStream", "memory only"]);
     assert!(line.contains("WARN"), "{line}");
     eventually("the pod is published", || recording.all().len() == 1).await;
-    let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = scrape_metrics(port).await;
     assert_eq!(metric(&metrics, "kube2nats_state_durable", &[]), Some(0.0));
     assert_eq!(
         daemon.rest().matches("no JetStream").count(),

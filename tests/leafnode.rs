@@ -146,13 +146,7 @@ async fn two_clusters_publish_through_a_leaf_node_into_one_stream_on_the_hub() {
         };
         m.ack().await.unwrap();
         total += 1;
-        let h = |k: &str| {
-            m.headers
-                .as_ref()
-                .and_then(|h| h.get(k))
-                .map(|v| v.as_str().to_owned())
-                .unwrap_or_default()
-        };
+        let h = |k: &str| header_text(m.headers.as_ref(), k);
         let cluster = h("Kube-Cluster");
         let tokens: Vec<&str> = m.subject.split('.').collect();
         assert_eq!(tokens[1], cluster, "subject {} against header", m.subject);

@@ -51,12 +51,7 @@ impl Env {
     }
 
     async fn metrics(&self) -> String {
-        reqwest::get(format!("http://127.0.0.1:{}/metrics", self.http_port))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        scrape_metrics(self.http_port).await
     }
 
     async fn dropped_unchanged(&self) -> f64 {

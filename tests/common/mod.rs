@@ -58,6 +58,24 @@ pub fn pods() -> ResourceInfo {
     ResourceInfo::core("pods", "Pod", true)
 }
 
+/// The text of kube2nats' `/metrics`, served on loopback at `port`.
+pub async fn scrape_metrics(port: u16) -> String {
+    reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// A header of a NATS message as text; empty when absent.
+pub fn header_text(headers: Option<&async_nats::HeaderMap>, name: &str) -> String {
+    headers
+        .and_then(|h| h.get(name))
+        .map(|v| v.as_str().to_owned())
+        .unwrap_or_default()
+}
+
 /// A client for `sim` that reads its token from `token_file` (re-read every `reload`).
 pub fn client(sim: &ApiServer, token_file: Option<PathBuf>, reload: Duration) -> Arc<ApiClient> {
     api_client(Endpoint {
@@ -585,13 +603,7 @@ impl CoreTap {
         let (stop_tx, mut stop) = tokio::sync::oneshot::channel::<()>();
         let (seen, epoch) = (self.seen.clone(), self.epoch);
         let record = move |m: async_nats::Message| {
-            let h = |k: &str| {
-                m.headers
-                    .as_ref()
-                    .and_then(|h| h.get(k))
-                    .map(|v| v.as_str().to_owned())
-                    .unwrap_or_default()
-            };
+            let h = |k: &str| header_text(m.headers.as_ref(), k);
             let key = (
                 h("Kube-Uid"),
                 h("Kube-Resource-Version"),

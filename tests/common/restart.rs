@@ -37,12 +37,7 @@ pub struct Seen {
 
 impl Seen {
     pub fn from_headers(headers: Option<&async_nats::HeaderMap>) -> Seen {
-        let h = |k: &str| {
-            headers
-                .and_then(|h| h.get(k))
-                .map(|v| v.as_str().to_owned())
-                .unwrap_or_default()
-        };
+        let h = |k: &str| header_text(headers, k);
         Seen {
             uid: h("Kube-Uid"),
             name: h("Kube-Name"),
@@ -143,12 +138,7 @@ impl Cluster {
     }
 
     pub async fn metrics(&self) -> String {
-        reqwest::get(format!("http://127.0.0.1:{}/metrics", self.http_port))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        scrape_metrics(self.http_port).await
     }
 
     pub async fn kv(&self) -> async_nats::jetstream::kv::Store {
