@@ -210,6 +210,7 @@ struct Config {
     http1_allow_obsolete_multiline_headers_in_responses: bool,
     http1_ignore_invalid_headers_in_responses: bool,
     http1_allow_spaces_after_header_name_in_responses: bool,
+    http1_max_buf_size: Option<usize>,
     #[cfg(feature = "http2")]
     http2_initial_stream_window_size: Option<u32>,
     #[cfg(feature = "http2")]
@@ -339,6 +340,7 @@ impl ClientBuilder {
                 http1_allow_obsolete_multiline_headers_in_responses: false,
                 http1_ignore_invalid_headers_in_responses: false,
                 http1_allow_spaces_after_header_name_in_responses: false,
+                http1_max_buf_size: None,
                 #[cfg(feature = "http2")]
                 http2_initial_stream_window_size: None,
                 #[cfg(feature = "http2")]
@@ -995,6 +997,10 @@ impl ClientBuilder {
             builder.http1_allow_spaces_after_header_name_in_responses(true);
         }
 
+        if let Some(max) = config.http1_max_buf_size {
+            builder.http1_max_buf_size(max);
+        }
+
         let proxies_maybe_http_auth = proxies.iter().any(|p| p.maybe_has_http_auth());
         let proxies_maybe_http_custom_headers =
             proxies.iter().any(|p| p.maybe_has_http_custom_headers());
@@ -1539,6 +1545,19 @@ impl ClientBuilder {
     ) -> ClientBuilder {
         self.config
             .http1_allow_spaces_after_header_name_in_responses = value;
+        self
+    }
+
+    /// Sets the maximum buffer size of an HTTP/1 connection: how far its read buffer grows
+    /// while reading a busy response (hyper's default: about 400 KiB).
+    ///
+    /// Default is None (hyper's default).
+    ///
+    /// # Panics
+    ///
+    /// When the client is built, if `max` is smaller than 8192.
+    pub fn http1_max_buf_size(mut self, max: usize) -> ClientBuilder {
+        self.config.http1_max_buf_size = Some(max);
         self
     }
 
@@ -2786,6 +2805,10 @@ impl Config {
 
         if self.http1_allow_spaces_after_header_name_in_responses {
             f.field("http1_allow_spaces_after_header_name_in_responses", &true);
+        }
+
+        if let Some(max) = self.http1_max_buf_size {
+            f.field("http1_max_buf_size", &max);
         }
 
         if matches!(self.http_version_pref, HttpVersionPref::Http1) {
