@@ -339,6 +339,64 @@ async fn publish_queue_depth_sums_a_watchs_namespaces() {
     let _ = daemon.wait().await;
 }
 
+/// Core mode, NATS down: `publish_queue_depth` counts the messages handed to the NATS client and
+/// not yet on the socket, summed over the watch's namespaces (3 + 2), and `buffered_bytes` holds
+/// their bytes; once NATS is back and the watch is idle, both drop to 0 without another event.
+/// (The depth used to read 0 in core mode, and the bytes stayed charged until the budget ran out.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_mode_queue_depth_and_buffered_bytes_count_what_the_client_holds_until_flushed() {
+    let mut env = Env::start(
+        "[state]\nenabled = false\n\
+         [[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"a\", \"b\"]\n",
+    )
+    .await;
+    eventually("both namespaces synced", || {
+        env.metric("kube2nats_watch_synced", &[("watch", "pods")]) == 1.0
+    })
+    .await;
+    assert!(env.sim.wait_for_watches(2, WAIT).await, "both watches open");
+    env.nats.stop().await;
+    let connected = || env.metric("kube2nats_nats_connected", &[]);
+    eventually("the client saw NATS go", || connected() == 0.0).await;
+    for (ns, n) in [("a", 3), ("b", 2)] {
+        for i in 0..n {
+            env.sim.create("pods", Some(ns), pod(&format!("p{i}")));
+        }
+    }
+    let depth = |env: &Env| env.metric("kube2nats_publish_queue_depth", &[("watch", "pods")]);
+    let buffered = |env: &Env| env.metric("kube2nats_buffered_bytes", &[]);
+    eventually("publish_queue_depth = 3 + 2 while NATS is down", || {
+        depth(&env) == 5.0
+    })
+    .await;
+    assert!(
+        buffered(&env) > 5.0 * 100.0,
+        "the 5 messages' bytes are charged"
+    );
+    // Idle, still down: nothing is on the socket, so nothing is given back.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(depth(&env), 5.0);
+    assert!(buffered(&env) > 0.0);
+
+    env.nats.restart().await.unwrap();
+    eventually(
+        "publish_queue_depth and buffered_bytes back to 0 once NATS is back",
+        || depth(&env) == 0.0 && buffered(&env) == 0.0,
+    )
+    .await;
+    // The connection carries events again, and an idle watch holds nothing afterwards.
+    let nc = async_nats::connect(env.nats.url()).await.unwrap();
+    let mut inbox = Inbox::subscribe(&nc, "kube.>").await;
+    env.sim.create("pods", Some("b"), pod("after"));
+    added(&mut inbox, "after").await;
+    eventually("nothing held once idle", || {
+        depth(&env) == 0.0 && buffered(&env) == 0.0
+    })
+    .await;
+    env.daemon.shutdown();
+    let _ = env.daemon.wait().await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // No secret in any output.
 

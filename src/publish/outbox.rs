@@ -10,8 +10,10 @@
 //!   older version of an object behind a newer one.
 //!
 //! Core NATS acknowledges nothing: a message is handed to the client once (it queues messages
-//! while disconnected) and the outbox flushes before a checkpoint, and whenever the byte budget
-//! is spent.
+//! while disconnected) and the outbox flushes before a checkpoint, whenever the byte budget is
+//! spent, and whenever the watch waits for its next line ([`Outbox::flush_idle`]): so a quiet
+//! watch holds nothing against the budget, and `publish_queue_depth` counts the messages the
+//! client holds (all of them while NATS is away).
 //!
 //! Every message holds its bytes against the process's byte budget ([`crate::budget`]) until NATS
 //! has taken it: acknowledged (JetStream) or flushed to the socket (core). While the budget is
@@ -19,6 +21,8 @@
 //! watch stops reading.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use async_nats::jetstream::context::PublishAckFuture;
@@ -41,6 +45,9 @@ const RETRY_BACKOFF: BackoffConfig = BackoffConfig::checked(
     0.2,
     Duration::from_secs(30),
 );
+
+/// Pause before flushing again after a flush failed (the client is closed).
+const FLUSH_RETRY: Duration = Duration::from_secs(1);
 
 /// The connection in the configured mode; cheap to clone.
 #[derive(Clone)]
@@ -69,6 +76,13 @@ struct InFlight {
     charge: Charge,
 }
 
+/// Core mode: a flush under way, and the messages handed to the client before it started.
+struct IdleFlush {
+    done: Pin<Box<dyn Future<Output = Result<(), async_nats::client::FlushError>> + Send>>,
+    charge: Charge,
+    messages: usize,
+}
+
 /// The publishing side of one watch target.
 pub struct Outbox {
     /// The connection, only ever borrowed: kept apart from the mutable state so the hot path
@@ -89,6 +103,8 @@ struct Window {
     /// Core mode: the bytes handed to the client since its last flush, and how many messages.
     unflushed: Charge,
     unflushed_messages: usize,
+    /// Core mode: the flush started while the watch was idle, and what was handed over before it.
+    flushing: Option<IdleFlush>,
     /// Messages taken out of `in_flight` (or not yet in it) while they are being sent.
     in_hand: usize,
 }
@@ -112,6 +128,7 @@ impl Outbox {
                 budget: Budget::unlimited(),
                 unflushed: Charge::none(),
                 unflushed_messages: 0,
+                flushing: None,
                 in_hand: 0,
             },
         }
@@ -137,7 +154,9 @@ impl Outbox {
         match &self.nats {
             Nats::Core(client) => {
                 self.window.publish_core(client, msg, charge).await;
-                while self.window.budget.exhausted() && self.window.unflushed_messages > 0 {
+                while self.window.budget.exhausted()
+                    && (self.window.unflushed_messages > 0 || self.window.flushing.is_some())
+                {
                     if !self.window.flush(client).await {
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
@@ -170,6 +189,47 @@ impl Outbox {
 }
 
 impl Outbox {
+    /// Core mode: whether messages handed to the client are not yet known to be on the socket.
+    pub fn unflushed(&self) -> bool {
+        self.window.unflushed_messages > 0 || self.window.flushing.is_some()
+    }
+
+    /// Core mode, for while the watch waits for its next line: flushes what was handed to the
+    /// client, and gives its bytes back to the budget once they are on the socket (while NATS is
+    /// away, once it is back). Cancel-safe: the flush goes on in the outbox, and the next call
+    /// awaits the same one. Returns at once in JetStream mode.
+    pub async fn flush_idle(&mut self) {
+        let Nats::Core(client) = &self.nats else {
+            return;
+        };
+        let window = &mut self.window;
+        let flushing = match &mut window.flushing {
+            Some(flushing) => flushing,
+            None if window.unflushed_messages == 0 => return,
+            None => window.flushing.insert(IdleFlush {
+                done: Box::pin(flush_owned(client.clone())),
+                charge: std::mem::replace(&mut window.unflushed, window.budget.charge(0)),
+                messages: std::mem::take(&mut window.unflushed_messages),
+            }),
+        };
+        let flushed = (&mut flushing.done).await;
+        if let Some(IdleFlush {
+            charge, messages, ..
+        }) = window.flushing.take()
+        {
+            if let Err(e) = flushed {
+                // The client is closed (shutdown): the messages are still not out.
+                tracing::debug!(watch = %window.metrics.watch, error = %e, "flush to NATS failed; messages stay queued in the client");
+                window.unflushed.absorb(charge);
+                window.unflushed_messages += messages;
+                window.report();
+                tokio::time::sleep(FLUSH_RETRY).await;
+                return;
+            }
+        }
+        window.report();
+    }
+
     /// Waits until no message of the objects `keys` (their `object_key`s) is unacknowledged
     /// (JetStream), so that a JetStream write made afterwards on the same connection is stored
     /// only after them. Core mode has nothing to wait for: the client sends its messages in the
@@ -231,6 +291,7 @@ impl Window {
             Ok(()) => {
                 self.unflushed.set(0);
                 self.unflushed_messages = 0;
+                self.flushing = None;
                 self.report();
                 true
             }
@@ -242,11 +303,13 @@ impl Window {
     }
 
     /// Reports what this target holds: `publish_queue_depth` (unacknowledged JetStream
-    /// publishes) and, for the count abandoned at shutdown, everything not yet taken by NATS.
+    /// publishes, or core messages the client holds unflushed) and, for the count abandoned at
+    /// shutdown, everything not yet taken by NATS.
     fn report(&self) {
-        self.gauges.set_queued(self.in_flight.len());
+        let unflushed = self.unflushed_messages + self.flushing.as_ref().map_or(0, |f| f.messages);
+        self.gauges.set_queued(self.in_flight.len() + unflushed);
         self.gauges
-            .set_unconfirmed(self.in_flight.len() + self.in_hand + self.unflushed_messages);
+            .set_unconfirmed(self.in_flight.len() + self.in_hand + unflushed);
     }
 
     async fn publish_jetstream(
@@ -391,4 +454,9 @@ impl Window {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// A flush that owns its client, so it can outlive the call that started it.
+async fn flush_owned(client: Client) -> Result<(), async_nats::client::FlushError> {
+    client.flush().await
 }

@@ -148,6 +148,7 @@ impl WatchTask {
                     let due = checkpoints.due();
                     let writing = self.staged.is_writing();
                     let recorded = self.staged.can_begin_write();
+                    let unflushed = self.outbox.unflushed();
                     tokio::select! {
                         biased;
                         _ = shutdown.cancelled() => break Step::Shutdown,
@@ -160,6 +161,9 @@ impl WatchTask {
                         () = std::future::ready(()), if recorded => {
                             self.staged.begin_write(&mut self.outbox).await;
                         }
+                        // No line is ready: what the core client holds goes to the socket now,
+                        // not at the next checkpoint, so a quiet watch holds no budget.
+                        () = self.outbox.flush_idle(), if unflushed => {}
                         () = self.scope.changed() => break Step::ScopeChanged,
                         () = sleep_until(due) => {
                             // The step waits (a line not yet arrived): everything handled so far
