@@ -49,7 +49,7 @@ impl PublishFamilies {
         let publish_queue_depth = gauge(
             registry,
             "publish_queue_depth",
-            "Events handed to NATS and not yet acknowledged.",
+            "Events handed to NATS and not yet acknowledged (JetStream) or flushed to the socket (core).",
             &["watch"],
         )?;
         let jetstream_duplicates = counter(registry, "jetstream_duplicates_total", "JetStream acknowledgements flagged duplicate (the stream already held that Nats-Msg-Id).", &["watch"])?;
