@@ -13,8 +13,11 @@
 //! one stream holding the overdraft (the right to finish one line past the limit, one line at a
 //! time); any other stream lets go of the chunk, of the line it was assembling and of its
 //! connection, and reopens the watch from its last version (nothing is lost: the API server
-//! keeps the history). So `buffered_bytes` stays within the limit plus the one overdraft line
-//! (at most `kubernetes.max_line_bytes`), however many watches there are.
+//! keeps the history). The next overdraft waits until the total is back under the limit (the
+//! line finished past it stays in memory until NATS has taken it). So `buffered_bytes` stays
+//! within the limit plus one line (at most `kubernetes.max_line_bytes`), however many watches
+//! there are; except for a moment: a line handed on is given back by the stream and charged by
+//! the outbox once decoded, and another stream may take that room in between.
 //!
 //! Streams wait rather than read while they may not keep more: at a line boundary until there
 //! is room; in the middle of a line for one of a few read slots (one per [`SLOT_BYTES`] of the
