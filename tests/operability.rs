@@ -700,18 +700,7 @@ async fn queued_lists_sync_every_target_before_ready() {
             .map(|r| r.path)
             .collect::<Vec<_>>()
     };
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let (code, body) = get(&daemon, "/readyz").await;
-        if code == 200 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never ready: {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually_ready(&daemon).await;
     let served = lists();
     assert_eq!(
         served.len(),
