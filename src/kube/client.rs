@@ -20,11 +20,11 @@ use crate::event::ResourceInfo;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// TCP keepalive, so the kernel notices a peer that vanished without closing the connection.
 const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
-/// HTTP/2 flow-control windows: how much the API server may send ahead of what kube2nats has
-/// read, per watch stream and per connection (many watches share one HTTP/2 connection). That data
-/// sits in the process outside the byte budget (`nats.max_buffered_bytes`), so it is capped:
-/// hyper's defaults (2 MiB a stream, 5 MiB a connection) let a few paused watches hold megabytes.
-/// 1 MiB per connection still carries a watch at several hundred MB/s in-cluster.
+/// HTTP/2 flow-control windows of the requests other than watches (lists, discovery): how much
+/// the API server may send ahead of what kube2nats has read, per stream and per connection. That
+/// data sits in the process outside the byte budget (`nats.max_buffered_bytes`), so it is capped:
+/// hyper's defaults (2 MiB a stream, 5 MiB a connection) hold megabytes. 1 MiB per connection
+/// still carries a list at several hundred MB/s in-cluster.
 const H2_STREAM_WINDOW_BYTES: u32 = 256 * 1024;
 const H2_CONNECTION_WINDOW_BYTES: u32 = 1024 * 1024;
 /// HTTP/2 PING interval and timeout: a half-open HTTP/2 connection fails within about a minute
@@ -70,14 +70,46 @@ pub fn resource_label(path: &str) -> String {
 
 /// A client for one API server, shared by every watch.
 pub struct ApiClient {
-    /// The HTTP client and the exec plugin's certificate it presents, replaced together when the
-    /// plugin hands out a new certificate (a TLS identity is fixed when a client is built).
-    http: RwLock<(reqwest::Client, Option<Arc<[u8]>>)>,
+    /// The HTTP clients and the exec plugin's certificate they present, replaced together when
+    /// the plugin hands out a new certificate (a TLS identity is fixed when a client is built).
+    http: RwLock<(HttpClients, Option<Arc<[u8]>>)>,
     tls: TlsSettings,
     base: Url,
     auth: Option<AuthSource>,
     request_timeout: Duration,
     api_requests: IntCounterVec,
+}
+
+/// One client for watches, one for every other request.
+///
+/// Watches go over HTTP/1.1, each on a connection of its own, even where the API server offers
+/// HTTP/2: the byte budget ([`crate::budget`]) stops a watch from reading while it may not keep
+/// more, and over HTTP/2 such a watch holds part of the one flow-control window all watches
+/// share, so that a few paused watches starve the rest (300 watches receiving large objects at
+/// once stalled for good). Paused, an HTTP/1.1 watch holds nothing another needs: TCP pushes back
+/// to the API server; let go, it is a clean close rather than a reset of a shared connection.
+/// It also keeps kube-apiserver's limit of streams per connection (1000 by default) from holding
+/// back watches beyond it.
+#[derive(Clone)]
+struct HttpClients {
+    requests: reqwest::Client,
+    watches: reqwest::Client,
+}
+
+impl HttpClients {
+    fn build(tls: &TlsSettings, identity_pem: Option<&[u8]>) -> Result<Self, CredentialsError> {
+        Ok(HttpClients {
+            requests: build_http(tls, identity_pem, false)?,
+            watches: build_http(tls, identity_pem, true)?,
+        })
+    }
+
+    fn for_verb(&self, verb: Verb) -> &reqwest::Client {
+        match verb {
+            Verb::Watch => &self.watches,
+            _ => &self.requests,
+        }
+    }
 }
 
 /// What the HTTP client is built from, kept to rebuild it with a new client certificate.
@@ -139,7 +171,7 @@ impl ApiClient {
         if let Some(proxy) = &tls.proxy_url {
             tracing::info!(proxy = %redacted(proxy), "reaching the API server through a proxy");
         }
-        let http = build_http(&tls, tls.identity_pem.as_deref())?;
+        let http = HttpClients::build(&tls, tls.identity_pem.as_deref())?;
         Ok(ApiClient {
             http: RwLock::new((http, None)),
             tls,
@@ -150,9 +182,9 @@ impl ApiClient {
         })
     }
 
-    /// The HTTP client to use with `credential`: rebuilt when an exec plugin handed out a
-    /// certificate the current client does not present yet.
-    fn http_for(&self, credential: &Credential) -> Result<reqwest::Client, CredentialsError> {
+    /// The HTTP clients to use with `credential`: rebuilt when an exec plugin handed out a
+    /// certificate the current ones do not present yet.
+    fn http_for(&self, credential: &Credential) -> Result<HttpClients, CredentialsError> {
         let current = self.http.read().unwrap_or_else(|p| p.into_inner());
         let Some(identity) = &credential.identity_pem else {
             return Ok(current.0.clone());
@@ -161,7 +193,7 @@ impl ApiClient {
             return Ok(current.0.clone());
         }
         drop(current);
-        let http = build_http(&self.tls, Some(identity))?;
+        let http = HttpClients::build(&self.tls, Some(identity))?;
         *self.http.write().unwrap_or_else(|p| p.into_inner()) =
             (http.clone(), Some(identity.clone()));
         Ok(http)
@@ -290,7 +322,7 @@ impl ApiClient {
             None => Credential::default(),
         };
         let http = self.http_for(&credential).map_err(ApiError::Credentials)?;
-        let mut request = build(&http);
+        let mut request = build(http.for_verb(verb));
         if let Some(token) = &credential.token {
             match bearer(token) {
                 Some(value) => request = request.header(AUTHORIZATION, value),
@@ -349,9 +381,11 @@ impl ApiClient {
 
 /// Builds the HTTP client: the CA bundle (or the web PKI roots), a client certificate, the
 /// proxy, and the keepalives that notice a dead connection.
+/// A client for the API server; `watches`: HTTP/1.1 only (see [`HttpClients`]).
 fn build_http(
     tls: &TlsSettings,
     identity_pem: Option<&[u8]>,
+    watches: bool,
 ) -> Result<reqwest::Client, CredentialsError> {
     let mut builder = reqwest::Client::builder()
         .use_rustls_tls()
@@ -363,6 +397,9 @@ fn build_http(
         .http2_initial_stream_window_size(H2_STREAM_WINDOW_BYTES)
         .http2_initial_connection_window_size(H2_CONNECTION_WINDOW_BYTES)
         .user_agent(concat!("kube2nats/", env!("CARGO_PKG_VERSION")));
+    if watches {
+        builder = builder.http1_only();
+    }
     if let Some(pem) = &tls.ca_pem {
         let certs =
             reqwest::Certificate::from_pem_bundle(pem).map_err(|source| CredentialsError::Tls {

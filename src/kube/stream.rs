@@ -4,7 +4,7 @@ use bytes::Bytes;
 use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit};
 
 use super::framing::{Frame, FrameError, LineDecoder};
-use crate::budget::{Budget, Charge};
+use crate::budget::{Budget, Charge, RESUME_IDLE};
 
 /// Why reading the stream failed (as opposed to ending cleanly).
 #[derive(Debug, thiserror::Error)]
@@ -14,9 +14,10 @@ pub enum StreamError {
     /// Shown with its causes (see [`super::error::with_causes`]): "connection reset" is in them.
     #[error("watch connection broke: {}", super::error::with_causes(.0))]
     Transport(#[source] reqwest::Error),
-    /// The byte budget ran out in the middle of a line, while another stream was finishing
-    /// its own: the line is dropped, to be read again from the watch's last version.
-    #[error("buffered data reached nats.max_buffered_bytes in the middle of a line")]
+    /// The byte budget could not take what arrived, while another stream was finishing its
+    /// line past it: the stream lets go of its connection and of what it holds, to be read again
+    /// from the watch's last version ([`crate::budget`]).
+    #[error("buffered data reached nats.max_buffered_bytes")]
     BudgetSpent,
 }
 
@@ -44,6 +45,8 @@ pub struct LineStream {
     overdraft: Option<OwnedMutexGuard<()>>,
     /// The read slot held while in the middle of a line.
     read_slot: Option<OwnedSemaphorePermit>,
+    /// Held from reopening after letting go for the budget until the first line is complete.
+    resume_slot: Option<OwnedSemaphorePermit>,
     /// Set while waiting for the budget: the server is not silent, kube2nats is not reading.
     waiting_for_room: bool,
 }
@@ -53,7 +56,7 @@ impl LineStream {
         LineStream::with_budget(response, max_line_bytes, Budget::unlimited())
     }
 
-    /// A stream that charges what it buffers to `budget` and stops reading while it is spent.
+    /// A stream that charges what it buffers to `budget` and reads only what the budget admits.
     pub fn with_budget(
         response: reqwest::Response,
         max_line_bytes: usize,
@@ -67,8 +70,14 @@ impl LineStream {
             budget,
             overdraft: None,
             read_slot: None,
+            resume_slot: None,
             waiting_for_room: false,
         }
+    }
+
+    /// Keeps `slot` (see [`Budget::resume_slot`]) until the first line is complete.
+    pub fn hold_resume_slot(&mut self, slot: Option<OwnedSemaphorePermit>) {
+        self.resume_slot = slot;
     }
 
     /// Whether the stream is waiting for the byte budget rather than for the server.
@@ -81,8 +90,10 @@ impl LineStream {
         let line = self.read_line().await;
         if let Ok(Some(_)) = &line {
             // The line is done: the right to finish it past the budget goes back, and so does
-            // the read slot unless the next line has begun.
+            // the resume slot (the watch has caught up with what it let go of), and the read slot
+            // unless the next line has begun.
             self.overdraft = None;
+            self.resume_slot = None;
             if self.lines.buffered_bytes() == 0 {
                 self.read_slot = None;
             }
@@ -91,34 +102,55 @@ impl LineStream {
         line
     }
 
-    /// Waits before reading more while the budget is spent: at a line boundary until there is
-    /// room; in the middle of a line, finishes it if no other stream is finishing one, else
-    /// gives the line up. In the middle of a line, reads only with a read slot.
+    /// Waits before reading more: at a line boundary while the budget is spent; in the middle
+    /// of a line for a read slot. In the middle of a line with the budget spent, finishes the line
+    /// under the overdraft or lets go at once (what it would read could not be kept).
     async fn wait_for_room(&mut self) -> Result<(), StreamError> {
-        self.check_budget().await?;
+        if self.budget.exhausted() && self.overdraft.is_none() {
+            if self.lines.buffered_bytes() > 0 {
+                self.overdraft = self.budget.try_overdraft();
+                if self.overdraft.is_none() {
+                    return Err(StreamError::BudgetSpent);
+                }
+            } else {
+                self.waiting_for_room = true;
+                self.budget.room().await;
+                self.waiting_for_room = false;
+            }
+        }
         if self.lines.buffered_bytes() > 0 && self.read_slot.is_none() {
             self.read_slot = self.budget.read_slot().await;
         }
         Ok(())
     }
 
-    async fn check_budget(&mut self) -> Result<(), StreamError> {
-        if !self.budget.exhausted() || self.overdraft.is_some() {
-            return Ok(());
-        }
-        if self.lines.buffered_bytes() == 0 {
-            self.waiting_for_room = true;
-            self.budget.room().await;
-            self.waiting_for_room = false;
-            return Ok(());
-        }
-        match self.budget.try_overdraft() {
-            Some(overdraft) => {
-                self.overdraft = Some(overdraft);
-                Ok(())
+    /// Keeps `chunk` if the budget admits it, or under the overdraft; else lets go.
+    fn admit(&mut self, chunk: Bytes) -> Result<(), StreamError> {
+        let wanted = self.lines.buffered_bytes() + chunk.len();
+        if !self.held.try_set(wanted) {
+            if self.overdraft.is_none() {
+                self.overdraft = self.budget.try_overdraft();
             }
-            None => Err(StreamError::BudgetSpent),
+            if self.overdraft.is_none() {
+                return Err(StreamError::BudgetSpent);
+            }
+            self.held.set(wanted);
         }
+        self.lines.push_bytes(chunk);
+        Ok(())
+    }
+
+    /// The next chunk of the body. A watch that holds a resume slot and has nothing to catch up
+    /// on gives the slot back after [`RESUME_IDLE`].
+    async fn read_chunk(&mut self) -> reqwest::Result<Option<Bytes>> {
+        if self.resume_slot.is_some() && self.lines.buffered_bytes() == 0 {
+            // Cancelling `chunk` loses nothing: it only polls the body for its next frame.
+            if let Ok(read) = tokio::time::timeout(RESUME_IDLE, self.response.chunk()).await {
+                return read;
+            }
+            self.resume_slot = None;
+        }
+        self.response.chunk().await
     }
 
     async fn read_line(&mut self) -> Result<Option<Line>, StreamError> {
@@ -144,11 +176,8 @@ impl LineStream {
                 return Ok(None);
             }
             self.wait_for_room().await?;
-            match self.response.chunk().await {
-                Ok(Some(chunk)) => {
-                    self.lines.push_bytes(chunk);
-                    self.held.set(self.lines.buffered_bytes());
-                }
+            match self.read_chunk().await {
+                Ok(Some(chunk)) => self.admit(chunk)?,
                 Ok(None) => {
                     self.ended = true;
                     if let Some(bytes) = self.lines.take_unterminated() {

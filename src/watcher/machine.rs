@@ -110,8 +110,8 @@ pub enum RestartReason {
     DecodeError,
     /// A line over `max_line_bytes` whose first bytes do not say which object changed.
     LineTooLong,
-    /// The byte budget ran out in the middle of a line: reopened from the last version once
-    /// there is room.
+    /// The byte budget could not take what arrived: reopened from the last version in turn,
+    /// once there is room ([`crate::budget`]).
     BufferFull,
     /// An ERROR event other than 410 inside the stream.
     ErrorEvent,
@@ -307,6 +307,8 @@ pub struct Machine {
     streaming_list: bool,
     /// Bytes held between the API server and NATS, shared by every target.
     budget: Budget,
+    /// Set when the watch let go for the budget: it reopens in turn ([`Budget::resume_slot`]).
+    resume_after_budget: bool,
     /// Whether PartialObjectMetadata is asked for; cleared for good by a 406.
     metadata_only: bool,
 }
@@ -323,6 +325,7 @@ impl Machine {
             backoff,
             streaming_list,
             budget: Budget::unlimited(),
+            resume_after_budget: false,
             metadata_only,
         }
     }
@@ -546,7 +549,12 @@ impl Machine {
 
     async fn open_watch(&mut self, rv: ResourceVersion) -> (Outcome, State) {
         // A watch opened while the budget is spent could not be read.
-        self.budget.room().await;
+        let resume_slot = if std::mem::take(&mut self.resume_after_budget) {
+            self.budget.resume_slot().await
+        } else {
+            self.budget.room().await;
+            None
+        };
         let timeout = self.server_timeout();
         let timeout_secs = timeout.as_secs().to_string();
         let mut query = vec![
@@ -562,7 +570,8 @@ impl Machine {
             .await
         {
             Ok(response) => {
-                let watching = self.watching(rv.clone(), response, timeout);
+                let mut watching = self.watching(rv.clone(), response, timeout);
+                watching.stream.hold_resume_slot(resume_slot);
                 (
                     Outcome::WatchOpened(rv),
                     State::Watching(Box::new(watching)),
@@ -735,8 +744,9 @@ impl Machine {
                 self.error_event(status, State::Connecting { rv: w.rv })
             }
             Read::Ended => self.stream_ended(w),
-            // No pause: the watch reopens once there is room (see `open_watch`).
+            // No pause: the watch reopens in turn once there is room (see `open_watch`).
             Read::Lost(reason @ RestartReason::BufferFull, error) => {
+                self.resume_after_budget = true;
                 let restart = Restart {
                     reason,
                     verb: None,
