@@ -66,6 +66,10 @@ COPY --from=build /kube2nats /usr/local/bin/kube2nats
 # mimalloc (the musl build's allocator) would back its heap with transparent huge pages: idle RSS
 # 32.6 MiB instead of 14.7 MiB without them; CPU per event is as fast either way.
 ENV MIMALLOC_ALLOW_THP=0
+# mimalloc keeps freed pages for a second before giving them back (purge delay), and an idle
+# process rarely calls it again: a list's page buffers stayed resident. 1M objects in 16 targets:
+# restart peak 108.5 -> 86.0 MiB, first list 108.8 -> 99.8; no CPU per event measurable.
+ENV MIMALLOC_PURGE_DELAY=0
 # distroless' nonroot user, numerically, so runAsNonRoot can verify it without /etc/passwd.
 USER 65532:65532
 # /metrics, /healthz and /readyz (http.listen).

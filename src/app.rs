@@ -46,7 +46,7 @@ use crate::telemetry::target::TargetGauges;
 use crate::watcher::machine::{Machine, Target};
 use crate::watcher::metrics::{WatchFamilies, WatchMetrics};
 use crate::watcher::supervise::supervise;
-use crate::watcher::WatchTask;
+use crate::watcher::{ListSlots, WatchTask};
 
 /// How long the NATS connection may take to drain at shutdown, after the watches' grace period:
 /// enough for a reachable server, and keeps the whole shutdown within grace period + 2 s.
@@ -221,11 +221,13 @@ async fn run_watches(
         config.nats.max_buffered_bytes,
         metrics.publish.buffered_bytes.clone(),
     );
+    let list_slots = ListSlots::new(config.kubernetes.max_concurrent_lists);
     let watches = Watches {
         config: &config,
         client: &client,
         nats: &nats,
         budget: &budget,
+        list_slots: &list_slots,
         metrics: &metrics,
         readiness: &readiness,
         state: &state,
@@ -284,6 +286,8 @@ struct Watches<'a> {
     nats: &'a Nats,
     /// `nats.max_buffered_bytes`, shared by every target.
     budget: &'a Budget,
+    /// `kubernetes.max_concurrent_lists`, shared by every target.
+    list_slots: &'a ListSlots,
     metrics: &'a StageMetrics,
     readiness: &'a Readiness,
     state: &'a StateStore,
@@ -394,6 +398,7 @@ impl Watches<'_> {
                     client: self.client,
                     nats: self.nats,
                     budget: self.budget,
+                    list_slots: self.list_slots,
                     state: self.state,
                     plan,
                     selected: selected.clone(),
@@ -452,6 +457,7 @@ impl Watches<'_> {
             plan,
             selected: None,
             budget: self.budget,
+            list_slots: self.list_slots,
         }
         .target(None);
         let target = Arc::new(NamespaceWatcher::target(selector, &template));
@@ -488,6 +494,7 @@ struct TaskParts<'a> {
     client: &'a Arc<ApiClient>,
     nats: &'a Nats,
     budget: &'a Budget,
+    list_slots: &'a ListSlots,
     state: &'a StateStore,
     plan: &'a WatchPlan<'a>,
     /// The matching namespaces of the watch's `namespace_selector`.
@@ -550,6 +557,7 @@ impl TaskParts<'_> {
             backoff: config.kubernetes.backoff,
             nats: self.nats.clone(),
             budget: self.budget.clone(),
+            list_slots: self.list_slots.clone(),
             max_in_flight,
             messages,
             events: watch.events.clone(),
@@ -576,6 +584,7 @@ struct TaskFactory {
     backoff: BackoffConfig,
     nats: Nats,
     budget: Budget,
+    list_slots: ListSlots,
     max_in_flight: usize,
     messages: MessageBuilder,
     events: Vec<EventType>,
@@ -595,7 +604,8 @@ impl TaskFactory {
             self.target.clone(),
             Backoff::new(self.backoff),
         )
-        .with_budget(self.budget.clone());
+        .with_budget(self.budget.clone())
+        .with_list_slots(self.list_slots.clone());
         let outbox = Outbox::new(
             self.nats.clone(),
             self.max_in_flight,

@@ -23,6 +23,7 @@ fn kubernetes(source: ApiSource, insecure: bool) -> KubernetesConfig {
         token_reload_interval: Duration::from_secs(60),
         request_timeout: Duration::from_secs(5),
         list_page_size: 500,
+        max_concurrent_lists: 2,
         watch_timeout: Duration::from_secs(60),
         streaming_list: false,
         max_line_bytes: 1 << 20,

@@ -664,3 +664,57 @@ async fn logs_never_show_a_token_and_name_the_watch() {
     assert_eq!(entry["span"]["resource"], "pods");
     assert_eq!(entry["span"]["namespace"], "default");
 }
+
+/// With one list slot, a watch over four namespaces lists them one after another (a list that
+/// fails waits for the others): `/readyz` turns 200 only once every target has listed, and every
+/// object arrives exactly once.
+#[tokio::test]
+async fn queued_lists_sync_every_target_before_ready() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let namespaces = ["n0", "n1", "n2", "n3"];
+    for ns in namespaces {
+        for i in 0..5 {
+            sim.create("pods", Some(ns), pod(&format!("{ns}-{i}")));
+        }
+    }
+    sim.fail_next_matching(
+        2,
+        RequestFilter::List,
+        Failure::Unavailable {
+            retry_after_secs: 1,
+        },
+    );
+    let nats = NatsServer::start().await.unwrap();
+    let tap = CoreTap::start(&nats.url(), "kube.>").await;
+    let dir = tempfile::tempdir().unwrap();
+    let watch = "[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"n0\", \"n1\", \"n2\", \"n3\"]\ninitial_state = \"added\"\n";
+    let text = config_text(&sim, &nats, &dir, watch).replace(
+        "[kubernetes.backoff]",
+        "max_concurrent_lists = 1\nlist_page_size = 2\n[kubernetes.backoff]",
+    );
+    let daemon = kube2nats::app::start(config_from(&text)).await.unwrap();
+    let lists = || {
+        sim.requests()
+            .into_iter()
+            .filter(|r| !r.is_watch() && r.path.ends_with("/pods") && r.status == 200)
+            .map(|r| r.path)
+            .collect::<Vec<_>>()
+    };
+    eventually_ready(&daemon).await;
+    let served = lists();
+    assert_eq!(
+        served.len(),
+        12,
+        "ready before every page of every list was served: {served:?}"
+    );
+    let mut runs = served.clone();
+    runs.dedup();
+    assert_eq!(runs.len(), 4, "two lists ran at once: {served:?}");
+    eventually("every object published", || tap.count() >= 20).await;
+    let mut uids: Vec<String> = tap.keys().into_iter().map(|(uid, _, _)| uid).collect();
+    uids.sort();
+    uids.dedup();
+    assert_eq!((uids.len(), tap.count()), (20, 20), "each object once");
+    daemon.shutdown();
+    daemon.wait().await.unwrap();
+}

@@ -3,10 +3,13 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use kube2nats::watcher::machine::Outcome;
+use kube2nats::backoff::Backoff;
+use kube2nats::watcher::machine::{Machine, Outcome};
+use kube2nats::watcher::ListSlots;
 use kube2nats_harness::apiserver::{
     ApiServer, ApiServerOptions, Auth, Failure, RequestFilter, Rule, INITIAL_TOKEN,
 };
@@ -609,4 +612,99 @@ async fn expired_continue_token_restarts_the_list() {
         describe(&last),
         format!("list [c d] complete:{}", sim.resource_version())
     );
+}
+
+/// A machine for pods in `namespace`, listing in pages of two, only while it holds a list slot.
+fn queued_pods(
+    sim: &ApiServer,
+    dir: &tempfile::TempDir,
+    namespace: &str,
+    slots: &ListSlots,
+) -> Recorder {
+    let token = token_file(dir.path(), INITIAL_TOKEN);
+    let mut t = target(pods(), Some(namespace));
+    t.page_size = 2;
+    let machine = Machine::new(
+        client(sim, Some(token), Duration::from_secs(60)),
+        Arc::new(t),
+        Backoff::new(FAST_BACKOFF),
+    )
+    .with_list_slots(slots.clone());
+    Recorder::machine(machine)
+}
+
+/// With one list slot, targets list one after another (no page of one list between the pages of
+/// another), and every target lists all its objects and opens its watch.
+#[tokio::test]
+async fn one_list_at_a_time_and_every_target_lists() {
+    let sim = sim().await;
+    let namespaces = ["a", "b", "c"];
+    for ns in namespaces {
+        for i in 0..5 {
+            sim.create("pods", Some(ns), pod(&format!("{ns}-{i}")));
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let slots = ListSlots::new(1);
+    let mut recorders: Vec<Recorder> = namespaces
+        .iter()
+        .map(|ns| queued_pods(&sim, &dir, ns, &slots))
+        .collect();
+    for (ns, rec) in namespaces.iter().zip(&mut recorders) {
+        let (_, listed) = rec.until("opened").await;
+        let names: Vec<String> = listed
+            .join(" ")
+            .split([' ', '[', ']'])
+            .filter(|w| w.starts_with(&format!("{ns}-")))
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(
+            names,
+            (0..5).map(|i| format!("{ns}-{i}")).collect::<Vec<_>>(),
+            "{listed:?}"
+        );
+    }
+    let lists: Vec<String> = sim
+        .requests()
+        .into_iter()
+        .filter(|r| !r.is_watch() && r.path.ends_with("/pods"))
+        .map(|r| r.path)
+        .collect();
+    assert_eq!(lists.len(), 9, "three pages per namespace: {lists:?}");
+    let mut runs = lists.clone();
+    runs.dedup();
+    assert_eq!(
+        runs.len(),
+        3,
+        "the pages of one list were interleaved with another's: {lists:?}"
+    );
+    assert_eq!(
+        slots.free(),
+        1,
+        "every slot given back once the watches opened"
+    );
+}
+
+/// A target whose list fails and backs off gives its slot back: the others list meanwhile.
+#[tokio::test]
+async fn a_list_that_backs_off_lets_the_others_list() {
+    let sim = sim().await;
+    sim.create("pods", Some("b"), pod("b0"));
+    sim.set_rules(
+        INITIAL_TOKEN,
+        vec![Rule::new(
+            &["get", "list", "watch"],
+            &[""],
+            &["pods"],
+            &["b"],
+        )],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let slots = ListSlots::new(1);
+    let mut refused = queued_pods(&sim, &dir, "a", &slots);
+    assert_eq!(refused.next().await, "restart forbidden");
+    let mut allowed = queued_pods(&sim, &dir, "b", &slots);
+    let (_, listed) = allowed.until("opened").await;
+    assert!(listed.iter().any(|l| l.contains("b0")), "{listed:?}");
+    assert_eq!(refused.next().await, "restart forbidden", "still retrying");
 }

@@ -143,6 +143,9 @@ struct Args {
     /// Objects of the state scenario.
     #[arg(long, default_value_t = 100_000)]
     state_objects: u64,
+    /// `state`: stores the objects are split across, as that many watch targets hold them.
+    #[arg(long, default_value_t = 1)]
+    state_targets: usize,
     /// `restart`: watches of the same pods (each tracks them all).
     #[arg(long, default_value_t = 1)]
     restart_watches: usize,
@@ -202,7 +205,7 @@ fn main() -> anyhow::Result<()> {
             nats_bin: nats_bin.clone(),
         };
         let lines = match *scenario {
-            "state" => state_size(args.state_objects),
+            "state" => state_size(args.state_objects, args.state_targets.max(1)),
             "core" => runtime.block_on(throughput(&env, false))?,
             "jetstream" => runtime.block_on(throughput(&env, true))?,
             "latency" => runtime.block_on(latency(&env))?,
@@ -300,7 +303,7 @@ fn stat(values: &[f64], decimals: usize) -> String {
 // ---------------------------------------------------------------------------------------------
 // state: bytes per tracked object
 
-fn state_size(objects: u64) -> Vec<String> {
+fn state_size(objects: u64, targets: usize) -> Vec<String> {
     use kube2nats::dedupe::Dedupe;
     use kube2nats::event::{EventType, ObjectMeta, ResourceVersion};
     // The ObjectMetas are built first, so only the map's own allocations are counted.
@@ -319,16 +322,20 @@ fn state_size(objects: u64) -> Vec<String> {
     let name_bytes: usize = metas.iter().map(|m| m.name.len()).sum();
     let before = LIVE_BYTES.load(Ordering::SeqCst);
     let before_malloc = LIVE_MALLOC_BYTES.load(Ordering::SeqCst);
-    let mut dedupe = Dedupe::new();
-    for meta in &metas {
-        dedupe.observe(meta, EventType::Added, 0);
+    // Each target holds an equal share, in turn, as their lists would fill them.
+    let mut stores: Vec<Dedupe> = (0..targets).map(|_| Dedupe::new()).collect();
+    for (i, meta) in metas.iter().enumerate() {
+        stores[i * targets / metas.len()].observe(meta, EventType::Added, 0);
     }
     let bytes = LIVE_BYTES.load(Ordering::SeqCst) - before;
     let malloc_bytes = LIVE_MALLOC_BYTES.load(Ordering::SeqCst) - before_malloc;
-    assert_eq!(dedupe.len() as u64, objects);
-    drop(dedupe);
+    assert_eq!(
+        stores.iter().map(Dedupe::len).sum::<usize>() as u64,
+        objects
+    );
+    drop(stores);
     vec![format!(
-        "state: {:.1} bytes/object requested from the allocator ({:.1} with glibc malloc headers) for {objects} objects (names average {:.1} bytes) [target <= 100]",
+        "state: {:.1} bytes/object requested from the allocator ({:.1} with glibc malloc headers) for {objects} objects in {targets} target(s) (names average {:.1} bytes) [target <= 100]",
         bytes as f64 / objects as f64,
         malloc_bytes as f64 / objects as f64,
         name_bytes as f64 / objects as f64,
@@ -1389,6 +1396,7 @@ async fn restart(env: &Env) -> anyhow::Result<Vec<String>> {
 
 async fn idle(env: &Env) -> anyhow::Result<Vec<String>> {
     let (mut rss, mut hwm, mut anon, mut file) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut threads = Vec::new();
     for run in 0..env.args.runs {
         let dir = workdir(env, "idle")?;
         let scenario = Arc::new(Scenario::new(100, 0, None, Instant::now()));
@@ -1422,7 +1430,11 @@ async fn idle(env: &Env) -> anyhow::Result<Vec<String>> {
         let peak = procfs::status_mib(daemon.pid, "VmHWM");
         anon.push(procfs::status_mib(daemon.pid, "RssAnon"));
         file.push(procfs::status_mib(daemon.pid, "RssFile"));
-        eprintln!("idle run {}: three idle watches (100 pods listed each): RSS {now:.1} MiB (peak {peak:.1} MiB)", run + 1);
+        eprintln!("idle run {}: three idle watches (100 pods listed each): RSS {now:.1} MiB (peak {peak:.1} MiB), {} threads; largest mappings (RSS KiB, anonymous KiB):", run + 1, procfs::threads(daemon.pid));
+        for (rss, anon, what) in procfs::largest_mappings(daemon.pid, 8) {
+            eprintln!("  {rss:>6} {anon:>6}  {what}");
+        }
+        threads.push(procfs::threads(daemon.pid) as f64);
         rss.push(now);
         hwm.push(peak);
         daemon.stop().await;
@@ -1438,5 +1450,9 @@ async fn idle(env: &Env) -> anyhow::Result<Vec<String>> {
         format!("  kube2nats peak RSS (MiB):           {}", stat(&hwm, 1)),
         format!("  of which anonymous (heap, stacks):  {}", stat(&anon, 1)),
         format!("  of which file-backed (the binary):  {}", stat(&file, 1)),
+        format!(
+            "  threads:                            {}",
+            stat(&threads, 0)
+        ),
     ])
 }

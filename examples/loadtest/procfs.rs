@@ -136,3 +136,41 @@ fn field(text: &str, key: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
         .and_then(|v| v.trim().parse().ok())
 }
+
+/// Threads of the process.
+pub fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, Iterator::count)
+}
+
+/// The `n` mappings of `/proc/PID/smaps` holding the most resident memory, largest first, as
+/// `(rss KiB, anonymous KiB, what)`: the file's name, `[heap]`, `[stack]`, or the address range
+/// of an anonymous mapping.
+pub fn largest_mappings(pid: u32, n: usize) -> Vec<(u64, u64, String)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let mut out: Vec<(u64, u64, String)> = Vec::new();
+    let kib = |l: &str| {
+        l.split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    for line in text.lines() {
+        let first = line.split_whitespace().next().unwrap_or_default();
+        if first.contains('-') && !first.ends_with(':') {
+            let mut fields = line.split_whitespace();
+            let range = fields.next().unwrap_or_default().to_owned();
+            let perms = fields.next().unwrap_or_default();
+            let name = fields.nth(3).map_or(range.clone(), str::to_owned);
+            out.push((0, 0, format!("{name} {perms}")));
+        } else if let Some(last) = out.last_mut() {
+            if line.starts_with("Rss:") {
+                last.0 = kib(line);
+            } else if line.starts_with("Anonymous:") {
+                last.1 = kib(line);
+            }
+        }
+    }
+    out.sort_by_key(|m| std::cmp::Reverse(m.0));
+    out.truncate(n);
+    out
+}

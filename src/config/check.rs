@@ -238,6 +238,12 @@ fn check_kubernetes(c: &mut Checker, k: &RawKubernetes) -> Option<KubernetesConf
         1,
         Some(MAX_LIST_PAGE_SIZE),
     );
+    let max_concurrent_lists = c.range(
+        "kubernetes.max_concurrent_lists",
+        k.max_concurrent_lists,
+        1,
+        None,
+    );
     let watch_timeout = c.duration_min(
         "kubernetes.watch_timeout",
         &k.watch_timeout,
@@ -257,6 +263,7 @@ fn check_kubernetes(c: &mut Checker, k: &RawKubernetes) -> Option<KubernetesConf
         token_reload_interval: token_reload_interval?,
         request_timeout: request_timeout?,
         list_page_size: list_page_size?,
+        max_concurrent_lists: max_concurrent_lists?,
         watch_timeout: watch_timeout?,
         streaming_list: k.streaming_list,
         max_line_bytes: max_line_bytes?,
@@ -687,6 +694,10 @@ mod tests {
 
     #[test]
     fn numeric_ranges() {
+        assert_error(
+            "[kubernetes]\nmax_concurrent_lists = 0",
+            "kubernetes.max_concurrent_lists: 0 is out of range (allowed: >= 1)",
+        );
         assert_error(
             "[kubernetes]\nlist_page_size = 0",
             "kubernetes.list_page_size: 0 is out of range (allowed: 1..=10000)",

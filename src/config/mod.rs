@@ -116,6 +116,8 @@ pub struct KubernetesConfig {
     pub request_timeout: Duration,
     /// `limit` of one list page.
     pub list_page_size: u32,
+    /// How many targets list at once ([`crate::watcher::ListSlots`]).
+    pub max_concurrent_lists: usize,
     /// T: each watch asks the server for a `timeoutSeconds` drawn from [T, 2T).
     pub watch_timeout: Duration,
     /// Use streaming lists (`sendInitialEvents=true`) where the server supports them.

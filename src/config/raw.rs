@@ -35,6 +35,11 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_LIST_PAGE_SIZE: u32 = 500;
 /// Largest `list_page_size` accepted; larger pages only cost memory.
 pub const MAX_LIST_PAGE_SIZE: u32 = 10_000;
+/// `kubernetes.max_concurrent_lists`: a list holds a page of objects until they are published,
+/// so memory grows with the lists under way, not with the targets. Two keep one list's request
+/// in flight while another's page is published (the one thread is never idle waiting for the
+/// API server), at two pages' memory.
+pub const DEFAULT_MAX_CONCURRENT_LISTS: usize = 2;
 /// `kubernetes.watch_timeout`: client-go's reflector asks for a timeout in [5m, 10m).
 pub const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// `kubernetes.max_line_bytes`: 8 MiB, a little above the API server's default 3 MiB request limit
@@ -201,6 +206,9 @@ pub struct RawKubernetes {
     pub request_timeout: String,
     /// Objects per list page, 1..=10000. Default [`DEFAULT_LIST_PAGE_SIZE`].
     pub list_page_size: u32,
+    /// Targets that list at once, >= 1; the others wait for a slot. Default
+    /// [`DEFAULT_MAX_CONCURRENT_LISTS`].
+    pub max_concurrent_lists: usize,
     /// Duration, >= 1s; server-side watch timeout base. Default [`DEFAULT_WATCH_TIMEOUT`].
     pub watch_timeout: String,
     /// Use streaming lists where supported. Default false (needs Kubernetes >= 1.32 to be useful).
@@ -225,6 +233,7 @@ impl Default for RawKubernetes {
             token_reload_interval: duration(DEFAULT_TOKEN_RELOAD_INTERVAL),
             request_timeout: duration(DEFAULT_REQUEST_TIMEOUT),
             list_page_size: DEFAULT_LIST_PAGE_SIZE,
+            max_concurrent_lists: DEFAULT_MAX_CONCURRENT_LISTS,
             watch_timeout: duration(DEFAULT_WATCH_TIMEOUT),
             streaming_list: false,
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use rand::Rng;
 use tokio::time::Instant;
 
+use super::list_slots::{ListSlot, ListSlots};
 use crate::backoff::Backoff;
 use crate::budget::Budget;
 use crate::event::{EventType, ObjectEvent, ObjectMeta, ResourceInfo, ResourceVersion};
@@ -273,6 +274,18 @@ pub enum State {
     Backoff { delay: Duration, then: Box<State> },
 }
 
+impl State {
+    /// Whether the next step is part of a list (a page, or a streaming list's initial events).
+    fn is_list(&self) -> bool {
+        matches!(
+            self,
+            State::Listing { .. }
+                | State::StreamListing { .. }
+                | State::ReceivingInitialEvents { .. }
+        )
+    }
+}
+
 /// An open watch.
 pub struct Watching {
     /// The version to resume from: the last event or bookmark received.
@@ -311,6 +324,10 @@ pub struct Machine {
     resume_after_budget: bool,
     /// Whether PartialObjectMetadata is asked for; cleared for good by a 406.
     metadata_only: bool,
+    /// Shared by every target: how many list at once.
+    list_slots: ListSlots,
+    /// Held from the first request of a list until it completes or backs off.
+    list_slot: Option<ListSlot>,
 }
 
 impl Machine {
@@ -327,6 +344,8 @@ impl Machine {
             budget: Budget::unlimited(),
             resume_after_budget: false,
             metadata_only,
+            list_slots: ListSlots::unlimited(),
+            list_slot: None,
         }
     }
 
@@ -341,6 +360,12 @@ impl Machine {
     /// Charges what the watch streams buffer to `budget`, and waits for room before reading.
     pub fn with_budget(mut self, budget: Budget) -> Machine {
         self.budget = budget;
+        self
+    }
+
+    /// Lists only while holding one of `slots`.
+    pub fn with_list_slots(mut self, slots: ListSlots) -> Machine {
+        self.list_slots = slots;
         self
     }
 
@@ -372,8 +397,20 @@ impl Machine {
         }
     }
 
-    /// Performs one transition.
+    /// Performs one transition. A list waits for a slot before its first request and gives it
+    /// back once the next state is no longer part of it (watching, or backing off).
     pub async fn step(&mut self, state: State) -> (Outcome, State) {
+        if state.is_list() && self.list_slot.is_none() {
+            self.list_slot = Some(self.list_slots.take().await);
+        }
+        let (outcome, next) = self.transition(state).await;
+        if !next.is_list() {
+            self.list_slot = None;
+        }
+        (outcome, next)
+    }
+
+    async fn transition(&mut self, state: State) -> (Outcome, State) {
         match state {
             State::Listing {
                 reason,

@@ -15,6 +15,7 @@
 //! full), one write at a time: what is recorded during a write makes the next one, so a busy
 //! stream costs one journal write per round trip to JetStream, not one per event.
 
+pub mod list_slots;
 pub mod machine;
 pub mod metrics;
 pub mod supervise;
@@ -38,6 +39,7 @@ use crate::telemetry::target::TargetGauges;
 use machine::{Machine, Outcome, Restart, RestartError, RestartReason, State};
 use metrics::WatchMetrics;
 
+pub use list_slots::ListSlots;
 pub use machine::{ListReason, Target};
 
 /// The most messages held back for the journal, and the most journal entries of one write.

@@ -120,7 +120,15 @@ pub struct Recorder {
 
 impl Recorder {
     pub fn start(client: Arc<ApiClient>, target: Target) -> Recorder {
-        let mut machine = Machine::new(client, Arc::new(target), Backoff::new(FAST_BACKOFF));
+        Recorder::machine(Machine::new(
+            client,
+            Arc::new(target),
+            Backoff::new(FAST_BACKOFF),
+        ))
+    }
+
+    /// Records what `machine` sees, from its first list.
+    pub fn machine(mut machine: Machine) -> Recorder {
         let (tx, rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(async move {
             let mut state = machine.start();
