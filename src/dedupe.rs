@@ -946,12 +946,11 @@ fn parse_uuid(s: &str) -> Option<[u8; 16]> {
     if b.len() != 36 || b[8] != b'-' || b[13] != b'-' || b[18] != b'-' || b[23] != b'-' {
         return None;
     }
+    // Where each byte's two hex digits start (the dashes checked above sit between).
+    const AT: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
     let mut out = [0u8; 16];
-    let mut hex = b.iter().filter(|&&c| c != b'-');
-    for byte in &mut out {
-        let hi = hex_value(*hex.next()?)?;
-        let lo = hex_value(*hex.next()?)?;
-        *byte = hi << 4 | lo;
+    for (byte, at) in out.iter_mut().zip(AT) {
+        *byte = hex_value(b[at])? << 4 | hex_value(b[at + 1])?;
     }
     Some(out)
 }
@@ -1118,6 +1117,42 @@ mod tests {
     fn uuid_round_trip() {
         assert_eq!(format_uuid(&parse_uuid(A).unwrap()), A);
         assert_eq!(parse_uuid("0B8E6C3A-1F2D-4E5F-9A0B-1C2D3E4F5A6B"), None);
+    }
+
+    /// The hex digits in the order they appear, dashes skipped: what `parse_uuid` must read.
+    fn parse_uuid_reference(s: &str) -> Option<[u8; 16]> {
+        let b = s.as_bytes();
+        if b.len() != 36 || b[8] != b'-' || b[13] != b'-' || b[18] != b'-' || b[23] != b'-' {
+            return None;
+        }
+        let mut out = [0u8; 16];
+        let mut hex = b.iter().filter(|&&c| c != b'-');
+        for byte in &mut out {
+            *byte = hex_value(*hex.next()?)? << 4 | hex_value(*hex.next()?)?;
+        }
+        Some(out)
+    }
+
+    proptest::proptest! {
+        /// UUID-shaped strings, some with a character changed (upper case, a dash, a space, a
+        /// multi-byte character): read as the reference reads them.
+        #[test]
+        fn parse_uuid_agrees_with_the_reference(
+            digits in proptest::collection::vec(proptest::sample::select(b"0123456789abcdef".to_vec()), 32),
+            edit in proptest::option::of((0usize..36, proptest::sample::select(vec!["A", "-", " ", "g", "é", "0"]))),
+        ) {
+            let mut s = String::new();
+            for (i, d) in digits.iter().enumerate() {
+                if matches!(i, 8 | 12 | 16 | 20) {
+                    s.push('-');
+                }
+                s.push(char::from(*d));
+            }
+            if let Some((at, with)) = edit {
+                s.replace_range(at..at + 1, with);
+            }
+            proptest::prop_assert_eq!(parse_uuid(&s), parse_uuid_reference(&s), "{}", s);
+        }
     }
 
     #[test]

@@ -58,7 +58,8 @@ pub(super) fn watch_line(line: &[u8]) -> Result<LineParts<'_>> {
     let mut s = Scanner::new(line);
     let mut event_type = None;
     let mut object = None;
-    let mut head = Err(Error::custom("missing field `object`"));
+    // Built only when missing: a serde error allocates.
+    let mut head = None;
     let mut seen_object = false;
     s.ws();
     s.members(|s, key| {
@@ -81,7 +82,7 @@ pub(super) fn watch_line(line: &[u8]) -> Result<LineParts<'_>> {
                     // strings the grammar admits ASCII only, so checking them checks it all.
                     let start = s.i;
                     s.utf8 = true;
-                    head = s.head()?;
+                    head = Some(s.head()?);
                     s.utf8 = false;
                     object = Some(start..s.i);
                 }
@@ -95,7 +96,7 @@ pub(super) fn watch_line(line: &[u8]) -> Result<LineParts<'_>> {
     Ok(LineParts {
         event_type,
         object,
-        head,
+        head: head.unwrap_or_else(|| Err(Error::custom("missing field `object`"))),
     })
 }
 
@@ -233,20 +234,25 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    #[cold]
+    #[inline(never)]
     fn error(&self, what: &str) -> Error {
         Error::custom(format!("{what} at byte {}", self.i))
     }
 
+    #[inline(always)]
     fn peek(&self) -> Option<u8> {
         self.b.get(self.i).copied()
     }
 
+    #[inline(always)]
     fn ws(&mut self) {
         while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
             self.i += 1;
         }
     }
 
+    #[inline(always)]
     fn eat(&mut self, byte: u8, what: &str) -> Result<()> {
         if self.peek() == Some(byte) {
             self.i += 1;
@@ -479,6 +485,8 @@ impl<'a> Scanner<'a> {
     /// no stack.
     fn skip_value(&mut self) -> Result<()> {
         let mut nesting = Nesting::default();
+        // The innermost open container is an object (kept here: asked after every value).
+        let mut in_object = false;
         loop {
             self.ws();
             match self.peek() {
@@ -489,6 +497,7 @@ impl<'a> Scanner<'a> {
                         self.i += 1;
                     } else {
                         nesting.push(true);
+                        in_object = true;
                         self.key_colon()?;
                         continue;
                     }
@@ -500,6 +509,7 @@ impl<'a> Scanner<'a> {
                         self.i += 1;
                     } else {
                         nesting.push(false);
+                        in_object = false;
                         continue;
                     }
                 }
@@ -514,25 +524,27 @@ impl<'a> Scanner<'a> {
             }
             // A value is complete: close the containers it completes.
             loop {
-                let Some(is_object) = nesting.top() else {
+                if nesting.depth == 0 {
                     return Ok(());
-                };
+                }
                 self.ws();
                 match self.peek() {
                     Some(b',') => {
                         self.i += 1;
-                        if is_object {
+                        if in_object {
                             self.key_colon()?;
                         }
                         break;
                     }
-                    Some(b'}') if is_object => {
+                    Some(b'}') if in_object => {
                         self.i += 1;
                         nesting.pop();
+                        in_object = nesting.top() == Some(true);
                     }
-                    Some(b']') if !is_object => {
+                    Some(b']') if !in_object => {
                         self.i += 1;
                         nesting.pop();
+                        in_object = nesting.top() == Some(true);
                     }
                     _ => return Err(self.error("expected `,` or the end of a container")),
                 }
@@ -540,7 +552,9 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// A key and its colon, inside a skipped object.
+    /// A key and its colon, inside a skipped object. Inlined: called for every key skipped
+    /// (over a hundred per pod), its call frame cost as much as scanning a short key.
+    #[inline(always)]
     fn key_colon(&mut self) -> Result<()> {
         self.ws();
         if self.peek() != Some(b'"') {
@@ -620,19 +634,23 @@ impl<'a> Scanner<'a> {
         let mut escaped = false;
         loop {
             // Eight bytes at a time while eight remain, then byte by byte.
+            let mut hit = false;
             while let Some(word) = self.b.get(i..).and_then(<[u8]>::first_chunk::<8>) {
                 let hits = special_bytes(u64::from_le_bytes(*word));
                 if hits != 0 {
                     i += (hits.trailing_zeros() / 8) as usize;
+                    hit = true;
                     break;
                 }
                 i += 8;
             }
-            while let Some(&c) = self.b.get(i) {
-                if is_special(c) {
-                    break;
+            if !hit {
+                while let Some(&c) = self.b.get(i) {
+                    if is_special(c) {
+                        break;
+                    }
+                    i += 1;
                 }
-                i += 1;
             }
             match self.b.get(i) {
                 Some(b'"') => {

@@ -588,7 +588,8 @@ impl fmt::Display for ParseHeaderValueError {
 impl std::error::Error for ParseHeaderValueError {}
 
 fn validate_header_value(s: &str) -> Result<(), ParseHeaderValueError> {
-    if s.contains(['\r', '\n']) {
+    // Bytes, not chars: CR and LF are ASCII and never part of a multi-byte character.
+    if memchr::memchr2(b'\r', b'\n', s.as_bytes()).is_some() {
         Err(ParseHeaderValueError)
     } else {
         Ok(())
