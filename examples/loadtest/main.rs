@@ -662,6 +662,10 @@ struct RunResult {
     kube_cpu_per_100k: f64,
     events_per_cpu_sec: f64,
     peak_rss_mib: f64,
+    /// Peak RSS when the watch opened (the list done): what the event stream adds is the rest.
+    listed_rss_mib: f64,
+    /// kube2nats' user/system CPU, system calls and context switches per 100k events.
+    counters: procfs::Counters,
     server_cpu_per_100k: f64,
     subscriber_cpu_per_100k: f64,
     nats_cpu_per_100k: f64,
@@ -702,14 +706,24 @@ async fn throughput(env: &Env, jetstream: bool) -> anyhow::Result<Vec<String>> {
             };
             let r =
                 throughput_run(env, jetstream, &daemon, noise, env.args.objects, events).await?;
+            let c = &r.counters;
             eprintln!(
-                "{mode} (state {}, noise {noise}) run {}: {:.0} events/s end to end, kube2nats {:.3} CPU-s/100k events ({:.0} events per CPU-second), peak RSS {:.1} MiB; CPU-s/100k: API server {:.3}, subscriber {:.3}, nats-server {:.3}; journal: {} writes, {:.1} objects each",
+                "{mode} (state {}, noise {noise}) run {}: {:.0} events/s end to end, kube2nats {:.3} CPU-s/100k events ({:.0} events per CPU-second; user {:.3}, system {:.3}; per 100k events: {:.0} read and {:.0} write calls, {:.0} voluntary and {:.0} involuntary context switches, {:.0} minor page faults, {:.1} MB written), peak RSS {:.1} MiB ({:.1} when the watch opened); CPU-s/100k: API server {:.3}, subscriber {:.3}, nats-server {:.3}; journal: {} writes, {:.1} objects each",
                 on_off(state),
                 run + 1,
                 r.events_per_sec,
                 r.kube_cpu_per_100k,
                 r.events_per_cpu_sec,
+                c.user_s,
+                c.system_s,
+                c.read_calls,
+                c.write_calls,
+                c.voluntary_switches,
+                c.involuntary_switches,
+                c.minor_faults,
+                c.written_bytes / 1e6,
                 r.peak_rss_mib,
+                r.listed_rss_mib,
                 r.server_cpu_per_100k,
                 r.subscriber_cpu_per_100k,
                 r.nats_cpu_per_100k,
@@ -742,8 +756,26 @@ async fn throughput(env: &Env, jetstream: bool) -> anyhow::Result<Vec<String>> {
                 stat(&col(|r| r.events_per_cpu_sec), 0)
             ),
             format!(
-                "  kube2nats peak RSS (MiB):           {}",
-                stat(&col(|r| r.peak_rss_mib), 1)
+                "    user / system:                    {} / {}",
+                stat(&col(|r| r.counters.user_s), 3),
+                stat(&col(|r| r.counters.system_s), 3)
+            ),
+            format!(
+                "  kube2nats per 100k events: read calls {}, write calls {}, MB written {}",
+                stat(&col(|r| r.counters.read_calls), 0),
+                stat(&col(|r| r.counters.write_calls), 0),
+                stat(&col(|r| r.counters.written_bytes / 1e6), 1)
+            ),
+            format!(
+                "  kube2nats context switches per 100k events: voluntary {}, involuntary {}; minor page faults {}",
+                stat(&col(|r| r.counters.voluntary_switches), 0),
+                stat(&col(|r| r.counters.involuntary_switches), 0),
+                stat(&col(|r| r.counters.minor_faults), 0)
+            ),
+            format!(
+                "  kube2nats peak RSS (MiB):           {} ({} when the watch opened)",
+                stat(&col(|r| r.peak_rss_mib), 1),
+                stat(&col(|r| r.listed_rss_mib), 1)
             ),
             format!(
                 "  API server CPU-s per 100k events:   {}",
@@ -883,6 +915,8 @@ async fn shaped_run(
         .get()
         .expect("the watch has started");
     let (cpu0, srv0, sub0, nats0) = (daemon.cpu(), server.cpu(), subscriber.cpu(), nats.cpu());
+    let counters0 = procfs::Counters::read(daemon.pid);
+    let listed_rss_mib = procfs::status_mib(daemon.pid, "VmHWM");
     let timeout = Duration::from_secs(600);
     let done = match stream {
         Some(mut stream) => {
@@ -910,6 +944,7 @@ async fn shaped_run(
     };
     let elapsed = t0.elapsed().as_secs_f64();
     let (cpu1, srv1, sub1, nats1) = (daemon.cpu(), server.cpu(), subscriber.cpu(), nats.cpu());
+    let counters1 = procfs::Counters::read(daemon.pid);
     let peak_rss_mib = procfs::status_mib(daemon.pid, "VmHWM");
     let journal_writes = daemon
         .metric("kube2nats_state_journal_records_count{watch=\"pods0\"}")
@@ -934,6 +969,8 @@ async fn shaped_run(
         kube_cpu_per_100k: per100k(cpu1 - cpu0),
         events_per_cpu_sec: received as f64 / (cpu1 - cpu0),
         peak_rss_mib,
+        listed_rss_mib,
+        counters: counters1.since(&counters0, 100_000.0 / received as f64),
         server_cpu_per_100k: per100k(srv1 - srv0),
         subscriber_cpu_per_100k: per100k(sub1 - sub0),
         nats_cpu_per_100k: per100k(nats1 - nats0),

@@ -19,13 +19,7 @@ fn clock_ticks() -> f64 {
 /// user + system CPU seconds of the process or thread whose `stat` file this is.
 pub fn cpu_seconds(stat: &Path) -> Option<f64> {
     let text = std::fs::read_to_string(stat).ok()?;
-    // Fields after the parenthesised command name, which may itself hold spaces.
-    let rest = &text[text.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of stat(5); `rest` starts at field 3.
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) / clock_ticks())
+    user_system_seconds(&text).map(|(user, system)| user + system)
 }
 
 pub fn process_cpu(pid: u32) -> f64 {
@@ -47,6 +41,100 @@ pub fn status_mib(pid: u32, key: &str) -> f64 {
 pub fn this_thread_stat() -> std::path::PathBuf {
     let link = std::fs::read_link("/proc/thread-self").unwrap_or_default();
     Path::new("/proc").join(link).join("stat")
+}
+
+/// What a process spent, from `/proc`: CPU split into user and kernel time, and the counts that
+/// do not depend on how busy the machine is (system calls, bytes through them, context
+/// switches). Comparing two builds or configurations by these tells *where* a CPU difference
+/// comes from even when CPU seconds themselves are too noisy to compare.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counters {
+    pub user_s: f64,
+    pub system_s: f64,
+    /// System calls the kernel counts as reads and writes (`syscr`, `syscw` of `/proc/PID/io`):
+    /// `read`, `readv`, `write`, `writev`, but not `recv`/`send` on sockets. kube2nats reads
+    /// sockets with `recv` (so reads count ~0) and writes to NATS with `writev`.
+    pub read_calls: f64,
+    pub write_calls: f64,
+    /// Bytes through those calls (`rchar`, `wchar`: sockets included).
+    pub read_bytes: f64,
+    pub written_bytes: f64,
+    /// Context switches of every live thread: waits (voluntary) and preemptions (involuntary).
+    pub voluntary_switches: f64,
+    pub involuntary_switches: f64,
+    /// Minor page faults: memory touched for the first time (fresh buffers instead of reused ones).
+    pub minor_faults: f64,
+}
+
+impl Counters {
+    /// The counters of process `pid` now (`NaN` where unreadable).
+    pub fn read(pid: u32) -> Counters {
+        let dir = Path::new("/proc").join(pid.to_string());
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        let (user_s, system_s) = user_system_seconds(&stat).unwrap_or((f64::NAN, f64::NAN));
+        let io = std::fs::read_to_string(dir.join("io")).unwrap_or_default();
+        let io_field = |key: &str| field(&io, key).unwrap_or(f64::NAN);
+        let (mut voluntary, mut involuntary) = (0.0, 0.0);
+        for task in std::fs::read_dir(dir.join("task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            voluntary += field(&status, "voluntary_ctxt_switches").unwrap_or(0.0);
+            involuntary += field(&status, "nonvoluntary_ctxt_switches").unwrap_or(0.0);
+        }
+        Counters {
+            user_s,
+            system_s,
+            read_calls: io_field("syscr"),
+            write_calls: io_field("syscw"),
+            read_bytes: io_field("rchar"),
+            written_bytes: io_field("wchar"),
+            voluntary_switches: voluntary,
+            involuntary_switches: involuntary,
+            minor_faults: stat_field(&stat, 10).unwrap_or(f64::NAN),
+        }
+    }
+
+    /// What was spent between `earlier` and `self`, scaled by `factor` (e.g. to per 100k events).
+    pub fn since(&self, earlier: &Counters, factor: f64) -> Counters {
+        let d = |now: f64, then: f64| (now - then) * factor;
+        Counters {
+            user_s: d(self.user_s, earlier.user_s),
+            system_s: d(self.system_s, earlier.system_s),
+            read_calls: d(self.read_calls, earlier.read_calls),
+            write_calls: d(self.write_calls, earlier.write_calls),
+            read_bytes: d(self.read_bytes, earlier.read_bytes),
+            written_bytes: d(self.written_bytes, earlier.written_bytes),
+            voluntary_switches: d(self.voluntary_switches, earlier.voluntary_switches),
+            involuntary_switches: d(self.involuntary_switches, earlier.involuntary_switches),
+            minor_faults: d(self.minor_faults, earlier.minor_faults),
+        }
+    }
+}
+
+/// Field `number` (counted from 1, as in proc(5)) of the text of a `stat` file.
+fn stat_field(text: &str, number: usize) -> Option<f64> {
+    // The fields after the parenthesised command name (which may itself hold spaces) start at 3.
+    let rest = text.get(text.rfind(')')? + 2..)?;
+    rest.split_whitespace()
+        .nth(number.checked_sub(3)?)?
+        .parse()
+        .ok()
+}
+
+/// utime and stime (fields 14 and 15, in seconds) of the text of a `stat` file.
+fn user_system_seconds(stat: &str) -> Option<(f64, f64)> {
+    let ticks = clock_ticks();
+    Some((stat_field(stat, 14)? / ticks, stat_field(stat, 15)? / ticks))
+}
+
+/// The number after `key:` in a `key: value` file (`/proc/PID/io`, `/proc/PID/status`).
+fn field(text: &str, key: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Threads of the process.

@@ -129,6 +129,7 @@ impl WatchTask {
         let Some((mut state, mut checkpoints)) = self.start(&shutdown).await else {
             return;
         };
+        let mut timer = CheckpointTimer::default();
         loop {
             if matches!(state, State::Connecting { .. }) {
                 // The watch resumes from a version only once everything before it is published.
@@ -167,7 +168,7 @@ impl WatchTask {
                         // not at the next checkpoint, so a quiet watch holds no budget.
                         () = self.outbox.flush_idle(), if unflushed => {}
                         () = self.scope.changed() => break Step::ScopeChanged,
-                        () = sleep_until(due) => {
+                        () = timer.until(due) => {
                             // The step waits (a line not yet arrived): everything handled so far
                             // is a consistent point once published.
                             self.staged.flush(&mut self.outbox).await;
@@ -662,7 +663,18 @@ impl Staged {
 
     /// Publishes `message`, or holds it if it waits for the record at `recorded` or follows a
     /// held message of its object.
-    async fn submit(&mut self, message: OutMessage, recorded: Option<u64>, outbox: &mut Outbox) {
+    ///
+    /// A held message gets a payload of its own: the payload is a slice of the buffer the watch
+    /// line was read into, and one held slice keeps that whole buffer (hundreds of KiB) alive,
+    /// so the HTTP client cannot reuse it and reads every following line into fresh, cold
+    /// memory. Copying the few KiB of the few messages held is far cheaper (and keeps the
+    /// peak RSS at what it is without durable state).
+    async fn submit(
+        &mut self,
+        mut message: OutMessage,
+        recorded: Option<u64>,
+        outbox: &mut Outbox,
+    ) {
         let waits_for = recorded.or_else(|| {
             self.held
                 .iter()
@@ -673,6 +685,7 @@ impl Staged {
         let Some(position) = waits_for else {
             return outbox.publish(message).await;
         };
+        message.payload = bytes::Bytes::copy_from_slice(&message.payload);
         self.held.push_back(Held { position, message });
         if self.full() {
             self.flush(outbox).await;
@@ -748,10 +761,30 @@ enum Fit {
     MetadataOnly,
 }
 
-/// Sleeps until `at`, or forever when there is nothing to wait for.
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
+/// The checkpoint timer, kept from one turn of the watch loop to the next. A busy stream turns
+/// the loop once per event; a timer made each turn is registered with the runtime's timer wheel
+/// and removed again every event, which costs more than everything else durable state adds.
+#[derive(Default)]
+struct CheckpointTimer {
+    sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl CheckpointTimer {
+    /// Sleeps until `at`, or forever when there is nothing to wait for. The timer is moved only
+    /// when `at` changes (once per checkpoint).
+    async fn until(&mut self, at: Option<tokio::time::Instant>) {
+        let Some(at) = at else {
+            return std::future::pending().await;
+        };
+        let sleep = match &mut self.sleep {
+            Some(sleep) => {
+                if sleep.deadline() != at {
+                    sleep.as_mut().reset(at);
+                }
+                sleep
+            }
+            None => self.sleep.insert(Box::pin(tokio::time::sleep_until(at))),
+        };
+        sleep.as_mut().await;
     }
 }
