@@ -16,8 +16,9 @@
 //! keeps the history). The next overdraft waits until the total is back under the limit (the
 //! line finished past it stays in memory until NATS has taken it). So `buffered_bytes` stays
 //! within the limit plus one line (at most `kubernetes.max_line_bytes`), however many watches
-//! there are; except for a moment: a line handed on is given back by the stream and charged by
-//! the outbox once decoded, and another stream may take that room in between.
+//! there are. A line handed on takes its part of the stream's charge with it, and the outbox
+//! that publishes it takes that charge over (made the message's size), so no other stream can
+//! take its room in between.
 //!
 //! Streams wait rather than read while they may not keep more: at a line boundary until there
 //! is room; in the middle of a line for one of a few read slots (one per [`SLOT_BYTES`] of the
@@ -244,6 +245,17 @@ impl Charge {
         true
     }
 
+    /// Moves `bytes` of this charge (at most all of it) to a new charge against the same
+    /// budget; the budget's total does not change.
+    pub fn split_off(&mut self, bytes: usize) -> Charge {
+        let bytes = bytes.min(self.bytes);
+        self.bytes -= bytes;
+        Charge {
+            budget: self.budget.clone(),
+            bytes,
+        }
+    }
+
     /// Adds `other` to this charge (both against the same budget).
     pub fn absorb(&mut self, mut other: Charge) {
         if self.budget.is_none() {
@@ -268,6 +280,24 @@ impl std::fmt::Debug for Charge {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_split_charge_moves_bytes_without_changing_the_total() {
+        let budget = Budget::build(100, None);
+        let mut held = budget.charge(60);
+        let mut line = held.split_off(40);
+        assert_eq!((held.bytes(), line.bytes(), budget.used()), (20, 40, 60));
+        line.set(50);
+        assert_eq!(budget.used(), 70);
+        drop(held);
+        drop(line);
+        assert_eq!(budget.used(), 0);
+        assert_eq!(
+            budget.charge(5).split_off(9).bytes(),
+            5,
+            "at most what it holds"
+        );
+    }
 
     #[tokio::test]
     async fn charges_are_given_back_when_dropped_and_wake_waiters() {

@@ -30,6 +30,10 @@ pub struct Line {
     pub terminated: bool,
     /// `Some(length)` for a line over `max_line_bytes`: `bytes` holds only its first bytes.
     pub oversized: Option<usize>,
+    /// What the line holds of the byte budget, handed on with it: whoever publishes the line
+    /// takes the charge over, so its bytes are never uncounted on the way (see
+    /// [`crate::publish::Outbox::hand_over`]).
+    pub charge: Charge,
 }
 
 /// The body of an open watch, cut into lines.
@@ -38,8 +42,8 @@ pub struct LineStream {
     lines: LineDecoder,
     ended: bool,
     budget: Budget,
-    /// What this stream holds of the budget: the bytes buffered. A line handed out is charged
-    /// by the outbox that publishes it (the payload shares the line's memory).
+    /// What this stream holds of the budget: the bytes buffered. A line handed out takes its
+    /// part with it ([`Line::charge`]).
     held: Charge,
     /// The right to finish the current line past the budget.
     overdraft: Option<OwnedMutexGuard<()>>,
@@ -87,8 +91,8 @@ impl LineStream {
 
     /// The next line; `Ok(None)` once the server has ended the body cleanly.
     pub async fn next_line(&mut self) -> Result<Option<Line>, StreamError> {
-        let line = self.read_line().await;
-        if let Ok(Some(_)) = &line {
+        let mut line = self.read_line().await;
+        if let Ok(Some(line)) = &mut line {
             // The line is done: the right to finish it past the budget goes back, and so does
             // the resume slot (the watch has caught up with what it let go of), and the read slot
             // unless the next line has begun.
@@ -97,7 +101,11 @@ impl LineStream {
             if self.lines.buffered_bytes() == 0 {
                 self.read_slot = None;
             }
-            self.held.set(self.lines.buffered_bytes());
+            let handed = self
+                .held
+                .bytes()
+                .saturating_sub(self.lines.buffered_bytes());
+            line.charge = self.held.split_off(handed);
         }
         line
     }
@@ -161,6 +169,7 @@ impl LineStream {
                         bytes,
                         terminated: true,
                         oversized: None,
+                        charge: Charge::none(),
                     }))
                 }
                 Some(Frame::Oversized { prefix, line_bytes }) => {
@@ -168,6 +177,7 @@ impl LineStream {
                         bytes: prefix,
                         terminated: true,
                         oversized: Some(line_bytes),
+                        charge: Charge::none(),
                     }))
                 }
                 None => {}
@@ -185,6 +195,7 @@ impl LineStream {
                             bytes,
                             terminated: false,
                             oversized: None,
+                            charge: Charge::none(),
                         }));
                     }
                     // Only an over-long line cut off by the end is left to report.

@@ -105,6 +105,8 @@ struct Window {
     unflushed_messages: usize,
     /// Core mode: the flush started while the watch was idle, and what was handed over before it.
     flushing: Option<IdleFlush>,
+    /// The charge of the watch line being handled ([`Outbox::hand_over`]).
+    handed: Charge,
     /// Messages taken out of `in_flight` (or not yet in it) while they are being sent.
     in_hand: usize,
 }
@@ -129,6 +131,7 @@ impl Outbox {
                 unflushed: Charge::none(),
                 unflushed_messages: 0,
                 flushing: None,
+                handed: Charge::none(),
                 in_hand: 0,
             },
         }
@@ -150,7 +153,13 @@ impl Outbox {
     /// Hands one message to NATS; returns once it is accepted (core) or in the ack window
     /// (JetStream), and the byte budget is not spent by this target's messages.
     pub async fn publish(&mut self, msg: OutMessage) {
-        let charge = self.window.budget.charge(msg.wire_len());
+        let charge = match std::mem::take(&mut self.window.handed) {
+            mut handed if handed.bytes() > 0 => {
+                handed.set(msg.wire_len());
+                handed
+            }
+            _ => self.window.budget.charge(msg.wire_len()),
+        };
         match &self.nats {
             Nats::Core(client) => {
                 self.window.publish_core(client, msg, charge).await;
@@ -189,6 +198,14 @@ impl Outbox {
 }
 
 impl Outbox {
+    /// The byte-budget charge of the watch line being handled: the next message published takes
+    /// it over (made its own size), so the line's bytes are counted without a gap between the
+    /// stream that read them and the outbox; whatever is not taken is given back when the next
+    /// charge is handed over.
+    pub fn hand_over(&mut self, charge: Charge) {
+        self.window.handed = charge;
+    }
+
     /// Core mode: whether messages handed to the client are not yet known to be on the socket.
     pub fn unflushed(&self) -> bool {
         self.window.unflushed_messages > 0 || self.window.flushing.is_some()

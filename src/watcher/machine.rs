@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::list_slots::{ListSlot, ListSlots};
 use crate::backoff::Backoff;
-use crate::budget::Budget;
+use crate::budget::{Budget, Charge};
 use crate::event::{EventType, ObjectEvent, ObjectMeta, ResourceInfo, ResourceVersion};
 use crate::kube::client::{collection_path, Verb};
 use crate::kube::decode::{decode_line, decode_line_prefix, DecodeError, WatchLine};
@@ -284,6 +284,17 @@ impl State {
                 | State::ReceivingInitialEvents { .. }
         )
     }
+
+    /// The byte-budget charge of the line the last step read (none if it read no line), for the
+    /// outbox that publishes what the line held to take over.
+    pub fn take_line_charge(&mut self) -> Charge {
+        match self {
+            State::Watching(watching) | State::ReceivingInitialEvents { watching, .. } => {
+                std::mem::take(&mut watching.line_charge)
+            }
+            _ => Charge::none(),
+        }
+    }
 }
 
 /// An open watch.
@@ -294,6 +305,8 @@ pub struct Watching {
     opened_at: Instant,
     deadline: Instant,
     received_any: bool,
+    /// What the last line read holds of the byte budget, until taken (or the next line).
+    line_charge: Charge,
 }
 
 /// What reading one line of an open watch gave.
@@ -637,6 +650,7 @@ impl Machine {
                 + server_timeout
                 + WATCH_DEADLINE_MARGIN.min(self.target.watch_timeout),
             received_any: false,
+            line_charge: Charge::none(),
         }
     }
 
@@ -651,7 +665,7 @@ impl Machine {
                 next => break next,
             }
         };
-        let line = match next {
+        let mut line = match next {
             Ok(Ok(Some(line))) => line,
             Ok(Ok(None)) => return Read::Ended,
             Err(_deadline) => {
@@ -668,6 +682,7 @@ impl Machine {
             }
         };
         w.received_any = true;
+        w.line_charge = std::mem::take(&mut line.charge);
         if let Some(line_bytes) = line.oversized {
             let change = decode_line_prefix(&line.bytes, namespaced);
             return Read::Oversized { change, line_bytes };

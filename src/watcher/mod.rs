@@ -24,6 +24,7 @@ use std::collections::VecDeque;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::budget::Charge;
 use crate::config::{InitialState, PayloadMode};
 use crate::dedupe::{Dedupe, Listed, Vanished, Verdict};
 use crate::event::{EventType, ObjectEvent};
@@ -179,9 +180,12 @@ impl WatchTask {
                 }
             };
             match stepped {
-                Step::Done(outcome, next) => {
+                Step::Done(outcome, mut next) => {
+                    // The line's bytes stay counted until its message is (or it is dropped).
+                    self.outbox.hand_over(next.take_line_charge());
                     state = next;
                     self.handle(outcome, &mut checkpoints).await;
+                    self.outbox.hand_over(Charge::none());
                 }
                 Step::ScopeChanged => state = self.scope_changed(),
                 Step::Shutdown => break,
