@@ -256,15 +256,7 @@ async fn forbidden_watch_reports_and_keeps_retrying() {
     assert!(error.contains(r#"cannot watch resource "pods""#), "{error}");
     assert!(restart.retry_in.is_some());
     assert_eq!(rec.next().await, "restart forbidden", "keeps retrying");
-    sim.set_rules(
-        INITIAL_TOKEN,
-        vec![Rule::new(
-            &["get", "list", "watch"],
-            &[""],
-            &["pods"],
-            &["default"],
-        )],
-    );
+    allow_pods_in(&sim, "default");
     rec.until("opened").await;
 }
 
@@ -685,20 +677,25 @@ async fn one_list_at_a_time_and_every_target_lists() {
     );
 }
 
-/// A target whose list fails and backs off gives its slot back: the others list meanwhile.
-#[tokio::test]
-async fn a_list_that_backs_off_lets_the_others_list() {
-    let sim = sim().await;
-    sim.create("pods", Some("b"), pod("b0"));
+/// The token may read pods in `namespace` only.
+fn allow_pods_in(sim: &ApiServer, namespace: &str) {
     sim.set_rules(
         INITIAL_TOKEN,
         vec![Rule::new(
             &["get", "list", "watch"],
             &[""],
             &["pods"],
-            &["b"],
+            &[namespace],
         )],
     );
+}
+
+/// A target whose list fails and backs off gives its slot back: the others list meanwhile.
+#[tokio::test]
+async fn a_list_that_backs_off_lets_the_others_list() {
+    let sim = sim().await;
+    sim.create("pods", Some("b"), pod("b0"));
+    allow_pods_in(&sim, "b");
     let dir = tempfile::tempdir().unwrap();
     let slots = ListSlots::new(1);
     let mut refused = queued_pods(&sim, &dir, "a", &slots);

@@ -384,9 +384,9 @@ impl ApiClient {
     }
 }
 
-/// Builds the HTTP client: the CA bundle (or the web PKI roots), a client certificate, the
-/// proxy, and the keepalives that notice a dead connection.
-/// A client for the API server; `watches`: HTTP/1.1 only (see [`HttpClients`]).
+/// Builds an HTTP client for the API server: the CA bundle (or the web PKI roots), a client
+/// certificate, the proxy, and the keepalives that notice a dead connection; for `watches`,
+/// HTTP/1.1 only (see [`HttpClients`]).
 fn build_http(
     tls: &TlsSettings,
     identity_pem: Option<&[u8]>,
