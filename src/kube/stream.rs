@@ -116,10 +116,7 @@ impl LineStream {
     async fn wait_for_room(&mut self) -> Result<(), StreamError> {
         if self.budget.exhausted() && self.overdraft.is_none() {
             if self.lines.buffered_bytes() > 0 {
-                self.overdraft = self.budget.try_overdraft();
-                if self.overdraft.is_none() {
-                    return Err(StreamError::BudgetSpent);
-                }
+                self.overdraw()?;
             } else {
                 self.waiting_for_room = true;
                 self.budget.room().await;
@@ -136,16 +133,23 @@ impl LineStream {
     fn admit(&mut self, chunk: Bytes) -> Result<(), StreamError> {
         let wanted = self.lines.buffered_bytes() + chunk.len();
         if !self.held.try_set(wanted) {
-            if self.overdraft.is_none() {
-                self.overdraft = self.budget.try_overdraft();
-            }
-            if self.overdraft.is_none() {
-                return Err(StreamError::BudgetSpent);
-            }
+            self.overdraw()?;
             self.held.set(wanted);
         }
         self.lines.push_bytes(chunk);
         Ok(())
+    }
+
+    /// Takes the right to finish the line past the budget, unless it is held already; a stream
+    /// that cannot get it lets go.
+    fn overdraw(&mut self) -> Result<(), StreamError> {
+        if self.overdraft.is_none() {
+            self.overdraft = self.budget.try_overdraft();
+        }
+        match self.overdraft {
+            Some(_) => Ok(()),
+            None => Err(StreamError::BudgetSpent),
+        }
     }
 
     /// The next chunk of the body. A watch that holds a resume slot and has nothing to catch up
