@@ -521,7 +521,7 @@ pub fn check_message(meta: &HostileMeta) {
         }
         Err(e @ BuildError::HeaderValue { .. }) => panic!("{e}"),
     };
-    let subject = &message.subject;
+    let subject = message.subject.as_str();
     assert!(
         subject.len() <= MAX_SUBJECT_BYTES,
         "{subject:?} is too long"

@@ -34,7 +34,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crate::config::{MessageFormat, PayloadMode};
 use crate::event::{EventType, ObjectEvent, ObjectMeta, ResourceInfo};
 use crate::publish::cloudevents;
-use crate::subject::{escape_token, SubjectFields, SubjectTemplate};
+use crate::subject::{escape_token, BoundTemplate, SubjectTemplate, WatchFields};
 
 /// Header names: a public interface. Built at compile time, so per message only the values are
 /// allocated.
@@ -104,7 +104,8 @@ pub fn header_value(raw: &str) -> Cow<'_, str> {
 /// One message ready to publish.
 #[derive(Debug, Clone)]
 pub struct OutMessage {
-    pub subject: String,
+    /// Shares its bytes: publishing hands the client a reference, not a copy.
+    pub subject: async_nats::Subject,
     /// Serialized once; a clone (for a JetStream retry) shares the bytes.
     pub headers: SerializedHeaders,
     pub payload: Bytes,
@@ -133,6 +134,8 @@ pub struct MessageBuilder {
     pub resource: ResourceInfo,
     pub api_version: String,
     pub payload: PayloadMode,
+    /// `template` with the watch's own values escaped into it.
+    subject: BoundTemplate,
     /// The header values that are the same for every message of the watch, escaped once.
     constant: ConstantHeaders,
     /// The watch's CloudEvents attributes when its format is `cloudevents`.
@@ -159,9 +162,17 @@ impl MessageBuilder {
             api_version: header_value(&api_version).into_owned(),
             cluster: header_value(&cluster).into_owned(),
         };
+        let subject = template.bind(&WatchFields {
+            prefix: &prefix,
+            cluster: &cluster,
+            group: resource.group_token(),
+            version: &resource.version,
+            resource: &resource.plural,
+        });
         MessageBuilder {
             watch,
             template,
+            subject,
             prefix,
             cluster,
             resource,
@@ -187,17 +198,10 @@ impl MessageBuilder {
     ) -> Result<OutMessage, BuildError> {
         let meta = &event.meta;
         let mut subject = String::with_capacity(96);
-        self.template.render(
-            &SubjectFields {
-                prefix: &self.prefix,
-                cluster: &self.cluster,
-                group: self.resource.group_token(),
-                version: &self.resource.version,
-                resource: &self.resource.plural,
-                namespace: meta.namespace.as_deref(),
-                name: &meta.name,
-                event_type: event.event_type,
-            },
+        self.subject.render(
+            meta.namespace.as_deref(),
+            &meta.name,
+            event.event_type,
             &mut subject,
         );
         if subject.len() > MAX_SUBJECT_BYTES {
@@ -208,7 +212,7 @@ impl MessageBuilder {
         let id = msg_id(&self.watch, meta, event.event_type);
         let headers = self.headers(event, &id, synthesized, truncated)?;
         Ok(OutMessage {
-            subject,
+            subject: subject.into(),
             headers: headers.finish(),
             payload: self.payload(event),
             event_type: event.event_type,
@@ -529,7 +533,10 @@ mod tests {
         let m = builder(PayloadMode::Event)
             .build(&event(None), true)
             .unwrap();
-        assert_eq!(m.subject, "kube.core.v1.pods.default.web_1.modified");
+        assert_eq!(
+            m.subject.as_str(),
+            "kube.core.v1.pods.default.web_1.modified"
+        );
         let h = |k: async_nats::HeaderName| m.headers.get(k).map(str::to_owned);
         assert_eq!(h(header::EVENT_TYPE).as_deref(), Some("MODIFIED"));
         assert_eq!(h(header::MSG_ID).as_deref(), Some("pods:u1:7"));
