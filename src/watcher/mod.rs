@@ -419,13 +419,16 @@ impl WatchTask {
         // The journal records an object's first message, so its deletion is announced even
         // after a crash; and a deletion, so that one announced again after a crash carries the
         // same version (and `Nats-Msg-Id`).
-        let journaled = self.staged.journal.is_some()
-            && (event.event_type == EventType::Deleted) == self.dedupe.tracks(&event.meta.uid);
         let mark = match event.event_type {
             EventType::Deleted => 0,
             EventType::Added | EventType::Modified => self.noise.mark(&event),
         };
-        let changed = match self.dedupe.observe(&event.meta, event.event_type, mark) {
+        let (verdict, tracked) = self
+            .dedupe
+            .observe_tracked(&event.meta, event.event_type, mark);
+        let journaled =
+            self.staged.journal.is_some() && (event.event_type == EventType::Deleted) == tracked;
+        let changed = match verdict {
             Verdict::Publish => {
                 let recorded = if journaled {
                     self.staged.record(&event.meta)
