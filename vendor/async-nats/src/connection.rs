@@ -515,10 +515,16 @@ impl Connection {
                     _ => "PUB",
                 };
 
-                small_write!("{verb} {subject} ");
+                // The line is written piece by piece, not with `write!`: formatting machinery
+                // costs several times the bytes it writes, once per message.
+                self.write_slice(verb.as_bytes());
+                self.write_slice(b" ");
+                self.write_slice(subject.as_bytes());
+                self.write_slice(b" ");
 
                 if let Some(respond) = respond {
-                    small_write!("{respond} ");
+                    self.write_slice(respond.as_bytes());
+                    self.write_slice(b" ");
                 }
 
                 match headers {
@@ -527,19 +533,18 @@ impl Connection {
 
                         let headers_len = headers.len();
                         let total_len = headers_len + payload.len();
-                        small_write!("{headers_len} {total_len}\r\n");
+                        self.write_sizes(headers_len, Some(total_len));
                         self.write(headers);
                     }
                     Some(WireHeaders::Serialized(headers)) if !headers.is_empty() => {
                         let headers = headers.as_bytes();
                         let headers_len = headers.len();
                         let total_len = headers_len + payload.len();
-                        small_write!("{headers_len} {total_len}\r\n");
+                        self.write_sizes(headers_len, Some(total_len));
                         self.write_slice(headers);
                     }
                     _ => {
-                        let payload_len = payload.len();
-                        small_write!("{payload_len}\r\n");
+                        self.write_sizes(payload.len(), None);
                     }
                 }
 
@@ -738,6 +743,20 @@ impl Connection {
         }
     }
 
+    /// Write the sizes that end a `PUB` (`first`) or `HPUB` line (`first second`), and the
+    /// line's `\r\n`.
+    fn write_sizes(&mut self, first: usize, second: Option<usize>) {
+        // Twenty digits hold any `usize`; two numbers, a space and the line end fit in 43.
+        let mut line = [0u8; 43];
+        let mut end = write_decimal(first, &mut line, 0);
+        if let Some(second) = second {
+            line[end] = b' ';
+            end = write_decimal(second, &mut line, end + 1);
+        }
+        line[end..end + 2].copy_from_slice(b"\r\n");
+        self.write_slice(&line[..end + 2]);
+    }
+
     /// Write a borrowed `buf`: copied into the flattened buffer when small, else into a chunk
     /// of its own (as [`Self::write`]).
     fn write_slice(&mut self, buf: &[u8]) {
@@ -778,6 +797,23 @@ impl Connection {
             Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
         }
     }
+}
+
+/// Writes `n` in decimal into `out` from `at`; returns where the digits end.
+fn write_decimal(mut n: usize, out: &mut [u8], at: usize) -> usize {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let len = digits.len() - start;
+    out[at..at + len].copy_from_slice(&digits[start..]);
+    at + len
 }
 
 #[cfg(feature = "websockets")]
@@ -1216,6 +1252,16 @@ mod read_op {
 #[cfg(test)]
 mod write_op {
     use std::sync::Arc;
+
+    #[test]
+    fn sizes_are_written_in_decimal() {
+        for n in [0, 7, 10, 99, 4096, 1_000_001, usize::MAX] {
+            let mut out = [b'x'; 24];
+            let end = super::write_decimal(n, &mut out, 2);
+            assert_eq!(&out[2..end], n.to_string().as_bytes());
+            assert_eq!(&out[..2], b"xx");
+        }
+    }
 
     use super::Connection;
     use crate::{ClientOp, ConnectInfo, HeaderMap, Protocol, Statistics};
