@@ -227,6 +227,20 @@ fn report(env: &Env, contenders: &[Contender], load_before: &str) -> Vec<String>
             stat(&col(|r| r.peak_rss_mib), 1),
         ));
     }
+    lines.push(
+        "  per 100k events: user / system CPU-s; write calls; voluntary context switches:".into(),
+    );
+    for c in contenders {
+        let col = |f: fn(&RunResult) -> f64| c.results.iter().map(f).collect::<Vec<_>>();
+        lines.push(format!(
+            "  {:<34}{} / {}  |  {}  |  {}",
+            format!("{}:", c.label),
+            stat(&col(|r| r.counters.user_s), 3),
+            stat(&col(|r| r.counters.system_s), 3),
+            stat(&col(|r| r.counters.write_calls), 0),
+            stat(&col(|r| r.counters.voluntary_switches), 0),
+        ));
+    }
     lines.push("  ratios of CPU per event, taken within each round:".into());
     let find = |prefix: &str, jetstream: bool| {
         contenders
