@@ -263,11 +263,11 @@ impl SubjectTemplate {
             match part {
                 Part::Literal(s) => out.push_str(s),
                 Part::Placeholder(p) => match p {
-                    Placeholder::Prefix => out.push_str(fields.prefix),
-                    Placeholder::Cluster => escape_token(fields.cluster, out),
-                    Placeholder::Group => escape_token(fields.group, out),
-                    Placeholder::Version => escape_token(fields.version, out),
-                    Placeholder::Resource => escape_token(fields.resource, out),
+                    Placeholder::Prefix => out.push_str(fields.watch.prefix),
+                    Placeholder::Cluster => escape_token(fields.watch.cluster, out),
+                    Placeholder::Group => escape_token(fields.watch.group, out),
+                    Placeholder::Version => escape_token(fields.watch.version, out),
+                    Placeholder::Resource => escape_token(fields.watch.resource, out),
                     Placeholder::Namespace => match fields.namespace {
                         Some(ns) => escape_token(ns, out),
                         None => out.push('_'),
@@ -287,49 +287,47 @@ impl SubjectTemplate {
         let mut parts: Vec<BoundPart> = Vec::new();
         let mut literal = String::new();
         for part in &self.parts {
-            let slot = match part {
-                Part::Literal(s) => {
-                    literal.push_str(s);
-                    continue;
-                }
+            let piece = match part {
+                Part::Literal(s) => Piece::Text(s),
                 Part::Placeholder(p) => match p {
-                    Placeholder::Prefix => {
-                        literal.push_str(fields.prefix);
-                        continue;
-                    }
-                    Placeholder::Cluster => {
-                        escape_token(fields.cluster, &mut literal);
-                        continue;
-                    }
-                    Placeholder::Group => {
-                        escape_token(fields.group, &mut literal);
-                        continue;
-                    }
-                    Placeholder::Version => {
-                        escape_token(fields.version, &mut literal);
-                        continue;
-                    }
-                    Placeholder::Resource => {
-                        escape_token(fields.resource, &mut literal);
-                        continue;
-                    }
-                    Placeholder::Namespace => BoundPart::Namespace,
-                    Placeholder::Name => BoundPart::Name,
-                    Placeholder::Type => BoundPart::Type,
+                    Placeholder::Prefix => Piece::Text(fields.prefix),
+                    Placeholder::Cluster => Piece::Token(fields.cluster),
+                    Placeholder::Group => Piece::Token(fields.group),
+                    Placeholder::Version => Piece::Token(fields.version),
+                    Placeholder::Resource => Piece::Token(fields.resource),
+                    Placeholder::Namespace => Piece::Slot(BoundPart::Namespace),
+                    Placeholder::Name => Piece::Slot(BoundPart::Name),
+                    Placeholder::Type => Piece::Slot(BoundPart::Type),
                 },
             };
-            if !literal.is_empty() {
-                parts.push(BoundPart::Literal(
-                    std::mem::take(&mut literal).into_boxed_str(),
-                ));
+            match piece {
+                Piece::Text(s) => literal.push_str(s),
+                Piece::Token(s) => escape_token(s, &mut literal),
+                Piece::Slot(slot) => {
+                    if !literal.is_empty() {
+                        parts.push(BoundPart::Literal(
+                            std::mem::take(&mut literal).into_boxed_str(),
+                        ));
+                    }
+                    parts.push(slot);
+                }
             }
-            parts.push(slot);
         }
         if !literal.is_empty() {
             parts.push(BoundPart::Literal(literal.into_boxed_str()));
         }
         BoundTemplate { parts }
     }
+}
+
+/// What one part of a template becomes once bound to a watch.
+enum Piece<'a> {
+    /// Inserted as it is.
+    Text(&'a str),
+    /// Escaped as one token.
+    Token(&'a str),
+    /// Filled in per object.
+    Slot(BoundPart),
 }
 
 /// The values of a template that are the same for every object of one watch.
@@ -411,13 +409,7 @@ impl SubjectTemplate {
 /// The values a template is rendered with, borrowed from the event and the watch's config.
 #[derive(Debug, Clone, Copy)]
 pub struct SubjectFields<'a> {
-    /// Inserted verbatim; checked by [`validate_prefix`] at start-up.
-    pub prefix: &'a str,
-    pub cluster: &'a str,
-    /// Already `core` for the core group.
-    pub group: &'a str,
-    pub version: &'a str,
-    pub resource: &'a str,
+    pub watch: WatchFields<'a>,
     /// `None` for cluster-scoped objects; renders as `_`.
     pub namespace: Option<&'a str>,
     pub name: &'a str,
@@ -557,11 +549,13 @@ mod tests {
 
     fn fields(namespace: Option<&str>) -> SubjectFields<'_> {
         SubjectFields {
-            prefix: "kube",
-            cluster: "prod-eu",
-            group: "core",
-            version: "v1",
-            resource: "pods",
+            watch: WatchFields {
+                prefix: "kube",
+                cluster: "prod-eu",
+                group: "core",
+                version: "v1",
+                resource: "pods",
+            },
             namespace,
             name: "nginx.1",
             event_type: EventType::Modified,
@@ -585,10 +579,8 @@ mod tests {
         let t = SubjectTemplate::parse("{prefix}.c-{cluster}.{resource}.x{name}y").unwrap();
         assert!(t.uses_cluster());
         let mut out = String::new();
-        let f = SubjectFields {
-            prefix: "a.b",
-            ..fields(None)
-        };
+        let mut f = fields(None);
+        f.watch.prefix = "a.b";
         t.render(&f, &mut out);
         assert_eq!(out, "a.b.c-prod-eu.pods.xnginx_1y");
     }
@@ -636,27 +628,23 @@ mod tests {
         ) {
             let t = SubjectTemplate::parse(&template).unwrap();
             let event_type = if deleted { EventType::Deleted } else { EventType::Added };
-            let all = SubjectFields {
+            let watch = WatchFields {
                 prefix: "kube.a",
                 cluster: &cluster,
                 group: &group,
                 version: "v1",
                 resource: "pods",
+            };
+            let all = SubjectFields {
+                watch,
                 namespace: namespace.as_deref(),
                 name: &name,
                 event_type,
             };
             let mut want = String::new();
             t.render(&all, &mut want);
-            let bound = t.bind(&WatchFields {
-                prefix: all.prefix,
-                cluster: all.cluster,
-                group: all.group,
-                version: all.version,
-                resource: all.resource,
-            });
-            let mut got = String::from("old");
-            got.clear();
+            let bound = t.bind(&watch);
+            let mut got = String::new();
             bound.render(namespace.as_deref(), &name, event_type, &mut got);
             prop_assert_eq!(got, want);
         }
