@@ -12,6 +12,7 @@
 //! [`Dedupe::for_each_saved`]) and refills it at start ([`Dedupe::restore`]), so a restart's relist
 //! is diffed against what was published before it.
 
+mod index;
 mod store;
 
 use std::collections::{HashMap, VecDeque};
@@ -360,7 +361,15 @@ impl Dedupe {
     /// [`end_list`](Self::end_list) count as vanished.
     pub fn begin_list(&mut self) {
         self.list_epoch = self.list_epoch.wrapping_add(1);
+        self.uuids.begin_list();
         self.by_name = None;
+    }
+
+    /// Room for `additional` more objects without growing the index: a list that says how
+    /// many items it has sizes the state once instead of growing it (old and new index alive
+    /// together) while it fills.
+    pub fn reserve(&mut self, additional: usize) {
+        self.uuids.reserve(additional);
     }
 
     /// A listed object's name held by another tracked uid: that object was deleted while the
@@ -488,9 +497,9 @@ impl Dedupe {
         let epoch = self.list_epoch;
         let gone: Vec<UidKey> = self
             .uuids
-            .iter()
-            .filter(|(_, e)| e.list_epoch != epoch)
-            .map(|(_, e)| UidKey::Uuid(e.uid))
+            .end_list()
+            .into_iter()
+            .map(UidKey::Uuid)
             .chain(
                 self.others
                     .iter()
@@ -515,12 +524,18 @@ impl Dedupe {
             UidKey::Uuid(uuid) => {
                 let i = self.uuids.find(uuid)?;
                 let entry = self.uuids.entry(i);
+                // Only "seen by the list under way or not" is kept for these.
+                let list_epoch = if self.uuids.seen(i) {
+                    self.list_epoch
+                } else {
+                    self.list_epoch.wrapping_sub(1)
+                };
                 let tracked = Tracked {
                     version: entry.version(),
                     mark: self.uuids.mark(i),
                     name: entry.name,
                     namespace: entry.namespace,
-                    list_epoch: entry.list_epoch,
+                    list_epoch,
                 };
                 Some((Place::Dense(i), tracked))
             }
@@ -536,8 +551,9 @@ impl Dedupe {
                 entry.set_version(tracked.version);
                 entry.name = tracked.name;
                 entry.namespace = tracked.namespace;
-                entry.list_epoch = tracked.list_epoch;
                 self.uuids.set_mark(i, tracked.mark);
+                let seen = tracked.list_epoch == self.list_epoch;
+                self.uuids.set_seen(i, seen);
             }
             (Place::Other, UidKey::Other(uid)) => {
                 if let Some(stored) = self.others.get_mut(uid) {
@@ -605,7 +621,7 @@ impl Dedupe {
         let namespace = self.namespaces.acquire(named.namespace);
         match key {
             UidKey::Uuid(uuid) => {
-                let entry = Entry::new(uuid, version, name, namespace, list_epoch);
+                let entry = Entry::new(uuid, version, name, namespace);
                 self.uuids.insert(entry, mark);
             }
             UidKey::Other(uid) => {
