@@ -259,6 +259,9 @@ struct ByName {
     others: FxHashMap<u64, Box<str>>,
 }
 
+/// The most objects [`Dedupe::size_for`] sizes the index for ahead (~25 MB of index).
+pub const MAX_SIZED_AHEAD: u64 = 4 << 20;
+
 /// How many deleted uids each watch target remembers. A replay reaches back a few events (a
 /// lagging API server, a proxy re-sending its buffer), so recent deletions are what matters; the
 /// bound keeps a deletion-heavy target from growing the state (~40 bytes each).
@@ -365,11 +368,13 @@ impl Dedupe {
         self.by_name = None;
     }
 
-    /// Room for `additional` more objects without growing the index: a list that says how
-    /// many items it has sizes the state once instead of growing it (old and new index alive
-    /// together) while it fills.
-    pub fn reserve(&mut self, additional: usize) {
-        self.uuids.reserve(additional);
+    /// Room for `objects` objects in all without growing the index: a list that says how many
+    /// items it has, or a snapshot, sizes the state once instead of growing it (old and new
+    /// index alive together) while it fills. Only a hint from outside, so at most
+    /// [`MAX_SIZED_AHEAD`] objects are sized ahead; beyond, the index grows as it fills.
+    pub fn size_for(&mut self, objects: u64) {
+        let objects = usize::try_from(objects.min(MAX_SIZED_AHEAD)).unwrap_or(0);
+        self.uuids.reserve(objects.saturating_sub(self.len()));
     }
 
     /// A listed object's name held by another tracked uid: that object was deleted while the

@@ -339,7 +339,7 @@ fn state_size(objects: u64, targets: usize) -> Vec<String> {
     let mut stores: Vec<Dedupe> = (0..targets).map(|_| Dedupe::new()).collect();
     for (t, store) in stores.iter_mut().enumerate() {
         let share = (t + 1) * metas.len() / targets - t * metas.len() / targets;
-        store.reserve(share);
+        store.size_for(share as u64);
     }
     for (i, meta) in metas.iter().enumerate() {
         stores[i * targets / metas.len()].observe(meta, EventType::Added, 0);

@@ -46,10 +46,6 @@ pub use machine::{ListReason, Target};
 /// The most messages held back for the journal, and the most journal entries of one write.
 const MAX_HELD: usize = 256;
 
-/// The most objects a list's `remainingItemCount` sizes the state for ahead (~25 MB of index);
-/// a larger list grows it as it fills.
-const MAX_LIST_SIZE_HINT: u64 = 4 << 20;
-
 /// One watch target's task: the machine, its memory of what was published, and its outbox.
 pub struct WatchTask {
     machine: Machine,
@@ -307,10 +303,7 @@ impl WatchTask {
         self.diff = [0; 3];
         self.dedupe.begin_list();
         if let Some(items) = size_hint {
-            // The state sized once for what the list brings that is not tracked yet, rather
-            // than grown while it fills; the server's count is a hint, so it is capped.
-            let items = usize::try_from(items.min(MAX_LIST_SIZE_HINT)).unwrap_or(0);
-            self.dedupe.reserve(items.saturating_sub(self.dedupe.len()));
+            self.dedupe.size_for(items);
         }
         self.metrics.relist(reason.as_str());
         self.gauges.set_synced(false);
