@@ -141,11 +141,11 @@ const NO_NAMESPACE: u32 = u32::MAX;
 /// What is remembered of one object, as read out of the storage ([`store`]).
 ///
 /// This is the bulk of kube2nats' memory, so it is kept well under 100 bytes per object: an
-/// object with a UUID uid (every object a real API server creates) is a 36-byte [`Entry`] (uid,
-/// version, name and namespace references, list generation) in dense chunks, 4 bytes in an index
-/// table of 5 bytes per bucket (8 to 16 bytes per object with the table's spare room), and its
-/// name, length-prefixed, in shared pages; the `mark` takes 8 bytes more only in watches whose
-/// `changes` sets one. About 70 bytes per pod in all.
+/// object with a UUID uid (every object a real API server creates) is a 32-byte [`Entry`] (uid,
+/// version, name and namespace references) in dense chunks, a 5-byte slot of an index (6 to 8
+/// bytes per object with its spare room), and its name, length-prefixed, in shared pages; the
+/// `mark` takes 8 bytes more only in watches whose `changes` sets one, and while a list is under
+/// way a bit says whether the list has seen the object. About 62 bytes per pod in all.
 #[derive(Debug, Clone, Copy)]
 struct Tracked {
     /// The integer resourceVersion, or [`OPAQUE`].
