@@ -1300,6 +1300,47 @@ mod tests {
     }
 
     #[test]
+    fn a_relist_of_many_objects_sized_ahead_finds_exactly_the_unlisted_ones_while_names_recur() {
+        // Hundreds of objects span several words of the list's seen bits; recreations (same
+        // name, new uid) remove objects during the list, moving the last into the hole.
+        let mut d = Dedupe::new();
+        d.size_for(300);
+        let name = |i: u64| format!("pod-{i}");
+        for i in 0..300 {
+            d.observe(&meta(&uuid_of(i), "5", &name(i)), EventType::Added, 0);
+        }
+        d.begin_list();
+        d.size_for(u64::MAX);
+        let mut expected_gone = Vec::new();
+        for i in 0..300u64 {
+            match i % 5 {
+                // Not listed: vanished at the end.
+                0 => expected_gone.push(name(i)),
+                // Recreated under a new uid: announced at once, the new uid is new.
+                1 => {
+                    let recreated = meta(&uuid_of(1000 + i), "9", &name(i));
+                    let gone = d.superseded(&recreated).expect("the old uid held the name");
+                    assert_eq!(gone.meta.uid, uuid_of(i));
+                    assert_eq!(d.listed(&recreated, 0), Listed::New);
+                }
+                _ => assert_eq!(
+                    d.listed(&meta(&uuid_of(i), "5", &name(i)), 0),
+                    Listed::Unchanged
+                ),
+            }
+        }
+        let mut gone: Vec<String> = d.end_list().into_iter().map(|v| v.meta.name).collect();
+        gone.sort();
+        expected_gone.sort();
+        assert_eq!(gone, expected_gone);
+        assert_eq!(d.len(), 240);
+        assert!(
+            d.end_list().is_empty(),
+            "no list under way: nothing vanishes"
+        );
+    }
+
+    #[test]
     fn relist_from_a_lagging_server_is_stale_not_a_change() {
         let mut d = Dedupe::new();
         d.observe(&meta(A, "20", "a"), EventType::Added, 0);
