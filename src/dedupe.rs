@@ -12,6 +12,7 @@
 //! [`Dedupe::for_each_saved`]) and refills it at start ([`Dedupe::restore`]), so a restart's relist
 //! is diffed against what was published before it.
 
+mod index;
 mod store;
 
 use std::collections::{HashMap, VecDeque};
@@ -140,11 +141,11 @@ const NO_NAMESPACE: u32 = u32::MAX;
 /// What is remembered of one object, as read out of the storage ([`store`]).
 ///
 /// This is the bulk of kube2nats' memory, so it is kept well under 100 bytes per object: an
-/// object with a UUID uid (every object a real API server creates) is a 36-byte [`Entry`] (uid,
-/// version, name and namespace references, list generation) in dense chunks, 4 bytes in an index
-/// table of 5 bytes per bucket (8 to 16 bytes per object with the table's spare room), and its
-/// name, length-prefixed, in shared pages; the `mark` takes 8 bytes more only in watches whose
-/// `changes` sets one. About 70 bytes per pod in all.
+/// object with a UUID uid (every object a real API server creates) is a 32-byte [`Entry`] (uid,
+/// version, name and namespace references) in dense chunks, a 5-byte slot of an index (6 to 8
+/// bytes per object with its spare room), and its name, length-prefixed, in shared pages; the
+/// `mark` takes 8 bytes more only in watches whose `changes` sets one, and while a list is under
+/// way a bit says whether the list has seen the object. About 62 bytes per pod in all.
 #[derive(Debug, Clone, Copy)]
 struct Tracked {
     /// The integer resourceVersion, or [`OPAQUE`].
@@ -257,6 +258,9 @@ struct ByName {
     dense: HashTable<u32>,
     others: FxHashMap<u64, Box<str>>,
 }
+
+/// The most objects [`Dedupe::size_for`] sizes the index for ahead (~25 MB of index).
+pub const MAX_SIZED_AHEAD: u64 = 4 << 20;
 
 /// How many deleted uids each watch target remembers. A replay reaches back a few events (a
 /// lagging API server, a proxy re-sending its buffer), so recent deletions are what matters; the
@@ -388,7 +392,17 @@ impl Dedupe {
     /// [`end_list`](Self::end_list) count as vanished.
     pub fn begin_list(&mut self) {
         self.list_epoch = self.list_epoch.wrapping_add(1);
+        self.uuids.begin_list();
         self.by_name = None;
+    }
+
+    /// Room for `objects` objects in all without growing the index: a list that says how many
+    /// items it has, or a snapshot, sizes the state once instead of growing it (old and new
+    /// index alive together) while it fills. Only a hint from outside, so at most
+    /// [`MAX_SIZED_AHEAD`] objects are sized ahead; beyond, the index grows as it fills.
+    pub fn size_for(&mut self, objects: u64) {
+        let objects = usize::try_from(objects.min(MAX_SIZED_AHEAD)).unwrap_or(0);
+        self.uuids.reserve(objects.saturating_sub(self.len()));
     }
 
     /// A listed object's name held by another tracked uid: that object was deleted while the
@@ -516,9 +530,9 @@ impl Dedupe {
         let epoch = self.list_epoch;
         let gone: Vec<UidKey> = self
             .uuids
-            .iter()
-            .filter(|(_, e)| e.list_epoch != epoch)
-            .map(|(_, e)| UidKey::Uuid(e.uid))
+            .end_list()
+            .into_iter()
+            .map(UidKey::Uuid)
             .chain(
                 self.others
                     .iter()
@@ -543,12 +557,18 @@ impl Dedupe {
             UidKey::Uuid(uuid) => {
                 let i = self.uuids.find(uuid)?;
                 let entry = self.uuids.entry(i);
+                // Only "seen by the list under way or not" is kept for these.
+                let list_epoch = if self.uuids.seen(i) {
+                    self.list_epoch
+                } else {
+                    self.list_epoch.wrapping_sub(1)
+                };
                 let tracked = Tracked {
                     version: entry.version(),
                     mark: self.uuids.mark(i),
                     name: entry.name,
                     namespace: entry.namespace,
-                    list_epoch: entry.list_epoch,
+                    list_epoch,
                 };
                 Some((Place::Dense(i), tracked))
             }
@@ -564,8 +584,9 @@ impl Dedupe {
                 entry.set_version(tracked.version);
                 entry.name = tracked.name;
                 entry.namespace = tracked.namespace;
-                entry.list_epoch = tracked.list_epoch;
                 self.uuids.set_mark(i, tracked.mark);
+                let seen = tracked.list_epoch == self.list_epoch;
+                self.uuids.set_seen(i, seen);
             }
             (Place::Other, UidKey::Other(uid)) => {
                 if let Some(stored) = self.others.get_mut(uid) {
@@ -633,7 +654,7 @@ impl Dedupe {
         let namespace = self.namespaces.acquire(named.namespace);
         match key {
             UidKey::Uuid(uuid) => {
-                let entry = Entry::new(uuid, version, name, namespace, list_epoch);
+                let entry = Entry::new(uuid, version, name, namespace);
                 self.uuids.insert(entry, mark);
             }
             UidKey::Other(uid) => {
@@ -1328,6 +1349,47 @@ mod tests {
             }]
         );
         assert_eq!(d.len(), 3);
+    }
+
+    #[test]
+    fn a_relist_of_many_objects_sized_ahead_finds_exactly_the_unlisted_ones_while_names_recur() {
+        // Hundreds of objects span several words of the list's seen bits; recreations (same
+        // name, new uid) remove objects during the list, moving the last into the hole.
+        let mut d = Dedupe::new();
+        d.size_for(300);
+        let name = |i: u64| format!("pod-{i}");
+        for i in 0..300 {
+            d.observe(&meta(&uuid_of(i), "5", &name(i)), EventType::Added, 0);
+        }
+        d.begin_list();
+        d.size_for(u64::MAX);
+        let mut expected_gone = Vec::new();
+        for i in 0..300u64 {
+            match i % 5 {
+                // Not listed: vanished at the end.
+                0 => expected_gone.push(name(i)),
+                // Recreated under a new uid: announced at once, the new uid is new.
+                1 => {
+                    let recreated = meta(&uuid_of(1000 + i), "9", &name(i));
+                    let gone = d.superseded(&recreated).expect("the old uid held the name");
+                    assert_eq!(gone.meta.uid, uuid_of(i));
+                    assert_eq!(d.listed(&recreated, 0), Listed::New);
+                }
+                _ => assert_eq!(
+                    d.listed(&meta(&uuid_of(i), "5", &name(i)), 0),
+                    Listed::Unchanged
+                ),
+            }
+        }
+        let mut gone: Vec<String> = d.end_list().into_iter().map(|v| v.meta.name).collect();
+        gone.sort();
+        expected_gone.sort();
+        assert_eq!(gone, expected_gone);
+        assert_eq!(d.len(), 240);
+        assert!(
+            d.end_list().is_empty(),
+            "no list under way: nothing vanishes"
+        );
     }
 
     #[test]

@@ -192,6 +192,7 @@ impl NamespaceWatcher {
                 started,
                 items,
                 complete,
+                ..
             } => {
                 let listing = match (started, self.listing.take()) {
                     (Some(_), _) | (None, None) => self.listing.insert(BTreeSet::new()),

@@ -248,7 +248,11 @@ fn list_page(
     body.extend_from_slice(scenario.list_rv().to_string().as_bytes());
     body.extend_from_slice(b"\"");
     if end < listed {
-        body.extend_from_slice(format!(r#","continue":"{end}""#).as_bytes());
+        // As kube-apiserver: the token, and how many items the pages after this one hold.
+        let remaining = listed - end;
+        body.extend_from_slice(
+            format!(r#","continue":"{end}","remainingItemCount":{remaining}"#).as_bytes(),
+        );
     }
     body.extend_from_slice(br#"},"items":["#);
     for k in offset..end {

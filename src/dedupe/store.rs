@@ -1,11 +1,12 @@
 //! The compact storage behind [`super::Dedupe`]: at a million objects per watch, the layout of
 //! the state is most of kube2nats' memory.
 //!
-//! - [`Objects`]: the objects with a UUID uid, as 36-byte [`Entry`]s packed densely in fixed-size
-//!   chunks, found through a hash table of 4-byte indices. A hash table of whole entries keeps up
-//!   to half its buckets empty (and doubles at once, old and new table alive together); here the
-//!   empty buckets cost 5 bytes each, and the entries grow a chunk at a time. A removal moves the
-//!   last entry into the hole, so the entries stay dense.
+//! - [`Objects`]: the objects with a UUID uid, as 32-byte [`Entry`]s packed densely in fixed-size
+//!   chunks, found through an [`Index`] of 4-byte positions. A hash table of whole entries keeps
+//!   up to half its buckets empty (and doubles at once, old and new table alive together); here
+//!   an empty slot costs 5 bytes, the index holds at most 1.5 slots per object (1.18 when sized
+//!   ahead for a list), and the entries grow a chunk at a time. A removal moves the last entry
+//!   into the hole, so the entries stay dense.
 //! - [`Names`]: every name, length-prefixed, back to back in fixed-size pages.
 //!
 //! Chunks and pages are shared (`Arc`) with a [`super::Frozen`] view while a checkpoint encodes
@@ -15,10 +16,11 @@
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
 
-/// Entries per chunk of [`Chunked`]: 4096 × 36 bytes ≈ 144 KiB (tests use tiny chunks, so that
+use super::index::Index;
+
+/// Entries per chunk of [`Chunked`]: 4096 × 32 bytes = 128 KiB (tests use tiny chunks, so that
 /// a few objects span many).
 const CHUNK: usize = if cfg!(test) { 8 } else { 4096 };
 
@@ -120,7 +122,8 @@ fn unique<T: Copy>(chunk: &mut Arc<Vec<T>>) -> &mut Vec<T> {
     Arc::make_mut(chunk)
 }
 
-/// One object with a UUID uid: 36 bytes, 4-byte aligned.
+/// One object with a UUID uid: 32 bytes, 4-byte aligned. (Whether a list has seen it is a bit
+/// beside it, in [`Objects`], and only while a list is under way.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Entry {
     pub(super) uid: [u8; 16],
@@ -130,24 +133,15 @@ pub(super) struct Entry {
     pub(super) name: NameRef,
     /// Index into the namespaces, or `NO_NAMESPACE`.
     pub(super) namespace: u32,
-    /// The list generation that last saw this object.
-    pub(super) list_epoch: u32,
 }
 
 impl Entry {
-    pub(super) fn new(
-        uid: [u8; 16],
-        version: u64,
-        name: NameRef,
-        namespace: u32,
-        list_epoch: u32,
-    ) -> Entry {
+    pub(super) fn new(uid: [u8; 16], version: u64, name: NameRef, namespace: u32) -> Entry {
         let mut entry = Entry {
             uid,
             version: [0; 2],
             name,
             namespace,
-            list_epoch,
         };
         entry.set_version(version);
         entry
@@ -167,13 +161,15 @@ fn uid_hash(uid: &[u8; 16]) -> u64 {
     FxBuildHasher.hash_one(uid)
 }
 
-/// The objects with a UUID uid: dense entries, an index table, and the marks (what `changes`
-/// compares) in a parallel array that exists only once some object has one.
+/// The objects with a UUID uid: dense entries, an index, the marks (what `changes` compares) in
+/// a parallel array that exists only once some object has one, and while a list is under way a
+/// bit per object: whether the list has seen it.
 #[derive(Debug, Default)]
 pub(super) struct Objects {
-    index: HashTable<u32>,
+    index: Index,
     entries: Chunked<Entry>,
     marks: Option<Chunked<u64>>,
+    seen: Option<Vec<u64>>,
 }
 
 /// An entry moved by a removal: from the last position into the hole.
@@ -190,8 +186,49 @@ impl Objects {
     pub(super) fn find(&self, uid: &[u8; 16]) -> Option<usize> {
         let entries = &self.entries;
         self.index
-            .find(uid_hash(uid), |&i| entries.get(i as usize).uid == *uid)
-            .map(|&i| i as usize)
+            .find(uid_hash(uid), |i| entries.get(i as usize).uid == *uid)
+            .map(|slot| self.index.get(slot) as usize)
+    }
+
+    /// Room for `additional` more objects without the index growing.
+    pub(super) fn reserve(&mut self, additional: usize) {
+        let entries = &self.entries;
+        self.index
+            .reserve(additional, |j| uid_hash(&entries.get(j as usize).uid));
+    }
+
+    /// A list begins: no object is seen yet.
+    pub(super) fn begin_list(&mut self) {
+        self.seen = Some(vec![0; self.len().div_ceil(64)]);
+    }
+
+    /// The list is over: the objects it has not seen.
+    pub(super) fn end_list(&mut self) -> Vec<[u8; 16]> {
+        let Some(seen) = self.seen.take() else {
+            return Vec::new();
+        };
+        self.iter()
+            .filter(|(i, _)| seen[i / 64] & 1 << (i % 64) == 0)
+            .map(|(_, entry)| entry.uid)
+            .collect()
+    }
+
+    /// Whether the list under way has seen the object at `i` (true when none is).
+    pub(super) fn seen(&self, i: usize) -> bool {
+        self.seen
+            .as_ref()
+            .is_none_or(|seen| seen[i / 64] & 1 << (i % 64) != 0)
+    }
+
+    pub(super) fn set_seen(&mut self, i: usize, seen: bool) {
+        if let Some(bits) = &mut self.seen {
+            let bit = 1 << (i % 64);
+            if seen {
+                bits[i / 64] |= bit;
+            } else {
+                bits[i / 64] &= !bit;
+            }
+        }
     }
 
     pub(super) fn entry(&self, i: usize) -> &Entry {
@@ -215,7 +252,8 @@ impl Objects {
         *marks.get_mut(i) = mark;
     }
 
-    /// Adds an object not yet present; returns its position.
+    /// Adds an object not yet present (seen by the list under way, if any); returns its
+    /// position.
     pub(super) fn insert(&mut self, entry: Entry, mark: u64) -> usize {
         let i = self.entries.len();
         let position =
@@ -226,40 +264,49 @@ impl Objects {
         } else {
             self.set_mark(i, mark);
         }
+        if let Some(seen) = &mut self.seen {
+            if i % 64 == 0 {
+                seen.push(0);
+            }
+        }
+        self.set_seen(i, true);
         let entries = &self.entries;
-        self.index
-            .insert_unique(uid_hash(&entry.uid), position, |&j| {
-                uid_hash(&entries.get(j as usize).uid)
-            });
+        self.index.insert(uid_hash(&entry.uid), position, |j| {
+            uid_hash(&entries.get(j as usize).uid)
+        });
         i
     }
 
     /// Removes the object at `i`; the last entry moves into its place.
     pub(super) fn remove(&mut self, i: usize) -> (Entry, u64, Option<Moved>) {
         let uid = self.entries.get(i).uid;
-        if let Ok(found) = self.index.find_entry(uid_hash(&uid), |&j| j as usize == i) {
-            found.remove();
+        let entries = &self.entries;
+        let hash_of = |j: u32| uid_hash(&entries.get(j as usize).uid);
+        if let Some(slot) = self.index.find(uid_hash(&uid), |j| j as usize == i) {
+            self.index.remove(slot, hash_of);
         }
         let last = self.entries.len() - 1;
+        let last_seen = self.seen(last);
         let entry = self.entries.swap_remove(i);
         let mark = self.marks.as_mut().map_or(0, |marks| marks.swap_remove(i));
+        self.set_seen(i, last_seen);
+        if let Some(seen) = &mut self.seen {
+            seen.truncate(last.div_ceil(64));
+        }
         let moved = (i != last).then(|| {
             let moved_uid = self.entries.get(i).uid;
             if let Some(slot) = self
                 .index
-                .find_mut(uid_hash(&moved_uid), |&j| j as usize == last)
+                .find(uid_hash(&moved_uid), |j| j as usize == last)
             {
                 // `i` is below `last`, which fit.
-                *slot = i as u32;
+                self.index.set(slot, i as u32);
             }
             Moved { from: last, to: i }
         });
-        if self.index.capacity() > 1024 && self.index.len() * 4 < self.index.capacity() {
-            let entries = &self.entries;
-            self.index.shrink_to(self.index.len() * 2, |&j| {
-                uid_hash(&entries.get(j as usize).uid)
-            });
-        }
+        let entries = &self.entries;
+        self.index
+            .shrink(|j| uid_hash(&entries.get(j as usize).uid));
         if self.entries.len() == 0 {
             self.marks = None;
         }
@@ -422,7 +469,7 @@ mod tests {
     #[test]
     fn a_shared_chunk_is_copied_before_it_changes() {
         let mut objects = Objects::default();
-        let entry = |i: u32| Entry::new([i as u8; 16], u64::from(i) << 40 | 7, i, 0, 0);
+        let entry = |i: u32| Entry::new([i as u8; 16], u64::from(i) << 40 | 7, i, 0);
         for i in 0..10 {
             objects.insert(entry(i), 0);
         }

@@ -19,6 +19,9 @@ pub struct ListPage {
     pub resource_version: ResourceVersion,
     /// Present when more pages follow.
     pub continue_token: Option<String>,
+    /// How many items the pages after this one hold, when the server says (it does when it
+    /// can count them: no field or label selector that only etcd's scan can apply).
+    pub remaining_items: Option<u64>,
     /// The items as ADDED events with no watch line.
     pub items: Vec<ObjectEvent>,
 }
@@ -36,6 +39,9 @@ struct ListMeta {
     resource_version: String,
     #[serde(rename = "continue", default)]
     continue_token: String,
+    /// Only a hint: whatever else stands there is ignored, not an error.
+    #[serde(rename = "remainingItemCount", default)]
+    remaining_item_count: Option<serde_json::Value>,
 }
 
 /// Parses a list page; `resource` supplies the `apiVersion` and `kind` added to each item.
@@ -72,6 +78,10 @@ pub fn parse_list_page(body: &Bytes, resource: &ResourceInfo) -> Result<ListPage
     Ok(ListPage {
         resource_version: ResourceVersion::new(list.metadata.resource_version),
         continue_token: Some(list.metadata.continue_token).filter(|c| !c.is_empty()),
+        remaining_items: list
+            .metadata
+            .remaining_item_count
+            .and_then(|count| count.as_u64()),
         items,
     })
 }
@@ -117,6 +127,22 @@ mod tests {
         let page = parse_list_page(&body, &pods()).unwrap();
         assert!(page.items.is_empty());
         assert_eq!(page.continue_token, None);
+    }
+
+    #[test]
+    fn the_remaining_item_count_is_read_and_anything_odd_there_ignored() {
+        let page = |meta: &str| {
+            let body = format!(
+                r#"{{"metadata":{{"resourceVersion":"3","continue":"t"{meta}}},"items":[]}}"#
+            );
+            parse_list_page(&Bytes::from(body), &pods())
+                .unwrap()
+                .remaining_items
+        };
+        assert_eq!(page(r#","remainingItemCount":1499500"#), Some(1_499_500));
+        assert_eq!(page(""), None);
+        assert_eq!(page(r#","remainingItemCount":-1"#), None);
+        assert_eq!(page(r#","remainingItemCount":"many""#), None);
     }
 
     #[test]

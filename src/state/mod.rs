@@ -549,6 +549,7 @@ impl TargetState {
             }
             .into());
         }
+        dedupe.size_for(manifest.objects);
         let mut checksum = Fnv::new();
         for index in 0..manifest.chunks {
             let chunk = get(chunk_key(&self.key, manifest.slot, index))

@@ -228,6 +228,8 @@ pub enum Outcome {
     /// with the list's version: every object not listed since `started` has vanished.
     ListPage {
         started: Option<ListReason>,
+        /// On a list's first page, how many items the whole list has, when the server says.
+        size_hint: Option<u64>,
         items: Vec<ObjectEvent>,
         complete: Option<ResourceVersion>,
     },
@@ -481,10 +483,14 @@ impl Machine {
             }
         };
         let started = continue_token.is_none().then_some(reason);
+        let size_hint = started
+            .and(page.remaining_items)
+            .map(|remaining| remaining.saturating_add(page.items.len() as u64));
         match page.continue_token {
             Some(next) => (
                 Outcome::ListPage {
                     started,
+                    size_hint,
                     items: page.items,
                     complete: None,
                 },
@@ -498,6 +504,7 @@ impl Machine {
                 (
                     Outcome::ListPage {
                         started,
+                        size_hint,
                         items: page.items,
                         complete: Some(rv.clone()),
                     },
@@ -571,6 +578,7 @@ impl Machine {
             Ok(response) => (
                 Outcome::ListPage {
                     started: Some(reason),
+                    size_hint: None,
                     items: Vec::new(),
                     complete: None,
                 },
@@ -710,6 +718,7 @@ impl Machine {
             Read::Line(WatchLine::Change(event)) if event.event_type == EventType::Added => (
                 Outcome::ListPage {
                     started: None,
+                    size_hint: None,
                     items: vec![event],
                     complete: None,
                 },
@@ -726,6 +735,7 @@ impl Machine {
                 (
                     Outcome::ListPage {
                         started: None,
+                        size_hint: None,
                         items: Vec::new(),
                         complete: Some(resource_version),
                     },

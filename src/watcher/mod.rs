@@ -246,12 +246,13 @@ impl WatchTask {
         match outcome {
             Outcome::ListPage {
                 started,
+                size_hint,
                 items,
                 complete,
             } => {
                 if let Some(reason) = started {
                     checkpoints.list_started();
-                    self.list_started(reason);
+                    self.list_started(reason, size_hint);
                 }
                 for mut item in items {
                     if !self.in_scope(&mut item) {
@@ -298,9 +299,12 @@ impl WatchTask {
         }
     }
 
-    fn list_started(&mut self, reason: ListReason) {
+    fn list_started(&mut self, reason: ListReason, size_hint: Option<u64>) {
         self.diff = [0; 3];
         self.dedupe.begin_list();
+        if let Some(items) = size_hint {
+            self.dedupe.size_for(items);
+        }
         self.metrics.relist(reason.as_str());
         self.gauges.set_synced(false);
         tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), reason = reason.as_str(), "listing");

@@ -192,6 +192,7 @@ pub fn describe(outcome: &Outcome) -> String {
             started,
             items,
             complete,
+            ..
         } => {
             let mut s = "list".to_owned();
             if let Some(r) = started {
