@@ -214,7 +214,7 @@ async fn randomized_fault_run_keeps_the_delivery_promise() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn randomized_fault_run_over_tls_and_http2_with_bookmarks_and_random_framing() {
+async fn randomized_fault_run_over_tls_with_bookmarks_and_random_framing() {
     let (seed, ops) = seed_and_ops(3000);
     let transport = Transport {
         tls: true,

@@ -397,6 +397,58 @@ async fn core_mode_queue_depth_and_buffered_bytes_count_what_the_client_holds_un
     let _ = env.daemon.wait().await;
 }
 
+/// JetStream mode, state off (so no checkpoint ever settles the window): once a quiet watch's last
+/// messages are acknowledged, they count as published and leave `publish_queue_depth` and
+/// `buffered_bytes` without another event. (They used to stay in the window until the watch's
+/// next event.)
+#[tokio::test]
+async fn jetstream_acknowledgements_of_a_quiet_watch_are_collected_while_it_waits() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let nats = NatsServer::start_with(kube2nats_harness::nats::NatsOptions {
+        jetstream: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token = token_file(dir.path(), INITIAL_TOKEN);
+    let text = format!(
+        "{}\n[state]\nenabled = false\n[nats]\nurl = \"{}\"\nmode = \"jetstream\"\n\
+         [nats.jetstream.stream]\nname = \"KUBE\"\nsubjects = [\"kube.>\"]\n\
+         [[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"a\", \"b\"]\n",
+        kube_section(&sim, &token),
+        nats.url()
+    );
+    let daemon = kube2nats::app::start(config_from(&text)).await.unwrap();
+    let value = |name: &str, labels: &[(&str, &str)]| {
+        metric(&daemon.metrics.render(), name, labels).unwrap_or(0.0)
+    };
+    eventually("both namespaces synced", || {
+        value("kube2nats_watch_synced", &[("watch", "pods")]) == 1.0
+    })
+    .await;
+    assert!(sim.wait_for_watches(2, WAIT).await, "both watches open");
+    for (ns, n) in [("a", 3), ("b", 2)] {
+        for i in 0..n {
+            sim.create("pods", Some(ns), pod(&format!("p{i}")));
+        }
+    }
+    eventually(
+        "5 ADDED published (acknowledged), none in the window, no bytes held, no further event",
+        || {
+            value(
+                "kube2nats_events_published_total",
+                &[("watch", "pods"), ("type", "ADDED")],
+            ) == 5.0
+                && value("kube2nats_publish_queue_depth", &[("watch", "pods")]) == 0.0
+                && value("kube2nats_buffered_bytes", &[]) == 0.0
+        },
+    )
+    .await;
+    daemon.shutdown();
+    let _ = daemon.wait().await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // No secret in any output.
 

@@ -104,8 +104,8 @@ struct HttpClients {
 impl HttpClients {
     fn build(tls: &TlsSettings, identity_pem: Option<&[u8]>) -> Result<Self, CredentialsError> {
         Ok(HttpClients {
-            requests: build_http(tls, identity_pem, false)?,
-            watches: build_http(tls, identity_pem, true)?,
+            requests: finish(client_builder(tls, identity_pem)?)?,
+            watches: finish(client_builder(tls, identity_pem)?.http1_only())?,
         })
     }
 
@@ -384,14 +384,12 @@ impl ApiClient {
     }
 }
 
-/// Builds an HTTP client for the API server: the CA bundle (or the web PKI roots), a client
-/// certificate, the proxy, and the keepalives that notice a dead connection; for `watches`,
-/// HTTP/1.1 only (see [`HttpClients`]).
-fn build_http(
+/// What every HTTP client for the API server has: the CA bundle (or the web PKI roots), a client
+/// certificate, the proxy, and the keepalives that notice a dead connection.
+fn client_builder(
     tls: &TlsSettings,
     identity_pem: Option<&[u8]>,
-    watches: bool,
-) -> Result<reqwest::Client, CredentialsError> {
+) -> Result<reqwest::ClientBuilder, CredentialsError> {
     let mut builder = reqwest::Client::builder()
         .use_rustls_tls()
         .connect_timeout(CONNECT_TIMEOUT)
@@ -403,9 +401,6 @@ fn build_http(
         .http2_initial_connection_window_size(H2_CONNECTION_WINDOW_BYTES)
         .http1_max_buf_size(H1_MAX_BUF_BYTES)
         .user_agent(concat!("kube2nats/", env!("CARGO_PKG_VERSION")));
-    if watches {
-        builder = builder.http1_only();
-    }
     if let Some(pem) = &tls.ca_pem {
         let certs =
             reqwest::Certificate::from_pem_bundle(pem).map_err(|source| CredentialsError::Tls {
@@ -435,6 +430,10 @@ fn build_http(
     if tls.insecure_skip_tls_verify {
         builder = builder.danger_accept_invalid_certs(true);
     }
+    Ok(builder)
+}
+
+fn finish(builder: reqwest::ClientBuilder) -> Result<reqwest::Client, CredentialsError> {
     builder.build().map_err(|source| CredentialsError::Tls {
         what: "HTTP client",
         source,

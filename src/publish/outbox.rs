@@ -13,7 +13,9 @@
 //! while disconnected) and the outbox flushes before a checkpoint, whenever the byte budget is
 //! spent, and whenever the watch waits for its next line ([`Outbox::flush_idle`]): so a quiet
 //! watch holds nothing against the budget, and `publish_queue_depth` counts the messages the
-//! client holds (all of them while NATS is away).
+//! client holds (all of them while NATS is away). In JetStream mode the same wait collects the
+//! acknowledgements that arrive, so a quiet watch's last messages are counted as published and
+//! leave the window without waiting for its next event.
 //!
 //! Every message holds its bytes against the process's byte budget ([`crate::budget`]) until NATS
 //! has taken it: acknowledged (JetStream) or flushed to the socket (core). While the budget is
@@ -25,8 +27,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use async_nats::jetstream::context::PublishAckFuture;
+use async_nats::jetstream::context::{PublishAckFuture, PublishError};
+use async_nats::jetstream::publish::PublishAck;
 use async_nats::{jetstream, Client};
+use futures_util::future::MaybeDone;
 use tokio::time::Instant;
 
 use super::message::OutMessage;
@@ -68,9 +72,14 @@ impl Nats {
     }
 }
 
+/// A JetStream acknowledgement being awaited.
+type Ack = Pin<Box<dyn Future<Output = Result<PublishAck, PublishError>> + Send>>;
+
 struct InFlight {
     msg: OutMessage,
-    ack: PublishAckFuture,
+    /// Awaited in place (the oldest only), so a wait that is given up loses nothing; it then
+    /// holds the result until the message is taken out of the window.
+    ack: MaybeDone<Ack>,
     sent_at: Instant,
     /// The message's bytes, held against the budget until it is acknowledged.
     charge: Charge,
@@ -206,18 +215,30 @@ impl Outbox {
         self.window.handed = charge;
     }
 
-    /// Core mode: whether messages handed to the client are not yet known to be on the socket.
+    /// Whether [`flush_idle`](Self::flush_idle) has something to wait for: messages handed to
+    /// the core client and not yet known to be on the socket, or a JetStream acknowledgement
+    /// that may still arrive.
     pub fn unflushed(&self) -> bool {
-        self.window.unflushed_messages > 0 || self.window.flushing.is_some()
+        match &self.nats {
+            Nats::Core(_) => self.window.unflushed_messages > 0 || self.window.flushing.is_some(),
+            Nats::JetStream { .. } => self
+                .window
+                .in_flight
+                .front()
+                .is_some_and(|oldest| !matches!(oldest.ack, MaybeDone::Done(Err(_)))),
+        }
     }
 
-    /// Core mode, for while the watch waits for its next line: flushes what was handed to the
+    /// For while the watch waits for its next line. Core mode: flushes what was handed to the
     /// client, and gives its bytes back to the budget once they are on the socket (while NATS is
-    /// away, once it is back). Cancel-safe: the flush goes on in the outbox, and the next call
-    /// awaits the same one. Returns at once in JetStream mode.
+    /// away, once it is back). JetStream: takes acknowledged messages out of the window, oldest
+    /// first, until one is not acknowledged yet or has failed (a failure is retried by the next
+    /// publish or settle, which may wait). Cancel-safe: the flush goes on in the outbox, and the
+    /// next call awaits the same one; an acknowledgement is awaited where it stays.
     pub async fn flush_idle(&mut self) {
-        let Nats::Core(client) = &self.nats else {
-            return;
+        let client = match &self.nats {
+            Nats::Core(client) => client,
+            Nats::JetStream { .. } => return self.window.collect_acknowledged().await,
         };
         let window = &mut self.window;
         let flushing = match &mut window.flushing {
@@ -350,13 +371,47 @@ impl Window {
         if let Some(ack) = self.send(client, context, &msg).await {
             self.in_flight.push_back(InFlight {
                 msg,
-                ack,
+                ack: awaitable(ack),
                 sent_at,
                 charge,
             });
         }
         self.in_hand -= 1;
         self.report();
+    }
+
+    /// JetStream, while the watch is idle: takes the acknowledged messages out of the window.
+    async fn collect_acknowledged(&mut self) {
+        while let Some(oldest) = self.in_flight.front_mut() {
+            (&mut oldest.ack).await;
+            if let MaybeDone::Done(Err(_)) = oldest.ack {
+                return;
+            }
+            if let Some(InFlight {
+                msg,
+                mut ack,
+                sent_at,
+                charge,
+            }) = self.in_flight.pop_front()
+            {
+                if let Some(Ok(reply)) = Pin::new(&mut ack).take_output() {
+                    self.acknowledged(&msg, &reply, sent_at);
+                }
+                drop(charge);
+                self.report();
+            }
+        }
+    }
+
+    fn acknowledged(&mut self, msg: &OutMessage, reply: &PublishAck, sent_at: Instant) {
+        if reply.duplicate {
+            self.metrics.jetstream_duplicates.inc();
+        }
+        self.metrics.published(msg.event_type);
+        self.metrics
+            .publish_duration
+            .observe(sent_at.elapsed().as_secs_f64());
+        self.retry.reset();
     }
 
     /// Sends one JetStream publish, retrying until the client accepts it; `None` for a message
@@ -385,6 +440,10 @@ impl Window {
     /// Awaits the oldest acknowledgement; on failure publishes it, and the rest of the window,
     /// again until it is acknowledged.
     async fn complete_oldest(&mut self, client: &Client, context: &jetstream::Context) {
+        let Some(oldest) = self.in_flight.front_mut() else {
+            return;
+        };
+        (&mut oldest.ack).await;
         let Some(InFlight {
             msg,
             mut ack,
@@ -395,17 +454,15 @@ impl Window {
             return;
         };
         self.in_hand += 1;
+        let mut result = Pin::new(&mut ack).take_output().unwrap_or_else(|| {
+            Err(PublishError::new(
+                jetstream::context::PublishErrorKind::Other,
+            ))
+        });
         loop {
-            match ack.await {
+            match result {
                 Ok(reply) => {
-                    if reply.duplicate {
-                        self.metrics.jetstream_duplicates.inc();
-                    }
-                    self.metrics.published(msg.event_type);
-                    self.metrics
-                        .publish_duration
-                        .observe(sent_at.elapsed().as_secs_f64());
-                    self.retry.reset();
+                    self.acknowledged(&msg, &reply, sent_at);
                     break;
                 }
                 Err(e) => {
@@ -413,8 +470,8 @@ impl Window {
                     let Some(again) = self.send(client, context, &msg).await else {
                         break;
                     };
-                    ack = again;
                     self.resend_window(client, context).await;
+                    result = again.await;
                 }
             }
         }
@@ -439,7 +496,7 @@ impl Window {
             if let Some(ack) = self.send(client, context, &msg).await {
                 self.in_flight.push_back(InFlight {
                     msg,
-                    ack,
+                    ack: awaitable(ack),
                     sent_at,
                     charge,
                 });
@@ -471,6 +528,11 @@ impl Window {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// An acknowledgement that can be awaited where it is kept (its timeout starts at the first wait).
+fn awaitable(ack: PublishAckFuture) -> MaybeDone<Ack> {
+    MaybeDone::Future(std::future::IntoFuture::into_future(ack))
 }
 
 /// A flush that owns its client, so it can outlive the call that started it.
