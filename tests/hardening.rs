@@ -311,22 +311,9 @@ async fn publish_queue_depth_sums_a_watchs_namespaces() {
             sim.create("pods", Some(ns), pod(&format!("p{i}")));
         }
     }
-    let nats = NatsServer::start_with(kube2nats_harness::nats::NatsOptions {
-        jetstream: true,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let token = token_file(dir.path(), INITIAL_TOKEN);
     // JetStream mode without a stream: every publish is sent, none is acknowledged.
-    let text = format!(
-        "{}\n[nats]\nurl = \"{}\"\nmode = \"jetstream\"\n[nats.jetstream]\nack_timeout = \"30s\"\n\
-         [[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"a\", \"b\"]\n",
-        kube_section(&sim, &token),
-        nats.url()
-    );
-    let daemon = kube2nats::app::start(config_from(&text)).await.unwrap();
+    let (_nats, _dir, daemon) =
+        start_jetstream_for_a_and_b(&sim, "[nats.jetstream]\nack_timeout = \"30s\"\n").await;
     let depth = || {
         metric(
             &daemon.metrics.render(),
@@ -337,6 +324,30 @@ async fn publish_queue_depth_sums_a_watchs_namespaces() {
     eventually("publish_queue_depth = 3 + 2", || depth() == Some(5.0)).await;
     daemon.shutdown();
     let _ = daemon.wait().await;
+}
+
+/// A JetStream nats-server and kube2nats in JetStream mode watching pods in namespaces `a` and
+/// `b`; `extra` is appended to the config after `[nats]`.
+async fn start_jetstream_for_a_and_b(
+    sim: &ApiServer,
+    extra: &str,
+) -> (NatsServer, tempfile::TempDir, kube2nats::app::Daemon) {
+    let nats = NatsServer::start_with(kube2nats_harness::nats::NatsOptions {
+        jetstream: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token = token_file(dir.path(), INITIAL_TOKEN);
+    let text = format!(
+        "{}\n[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"a\", \"b\"]\n\
+         [nats]\nurl = \"{}\"\nmode = \"jetstream\"\n{extra}",
+        kube_section(sim, &token),
+        nats.url()
+    );
+    let daemon = kube2nats::app::start(config_from(&text)).await.unwrap();
+    (nats, dir, daemon)
 }
 
 /// Core mode, NATS down: `publish_queue_depth` counts the messages handed to the NATS client and
@@ -404,22 +415,12 @@ async fn core_mode_queue_depth_and_buffered_bytes_count_what_the_client_holds_un
 #[tokio::test]
 async fn jetstream_acknowledgements_of_a_quiet_watch_are_collected_while_it_waits() {
     let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
-    let nats = NatsServer::start_with(kube2nats_harness::nats::NatsOptions {
-        jetstream: true,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let token = token_file(dir.path(), INITIAL_TOKEN);
-    let text = format!(
-        "{}\n[state]\nenabled = false\n[nats]\nurl = \"{}\"\nmode = \"jetstream\"\n\
-         [nats.jetstream.stream]\nname = \"KUBE\"\nsubjects = [\"kube.>\"]\n\
-         [[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"a\", \"b\"]\n",
-        kube_section(&sim, &token),
-        nats.url()
-    );
-    let daemon = kube2nats::app::start(config_from(&text)).await.unwrap();
+    let (_nats, _dir, daemon) = start_jetstream_for_a_and_b(
+        &sim,
+        "[nats.jetstream.stream]\nname = \"KUBE\"\nsubjects = [\"kube.>\"]\n\
+         [state]\nenabled = false\n",
+    )
+    .await;
     let value = |name: &str, labels: &[(&str, &str)]| {
         metric(&daemon.metrics.render(), name, labels).unwrap_or(0.0)
     };
