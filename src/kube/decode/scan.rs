@@ -84,7 +84,7 @@ pub(super) fn watch_line(line: &[u8]) -> Result<LineParts<'_>> {
                 }
                 seen_object = true;
                 if s.peek() == Some(b'n') {
-                    s.literal(b"null")?;
+                    s.i = s.literal(s.i, b"null")?;
                 } else {
                     // The object is forwarded as text: it must be UTF-8 throughout. Outside its
                     // strings the grammar admits ASCII only, so checking them checks it all.
@@ -198,39 +198,111 @@ impl<'a> RawStr<'a> {
     }
 }
 
-/// Whether a container on the nesting stack is an object (`true`) or an array.
-/// The first 64 levels live in a bit set, deeper ones (rare, but legal) in a vector.
+/// The containers a skipped value has open: how many, whether the innermost is an object, and
+/// the same for the ones around it, as a bit stack (the innermost's bit shifted in on each push).
+/// 64 levels live in the bits; deeper ones (legal, never seen in Kubernetes objects) spill to a
+/// vector.
 #[derive(Default)]
-struct Nesting {
+struct Open {
     depth: usize,
-    bits: u64,
-    deep: Vec<bool>,
+    in_object: bool,
+    /// Bit k holds `in_object` of the container k levels out from the innermost (the outermost
+    /// holds a placeholder: the state before any container opened).
+    outer: u64,
+    spilled: Vec<bool>,
 }
 
-impl Nesting {
+impl Open {
+    #[inline(always)]
     fn push(&mut self, is_object: bool) {
-        if self.depth < 64 {
-            self.bits = (self.bits & !(1 << self.depth)) | (u64::from(is_object) << self.depth);
-        } else {
-            self.deep.push(is_object);
+        if self.depth >= 64 {
+            spill(&mut self.spilled, self.outer >> 63 != 0);
         }
+        self.outer = (self.outer << 1) | u64::from(self.in_object);
+        self.in_object = is_object;
         self.depth += 1;
     }
 
-    fn top(&self) -> Option<bool> {
-        match self.depth {
-            0 => None,
-            d if d <= 64 => Some(self.bits & (1 << (d - 1)) != 0),
-            _ => self.deep.last().copied(),
-        }
-    }
-
+    #[inline(always)]
     fn pop(&mut self) {
-        if self.depth > 64 {
-            self.deep.pop();
-        }
+        self.in_object = self.outer & 1 != 0;
+        self.outer >>= 1;
         self.depth -= 1;
+        if self.depth >= 64 {
+            self.outer |= unspill(&mut self.spilled) << 63;
+        }
     }
+}
+
+/// Out of line, so the rest of [`Open`] stays in registers.
+#[cold]
+#[inline(never)]
+fn spill(spilled: &mut Vec<bool>, is_object: bool) {
+    spilled.push(is_object);
+}
+
+#[cold]
+#[inline(never)]
+fn unspill(spilled: &mut Vec<bool>) -> u64 {
+    u64::from(spilled.pop().unwrap_or_default())
+}
+
+#[cold]
+#[inline(never)]
+fn error_at(i: usize, what: &str) -> Error {
+    Error::custom(format!("{what} at byte {i}"))
+}
+
+/// Where `want` is: at `i`, or after whitespace from `i`; an error if it is not. The common
+/// case costs one load and one compare.
+#[inline(always)]
+fn expect(b: &[u8], i: usize, want: u8, what: &str) -> Result<usize> {
+    if byte_at(b, i) == want {
+        return Ok(i);
+    }
+    let i = skip_ws(b, i);
+    if byte_at(b, i) == want {
+        Ok(i)
+    } else {
+        Err(error_at(i, what))
+    }
+}
+
+/// The byte at `i`, or 0 past the end: 0 is a control character, wrong wherever a byte of JSON
+/// structure is read, so the end of the line needs no test of its own.
+#[inline(always)]
+fn byte_at(b: &[u8], i: usize) -> u8 {
+    b.get(i).copied().unwrap_or(0)
+}
+
+/// `i`, or past the whitespace at `i`. One compare when there is none (whitespace is at most
+/// `' '`; what else is, a control character, is left for the caller to reject).
+#[inline(always)]
+fn after_ws(b: &[u8], i: usize) -> usize {
+    if byte_at(b, i) <= b' ' {
+        skip_ws(b, i)
+    } else {
+        i
+    }
+}
+
+/// Past the whitespace at `i`. Out of line: API servers write none.
+#[cold]
+#[inline(never)]
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while let b' ' | b'\n' | b'\t' | b'\r' = byte_at(b, i) {
+        i += 1;
+    }
+    i
+}
+
+/// Past the digits at `i`.
+#[inline(always)]
+fn digits(b: &[u8], mut i: usize) -> usize {
+    while byte_at(b, i).is_ascii_digit() {
+        i += 1;
+    }
+    i
 }
 
 impl<'a> Scanner<'a> {
@@ -245,7 +317,7 @@ impl<'a> Scanner<'a> {
     #[cold]
     #[inline(never)]
     fn error(&self, what: &str) -> Error {
-        Error::custom(format!("{what} at byte {}", self.i))
+        error_at(self.i, what)
     }
 
     #[inline(always)]
@@ -405,7 +477,7 @@ impl<'a> Scanner<'a> {
         read: impl FnOnce(&mut Self) -> Result<T>,
     ) -> Result<Result<Option<T>>> {
         if self.peek() == Some(b'n') {
-            self.literal(b"null")?;
+            self.i = self.literal(self.i, b"null")?;
             return Ok(Ok(None));
         }
         let start = self.i;
@@ -483,7 +555,7 @@ impl<'a> Scanner<'a> {
             return Ok(None);
         }
         let start = self.i;
-        self.number()?;
+        self.i = self.number(self.i)?;
         let token = std::str::from_utf8(&self.b[start..self.i]).unwrap_or("");
         // serde_json reads `-0` as a float.
         Ok(token.parse().ok().filter(|_| token != "-0"))
@@ -491,136 +563,145 @@ impl<'a> Scanner<'a> {
 
     /// Consumes one JSON value of any kind, validating it. Iterative, so nesting depth costs
     /// no stack.
+    ///
+    /// Most of an object (a pod's `spec` and `status`) passes through here unread, so this is the
+    /// scan's inner loop, kept to the states validation needs: the cursor in a local, one
+    /// dispatch on the byte where a value or what follows one must start, and the open containers
+    /// as a count and a bit stack ([`Open`]). Whitespace is tested for only where the expected
+    /// byte is not found: API servers write none, but JSON allows it.
     fn skip_value(&mut self) -> Result<()> {
-        let mut nesting = Nesting::default();
-        // The innermost open container is an object (kept here: asked after every value).
-        let mut in_object = false;
-        loop {
-            self.ws();
-            match self.peek() {
-                Some(b'{') => {
-                    self.i += 1;
-                    self.ws();
-                    if self.peek() == Some(b'}') {
-                        self.i += 1;
-                    } else {
-                        nesting.push(true);
-                        in_object = true;
-                        self.key_colon()?;
-                        continue;
-                    }
-                }
-                Some(b'[') => {
-                    self.i += 1;
-                    self.ws();
-                    if self.peek() == Some(b']') {
-                        self.i += 1;
-                    } else {
-                        nesting.push(false);
-                        in_object = false;
-                        continue;
-                    }
-                }
-                Some(b'"') => {
-                    self.skip_string()?;
-                }
-                Some(b'-' | b'0'..=b'9') => self.number()?,
-                Some(b't') => self.literal(b"true")?,
-                Some(b'f') => self.literal(b"false")?,
-                Some(b'n') => self.literal(b"null")?,
-                _ => return Err(self.error("expected a value")),
-            }
-            // A value is complete: close the containers it completes.
-            loop {
-                if nesting.depth == 0 {
-                    return Ok(());
-                }
-                self.ws();
-                match self.peek() {
-                    Some(b',') => {
-                        self.i += 1;
-                        if in_object {
-                            self.key_colon()?;
-                        }
-                        break;
-                    }
-                    Some(b'}') if in_object => {
-                        self.i += 1;
-                        nesting.pop();
-                        in_object = nesting.top() == Some(true);
-                    }
-                    Some(b']') if !in_object => {
-                        self.i += 1;
-                        nesting.pop();
-                        in_object = nesting.top() == Some(true);
-                    }
-                    _ => return Err(self.error("expected `,` or the end of a container")),
-                }
-            }
-        }
-    }
-
-    /// A key and its colon, inside a skipped object. Inlined: called for every key skipped
-    /// (over a hundred per pod), its call frame cost as much as scanning a short key.
-    #[inline(always)]
-    fn key_colon(&mut self) -> Result<()> {
-        self.ws();
-        if self.peek() != Some(b'"') {
-            return Err(self.error("key must be a string"));
-        }
-        self.skip_string()?;
-        self.ws();
-        self.eat(b':', "expected `:`")
-    }
-
-    fn literal(&mut self, lit: &[u8]) -> Result<()> {
-        if self.b[self.i..].starts_with(lit) {
-            self.i += lit.len();
-            Ok(())
-        } else {
-            Err(self.error("invalid literal"))
-        }
-    }
-
-    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`
-    fn number(&mut self) -> Result<()> {
-        if self.peek() == Some(b'-') {
-            self.i += 1;
-        }
-        match self.peek() {
-            Some(b'0') => {
-                self.i += 1;
-                if let Some(b'0'..=b'9') = self.peek() {
-                    return Err(self.error("invalid number"));
-                }
-            }
-            Some(b'1'..=b'9') => self.digits(),
-            _ => return Err(self.error("invalid number")),
-        }
-        if self.peek() == Some(b'.') {
-            self.i += 1;
-            if !matches!(self.peek(), Some(b'0'..=b'9')) {
-                return Err(self.error("invalid number"));
-            }
-            self.digits();
-        }
-        if let Some(b'e' | b'E') = self.peek() {
-            self.i += 1;
-            if let Some(b'+' | b'-') = self.peek() {
-                self.i += 1;
-            }
-            if !matches!(self.peek(), Some(b'0'..=b'9')) {
-                return Err(self.error("invalid number"));
-            }
-            self.digits();
-        }
+        self.i = self.skip(self.i)?;
         Ok(())
     }
 
-    fn digits(&mut self) {
-        while let Some(b'0'..=b'9') = self.peek() {
-            self.i += 1;
+    /// [`skip_value`](Self::skip_value) from `i`; where the value ends. Taking `&self` keeps the
+    /// line and its length in registers across the calls out of the loop.
+    fn skip(&self, mut i: usize) -> Result<usize> {
+        let b = self.b;
+        let mut open = Open::default();
+        'value: loop {
+            let c = byte_at(b, i);
+            // Strings first: most values are.
+            if c == b'"' {
+                i = self.string_end(i)?.0;
+            } else {
+                match c {
+                    b'{' => {
+                        i += 1;
+                        let mut c = byte_at(b, i);
+                        if c != b'"' {
+                            i = skip_ws(b, i);
+                            c = byte_at(b, i);
+                        }
+                        if c == b'}' {
+                            i += 1;
+                        } else {
+                            open.push(true);
+                            i = self.key_colon(i)?;
+                            continue;
+                        }
+                    }
+                    b'[' => {
+                        i = after_ws(b, i + 1);
+                        if byte_at(b, i) == b']' {
+                            i += 1;
+                        } else {
+                            open.push(false);
+                            continue;
+                        }
+                    }
+                    b'-' | b'0'..=b'9' => i = self.number(i)?,
+                    b't' => i = self.literal(i, b"true")?,
+                    b'f' => i = self.literal(i, b"false")?,
+                    b'n' => i = self.literal(i, b"null")?,
+                    b' ' | b'\n' | b'\t' | b'\r' => {
+                        i = skip_ws(b, i);
+                        continue;
+                    }
+                    _ => return Err(error_at(i, "expected a value")),
+                }
+            }
+            // A value is complete: close the containers it completes.
+            loop {
+                if open.depth == 0 {
+                    return Ok(i);
+                }
+                match byte_at(b, i) {
+                    b',' => {
+                        i += 1;
+                        if open.in_object {
+                            i = self.key_colon(i)?;
+                        }
+                        continue 'value;
+                    }
+                    b'}' if open.in_object => {
+                        i += 1;
+                        open.pop();
+                    }
+                    b']' if !open.in_object => {
+                        i += 1;
+                        open.pop();
+                    }
+                    b' ' | b'\n' | b'\t' | b'\r' => i = skip_ws(b, i),
+                    _ => return Err(error_at(i, "expected `,` or the end of a container")),
+                }
+            }
         }
+    }
+
+    /// A key and its colon from `i`, inside a skipped object; where its value may start.
+    /// Inlined: called for every key skipped (over a hundred per pod), its call frame cost as
+    /// much as scanning a short key.
+    #[inline(always)]
+    fn key_colon(&self, i: usize) -> Result<usize> {
+        let i = expect(self.b, i, b'"', "key must be a string")?;
+        let i = self.string_end(i)?.0;
+        Ok(expect(self.b, i, b':', "expected `:`")? + 1)
+    }
+
+    /// The literal `lit` at `i`; where it ends.
+    fn literal(&self, i: usize, lit: &[u8]) -> Result<usize> {
+        if self.b[i..].starts_with(lit) {
+            Ok(i + lit.len())
+        } else {
+            Err(error_at(i, "invalid literal"))
+        }
+    }
+
+    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?` at `i`; where it ends.
+    fn number(&self, mut i: usize) -> Result<usize> {
+        let b = self.b;
+        if byte_at(b, i) == b'-' {
+            i += 1;
+        }
+        match byte_at(b, i) {
+            b'0' => {
+                i += 1;
+                if byte_at(b, i).is_ascii_digit() {
+                    return Err(error_at(i, "invalid number"));
+                }
+            }
+            b'1'..=b'9' => i = digits(b, i),
+            _ => return Err(error_at(i, "invalid number")),
+        }
+        if byte_at(b, i) == b'.' {
+            i += 1;
+            if !byte_at(b, i).is_ascii_digit() {
+                return Err(error_at(i, "invalid number"));
+            }
+            i = digits(b, i);
+        }
+        if let b'e' | b'E' = byte_at(b, i) {
+            i += 1;
+            if let b'+' | b'-' = byte_at(b, i) {
+                i += 1;
+            }
+            if !byte_at(b, i).is_ascii_digit() {
+                return Err(error_at(i, "invalid number"));
+            }
+            i = digits(b, i);
+        }
+        Ok(i)
     }
 
     /// A string whose opening quote is at the cursor. Escapes are checked (`\uXXXX` for four hex
@@ -635,10 +716,18 @@ impl<'a> Scanner<'a> {
     }
 
     /// Moves the cursor past the string whose opening quote is at it; says whether the string
-    /// holds escapes. The common string (short, plain ASCII) costs one 16-byte test.
-    #[inline(always)]
+    /// holds escapes.
     fn skip_string(&mut self) -> Result<bool> {
-        let mut i = self.i + 1;
+        let (end, escaped) = self.string_end(self.i)?;
+        self.i = end;
+        Ok(escaped)
+    }
+
+    /// Where the string whose opening quote is at `i` ends (past its closing quote), and whether
+    /// it holds escapes. The common string (short, plain ASCII) costs one 16-byte test.
+    #[inline(always)]
+    fn string_end(&self, mut i: usize) -> Result<(usize, bool)> {
+        i += 1;
         let mut escaped = false;
         loop {
             // Sixteen bytes at a time while sixteen remain. The line's last few are searched out
@@ -656,19 +745,13 @@ impl<'a> Scanner<'a> {
                 None => i = self.special_in_tail(i),
             }
             match self.b.get(i) {
-                Some(b'"') => {
-                    self.i = i + 1;
-                    return Ok(escaped);
-                }
+                Some(b'"') => return Ok((i + 1, escaped)),
                 Some(_) => {
-                    self.i = i;
-                    escaped |= self.special()?;
-                    i = self.i;
+                    let (next, escape) = self.special(i)?;
+                    escaped |= escape;
+                    i = next;
                 }
-                None => {
-                    self.i = i;
-                    return Err(self.error("end of line inside a string"));
-                }
+                None => return Err(error_at(i, "end of line inside a string")),
             }
         }
     }
@@ -685,38 +768,32 @@ impl<'a> Scanner<'a> {
             .unwrap_or(tail.len())
     }
 
-    /// Consumes a byte [`is_special`] flagged inside a string, other than its closing quote: an
-    /// escape (`true`), a UTF-8 encoded character, or an error.
+    /// Consumes the byte at `i` [`is_special`] flagged inside a string, other than its closing
+    /// quote: an escape (`true`), a UTF-8 encoded character, or an error. Where it ends.
     #[inline(never)]
-    fn special(&mut self) -> Result<bool> {
-        match self.peek() {
-            Some(b'\\') => {
-                self.i += 1;
-                match self.peek() {
-                    Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => self.i += 1,
-                    Some(b'u') => {
-                        let hex = self.b.get(self.i + 1..self.i + 5);
+    fn special(&self, mut i: usize) -> Result<(usize, bool)> {
+        match byte_at(self.b, i) {
+            b'\\' => {
+                i += 1;
+                match byte_at(self.b, i) {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 1,
+                    b'u' => {
+                        let hex = self.b.get(i + 1..i + 5);
                         if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
-                            return Err(self.error("invalid \\u escape"));
+                            return Err(error_at(i, "invalid \\u escape"));
                         }
-                        self.i += 5;
+                        i += 5;
                     }
-                    _ => return Err(self.error("invalid escape")),
+                    _ => return Err(error_at(i, "invalid escape")),
                 }
-                Ok(true)
+                Ok((i, true))
             }
-            Some(0x80..) if !self.utf8 => {
-                self.i += 1;
-                Ok(false)
-            }
-            Some(0x80..) => match utf8_char_len(&self.b[self.i..]) {
-                Some(len) => {
-                    self.i += len;
-                    Ok(false)
-                }
-                None => Err(self.error("invalid UTF-8 in a string")),
+            0x80.. if !self.utf8 => Ok((i + 1, false)),
+            0x80.. => match utf8_char_len(&self.b[i..]) {
+                Some(len) => Ok((i + len, false)),
+                None => Err(error_at(i, "invalid UTF-8 in a string")),
             },
-            _ => Err(self.error("control character in a string")),
+            _ => Err(error_at(i, "control character in a string")),
         }
     }
 }
@@ -890,5 +967,28 @@ mod tests {
         let doc = format!("{}1{}]", "{\"a\":".repeat(70), "}".repeat(69));
         let mut s = Scanner::new(doc.as_bytes());
         assert!(s.skip_value().is_err());
+        // Objects and arrays mixed past the 64 levels kept in bits: every closer must match its
+        // opener, at every depth.
+        let (mut open, mut close) = (String::new(), Vec::new());
+        for depth in 0..150 {
+            if depth % 3 == 0 {
+                open.push('[');
+                close.push(b']');
+            } else {
+                open.push_str("{\"a\":");
+                close.push(b'}');
+            }
+        }
+        close.reverse();
+        let doc = [open.as_bytes(), b"1", &close].concat();
+        let mut s = Scanner::new(&doc);
+        assert!(s.skip_value().is_ok() && s.end().is_ok());
+        for at in 0..close.len() {
+            let mut wrong = close.clone();
+            wrong[at] = if wrong[at] == b']' { b'}' } else { b']' };
+            let doc = [open.as_bytes(), b"1", &wrong].concat();
+            let mut s = Scanner::new(&doc);
+            assert!(s.skip_value().is_err(), "closer {at} swapped");
+        }
     }
 }
