@@ -198,53 +198,67 @@ impl<'a> RawStr<'a> {
     }
 }
 
-/// The containers a skipped value has open: how many, whether the innermost is an object, and
-/// the same for the ones around it, as a bit stack (the innermost's bit shifted in on each push).
-/// 64 levels live in the bits; deeper ones (legal, never seen in Kubernetes objects) spill to a
-/// vector.
-#[derive(Default)]
+/// The containers a skipped value has open, innermost first, as a bit stack in one word: bit 0
+/// says whether the innermost is an object, bit 1 the one around it, and so on, up to a marker
+/// bit above the last. One word keeps the walk's state in registers; 63 levels fit in it, and
+/// deeper ones (legal, never seen in Kubernetes objects) move to a vector, a word at a time.
 struct Open {
-    depth: usize,
-    in_object: bool,
-    /// Bit k holds `in_object` of the container k levels out from the innermost (the outermost
-    /// holds a placeholder: the state before any container opened).
-    outer: u64,
-    spilled: Vec<bool>,
+    bits: u64,
+    spilled: Vec<u64>,
 }
 
 impl Open {
+    const EMPTY: u64 = 1;
+
+    fn new() -> Self {
+        Open {
+            bits: Self::EMPTY,
+            spilled: Vec::new(),
+        }
+    }
+
+    #[inline(always)]
+    fn is_empty(&self) -> bool {
+        self.bits == Self::EMPTY
+    }
+
+    /// The innermost open container is an object.
+    #[inline(always)]
+    fn in_object(&self) -> bool {
+        self.bits & 1 != 0
+    }
+
     #[inline(always)]
     fn push(&mut self, is_object: bool) {
-        if self.depth >= 64 {
-            spill(&mut self.spilled, self.outer >> 63 != 0);
+        if self.bits >> 63 != 0 {
+            self.bits = spill(&mut self.spilled, self.bits);
         }
-        self.outer = (self.outer << 1) | u64::from(self.in_object);
-        self.in_object = is_object;
-        self.depth += 1;
+        self.bits = (self.bits << 1) | u64::from(is_object);
     }
 
     #[inline(always)]
     fn pop(&mut self) {
-        self.in_object = self.outer & 1 != 0;
-        self.outer >>= 1;
-        self.depth -= 1;
-        if self.depth >= 64 {
-            self.outer |= unspill(&mut self.spilled) << 63;
+        self.bits >>= 1;
+        if self.bits == Self::EMPTY {
+            self.bits = unspill(&mut self.spilled);
         }
     }
 }
 
-/// Out of line, so the rest of [`Open`] stays in registers.
+/// Moves a full word of [`Open`] to the vector; the bits to go on with. Out of line, and apart
+/// from `Open::bits`, so that those stay in a register.
 #[cold]
 #[inline(never)]
-fn spill(spilled: &mut Vec<bool>, is_object: bool) {
-    spilled.push(is_object);
+fn spill(spilled: &mut Vec<u64>, bits: u64) -> u64 {
+    spilled.push(bits);
+    Open::EMPTY
 }
 
+/// The word [`spill`] moved last, or an empty one.
 #[cold]
 #[inline(never)]
-fn unspill(spilled: &mut Vec<bool>) -> u64 {
-    u64::from(spilled.pop().unwrap_or_default())
+fn unspill(spilled: &mut Vec<u64>) -> u64 {
+    spilled.pop().unwrap_or(Open::EMPTY)
 }
 
 #[cold]
@@ -578,7 +592,7 @@ impl<'a> Scanner<'a> {
     /// line and its length in registers across the calls out of the loop.
     fn skip(&self, mut i: usize) -> Result<usize> {
         let b = self.b;
-        let mut open = Open::default();
+        let mut open = Open::new();
         'value: loop {
             let c = byte_at(b, i);
             // Strings first: most values are.
@@ -589,10 +603,13 @@ impl<'a> Scanner<'a> {
                     b'{' => {
                         i += 1;
                         let mut c = byte_at(b, i);
-                        if c != b'"' {
-                            i = skip_ws(b, i);
-                            c = byte_at(b, i);
+                        if c == b'"' {
+                            open.push(true);
+                            i = self.key_rest(i)?;
+                            continue;
                         }
+                        i = skip_ws(b, i);
+                        c = byte_at(b, i);
                         if c == b'}' {
                             i += 1;
                         } else {
@@ -623,22 +640,22 @@ impl<'a> Scanner<'a> {
             }
             // A value is complete: close the containers it completes.
             loop {
-                if open.depth == 0 {
+                if open.is_empty() {
                     return Ok(i);
                 }
                 match byte_at(b, i) {
                     b',' => {
                         i += 1;
-                        if open.in_object {
+                        if open.in_object() {
                             i = self.key_colon(i)?;
                         }
                         continue 'value;
                     }
-                    b'}' if open.in_object => {
+                    b'}' if open.in_object() => {
                         i += 1;
                         open.pop();
                     }
-                    b']' if !open.in_object => {
+                    b']' if !open.in_object() => {
                         i += 1;
                         open.pop();
                     }
@@ -654,7 +671,12 @@ impl<'a> Scanner<'a> {
     /// much as scanning a short key.
     #[inline(always)]
     fn key_colon(&self, i: usize) -> Result<usize> {
-        let i = expect(self.b, i, b'"', "key must be a string")?;
+        self.key_rest(expect(self.b, i, b'"', "key must be a string")?)
+    }
+
+    /// [`key_colon`](Self::key_colon) from the key's opening quote at `i`.
+    #[inline(always)]
+    fn key_rest(&self, i: usize) -> Result<usize> {
         let i = self.string_end(i)?.0;
         Ok(expect(self.b, i, b':', "expected `:`")? + 1)
     }
@@ -706,6 +728,7 @@ impl<'a> Scanner<'a> {
 
     /// A string whose opening quote is at the cursor. Escapes are checked (`\uXXXX` for four hex
     /// digits); raw control characters are rejected, as JSON requires.
+    #[inline(always)]
     fn string(&mut self) -> Result<RawStr<'a>> {
         let start = self.i;
         let escaped = self.skip_string()?;
@@ -740,7 +763,12 @@ impl<'a> Scanner<'a> {
                         i += 16;
                         continue;
                     }
-                    i += hits.trailing_zeros() as usize;
+                    // `hits` has 16 bits: `& 15` only tells the compiler `at` is in the chunk.
+                    let at = hits.trailing_zeros() as usize & 15;
+                    if chunk[at] == b'"' {
+                        return Ok((i + at + 1, escaped));
+                    }
+                    i += at;
                 }
                 None => i = self.special_in_tail(i),
             }
