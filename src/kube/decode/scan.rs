@@ -71,7 +71,7 @@ pub(super) fn watch_line(line: &[u8]) -> Result<LineParts<'_>> {
     let mut seen_object = false;
     s.ws();
     s.members(|s, key| {
-        match &*key.text()? {
+        match &*s.key_text(&key, &["type", "object"])? {
             "type" => {
                 if event_type.is_some() {
                     return Err(s.error("duplicate field `type`"));
@@ -400,14 +400,20 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// A key's text, for matching against the field names `known`. Inside the object the scan has
-    /// checked every string to be UTF-8 already: there an unescaped key is compared as bytes, and
-    /// one that is none of `known` comes back empty (its member is skipped).
+    /// A key's text, for matching against the field names `known`. An unescaped key is compared
+    /// as bytes first: one of `known` is UTF-8 without a check. Inside the object the scan has
+    /// checked every string to be UTF-8 already: there any other unescaped key comes back empty
+    /// (its member is skipped).
     fn key_text(&self, key: &RawStr<'a>, known: &[&'static str]) -> Result<Cow<'a, str>> {
-        if self.utf8 && !key.escaped {
+        if !key.escaped {
             let body = key.body();
-            let name = known.iter().find(|k| k.as_bytes() == body);
-            return Ok(Cow::Borrowed(name.copied().unwrap_or("")));
+            // Equal to a field name, the key is UTF-8: no need to check it.
+            if let Some(name) = known.iter().find(|k| k.as_bytes() == body) {
+                return Ok(Cow::Borrowed(name));
+            }
+            if self.utf8 {
+                return Ok(Cow::Borrowed(""));
+            }
         }
         key.text()
     }
