@@ -769,7 +769,7 @@ impl<'a> Scanner<'a> {
             // Sixteen bytes at a time while sixteen remain. The line's last few are searched out
             // of line: handled here, that path cost the loop its registers (a fifth more
             // instructions per pod line).
-            match self.b.get(i..i + 16).and_then(<[u8]>::first_chunk::<16>) {
+            match self.b.get(i..).and_then(<[u8]>::first_chunk::<16>) {
                 Some(chunk) => {
                     let hits = special_bytes(chunk);
                     if hits == 0 {
