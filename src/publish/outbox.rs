@@ -1,8 +1,9 @@
 //! Publishing one watch's messages, in order, with a bounded window of unacknowledged ones.
 //!
 //! The outbox is where backpressure comes from: [`Outbox::publish`] returns only when the message
-//! is accepted (core NATS) or when the window has room (JetStream), so a slow or absent NATS stops
-//! the watch from reading the API server instead of filling memory.
+//! is in the batch it holds or accepted by the client (core NATS) or when the window has room
+//! (JetStream), so a slow or absent NATS stops the watch from reading the API server instead of
+//! filling memory.
 //!
 //! In JetStream mode two invariants keep the delivery promise:
 //! - a message that fails is published again, with the same `Nats-Msg-Id`, until it succeeds;
@@ -13,16 +14,16 @@
 //! while disconnected) and the outbox flushes before a checkpoint, whenever the byte budget is
 //! spent, and whenever the watch waits for its next line ([`Outbox::flush_idle`]): so a quiet
 //! watch holds nothing against the budget, and `publish_queue_depth` counts the messages the
-//! client holds (all of them while NATS is away).
+//! client holds (all of them while NATS is away). In JetStream mode the same wait collects the
+//! acknowledgements that arrive, so a quiet watch's last messages are counted as published and
+//! leave the window without waiting for its next event.
 //!
 //! Core messages are handed to the client in batches of up to [`HANDOVER_BYTES`], not one by
 //! one: the client's connection task writes whatever it has each time it runs, and it runs
 //! whenever the watch task waits, which is after every body chunk hyper hands over (one read
 //! of the watch connection is several chunks: one per HTTP chunk it holds a part of). Handed one
 //! by one, a read's messages went out in one `writev` per chunk; held until the watch is really
-//! idle (it has yielded once and no line came) or a batch is full, they go out in one. In JetStream mode the same wait collects the
-//! acknowledgements that arrive, so a quiet watch's last messages are counted as published and
-//! leave the window without waiting for its next event.
+//! idle (it has yielded once and no line came) or a batch is full, they go out in one.
 //!
 //! Every message holds its bytes against the process's byte budget ([`crate::budget`]) until NATS
 //! has taken it: acknowledged (JetStream) or flushed to the socket (core). While the budget is
