@@ -1,8 +1,9 @@
 //! Publishing one watch's messages, in order, with a bounded window of unacknowledged ones.
 //!
 //! The outbox is where backpressure comes from: [`Outbox::publish`] returns only when the message
-//! is accepted (core NATS) or when the window has room (JetStream), so a slow or absent NATS stops
-//! the watch from reading the API server instead of filling memory.
+//! is in the batch it holds or accepted by the client (core NATS) or when the window has room
+//! (JetStream), so a slow or absent NATS stops the watch from reading the API server instead of
+//! filling memory.
 //!
 //! In JetStream mode two invariants keep the delivery promise:
 //! - a message that fails is published again, with the same `Nats-Msg-Id`, until it succeeds;
@@ -16,6 +17,13 @@
 //! client holds (all of them while NATS is away). In JetStream mode the same wait collects the
 //! acknowledgements that arrive, so a quiet watch's last messages are counted as published and
 //! leave the window without waiting for its next event.
+//!
+//! Core messages are handed to the client in batches of up to [`HANDOVER_BYTES`], not one by
+//! one: the client's connection task writes whatever it has each time it runs, and it runs
+//! whenever the watch task waits, which is after every body chunk hyper hands over (one read
+//! of the watch connection is several chunks: one per HTTP chunk it holds a part of). Handed one
+//! by one, a read's messages went out in one `writev` per chunk; held until the watch is really
+//! idle (it has yielded once and no line came) or a batch is full, they go out in one.
 //!
 //! Every message holds its bytes against the process's byte budget ([`crate::budget`]) until NATS
 //! has taken it: acknowledged (JetStream) or flushed to the socket (core). While the budget is
@@ -53,6 +61,12 @@ const RETRY_BACKOFF: BackoffConfig = BackoffConfig::checked(
 /// Pause before flushing again after a flush failed (the client is closed).
 const FLUSH_RETRY: Duration = Duration::from_secs(1);
 
+/// Core mode: the most bytes (payloads and header blocks) of messages held back to be handed to
+/// the client together. Under async-nats' 65,535-byte write buffer limit (at which its
+/// connection task writes and takes no more) with room for the `HPUB` lines and subjects of
+/// ~15 typical messages, so one batch is one `writev`.
+const HANDOVER_BYTES: usize = 60 * 1024;
+
 /// The connection in the configured mode; cheap to clone.
 #[derive(Clone)]
 pub enum Nats {
@@ -85,6 +99,13 @@ struct InFlight {
     charge: Charge,
 }
 
+/// Core mode: a message waiting in the outbox to be handed to the client with the next batch.
+struct HeldCore {
+    msg: OutMessage,
+    /// When it was published, for `publish_duration`.
+    published_at: Instant,
+}
+
 /// Core mode: a flush under way, and the messages handed to the client before it started.
 struct IdleFlush {
     done: Pin<Box<dyn Future<Output = Result<(), async_nats::client::FlushError>> + Send>>,
@@ -109,9 +130,14 @@ struct Window {
     gauges: TargetGauges,
     retry: Backoff,
     budget: Budget,
-    /// Core mode: the bytes handed to the client since its last flush, and how many messages.
+    /// Core mode: the bytes published since the client's last flush (held or handed to it), and
+    /// how many messages.
     unflushed: Charge,
     unflushed_messages: usize,
+    /// Core mode: messages published but not yet handed to the client, oldest first, and their
+    /// bytes ([`OutMessage::wire_len`]); at most [`HANDOVER_BYTES`] unless one message is larger.
+    held: VecDeque<HeldCore>,
+    held_bytes: usize,
     /// Core mode: the flush started while the watch was idle, and what was handed over before it.
     flushing: Option<IdleFlush>,
     /// The charge of the watch line being handled ([`Outbox::hand_over`]).
@@ -139,6 +165,8 @@ impl Outbox {
                 budget: Budget::unlimited(),
                 unflushed: Charge::none(),
                 unflushed_messages: 0,
+                held: VecDeque::new(),
+                held_bytes: 0,
                 flushing: None,
                 handed: Charge::none(),
                 in_hand: 0,
@@ -241,6 +269,17 @@ impl Outbox {
             Nats::JetStream { .. } => return self.window.collect_acknowledged().await,
         };
         let window = &mut self.window;
+        if window.flushing.is_none() {
+            if window.unflushed_messages == 0 {
+                return;
+            }
+            // The line may only be on its way: hyper hands a read over one body chunk at a
+            // time, and the next chunk comes when its connection task has run. Yielding once
+            // lets it (and every other ready task) run first; the watch goes on with the line
+            // if one came, and the batch grows.
+            tokio::task::yield_now().await;
+            window.hand_over_held(client).await;
+        }
         let flushing = match &mut window.flushing {
             Some(flushing) => flushing,
             None if window.unflushed_messages == 0 => return,
@@ -273,58 +312,94 @@ impl Outbox {
     /// only after them. Core mode has nothing to wait for: the client sends its messages in the
     /// order it was handed them, and the server handles one connection's messages in order, so
     /// by the time such a write is acknowledged the server has every message handed over before.
+    /// (Core mode hands the held messages to the client, so they are in that order.)
     pub async fn settle_objects(&mut self, keys: &[u64]) {
-        if let Nats::JetStream { client, context } = &self.nats {
-            while self
-                .window
-                .in_flight
-                .iter()
-                .any(|f| keys.contains(&f.msg.object_key))
-            {
-                self.window.complete_oldest(client, context).await;
+        match &self.nats {
+            Nats::JetStream { client, context } => {
+                while self
+                    .window
+                    .in_flight
+                    .iter()
+                    .any(|f| keys.contains(&f.msg.object_key))
+                {
+                    self.window.complete_oldest(client, context).await;
+                }
             }
+            Nats::Core(client) => self.window.hand_over_held(client).await,
         }
     }
 }
 
 impl Window {
-    /// A core publish fails only for a message over `max_payload`, an invalid subject or a closed
-    /// client, and retrying helps none of them; so the message is handed over once, without a
-    /// copy. (While NATS is disconnected the client queues it; a full queue makes this wait.)
+    /// Holds a core message for the next batch; hands the batch to the client first if the
+    /// message would take it over [`HANDOVER_BYTES`]. Its bytes stay charged until the flush
+    /// after it is handed over.
     async fn publish_core(&mut self, client: &Client, msg: OutMessage, charge: Charge) {
-        let started = Instant::now();
-        let bytes = msg.payload.len();
-        self.in_hand = 1;
-        self.report();
-        let published = client
-            .publish_with_serialized_headers(msg.subject.clone(), msg.headers, msg.payload)
-            .await;
-        self.in_hand = 0;
-        if published.is_ok() {
-            self.unflushed.absorb(charge);
-            self.unflushed_messages += 1;
+        let published_at = Instant::now();
+        if self.held_bytes + msg.wire_len() > HANDOVER_BYTES {
+            self.hand_over_held(client).await;
         }
-        self.report();
-        match published {
-            Ok(()) => {
-                self.metrics.published(msg.event_type);
-                self.metrics
-                    .publish_duration
-                    .observe(started.elapsed().as_secs_f64());
-            }
-            Err(e) if e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded => {
-                self.too_large(&msg.subject, bytes, &e)
-            }
-            Err(e) => {
-                self.metrics.publish_errors.inc();
-                tracing::error!(watch = %self.metrics.watch, subject = %msg.subject, error = %e, "NATS refused the message; not published");
-            }
+        self.unflushed.absorb(charge);
+        self.unflushed_messages += 1;
+        self.held_bytes += msg.wire_len();
+        self.held.push_back(HeldCore { msg, published_at });
+        if client.connection_state() != async_nats::connection::State::Connected {
+            // Nothing to batch for: the client queues what it gets until NATS is back, and its
+            // queue (`nats.queue_capacity`) is what stops the watch during an outage.
+            self.hand_over_held(client).await;
+        } else {
+            self.report();
         }
     }
 
-    /// Core mode: a flush round trip; once it returns, what was handed over before it is out
-    /// of the process. `true` when it did.
+    /// Core mode: hands the held messages to the client, in order. A core publish fails only for
+    /// a message over `max_payload`, an invalid subject or a closed client, and retrying helps
+    /// none of them; so each message is handed over once. (While NATS is disconnected the client
+    /// queues them; a full queue makes this wait.) Cancel-safe: a message leaves `held` only once
+    /// the client has taken it (the client gets clones of its shared bytes).
+    async fn hand_over_held(&mut self, client: &Client) {
+        if self.held.is_empty() {
+            return;
+        }
+        while let Some(front) = self.held.front() {
+            let handed = client
+                .publish_with_serialized_headers(
+                    front.msg.subject.clone(),
+                    front.msg.headers.clone(),
+                    front.msg.payload.clone(),
+                )
+                .await;
+            let Some(HeldCore { msg, published_at }) = self.held.pop_front() else {
+                break;
+            };
+            self.held_bytes -= msg.wire_len();
+            match handed {
+                Ok(()) => {
+                    self.metrics.published(msg.event_type);
+                    self.metrics
+                        .publish_duration
+                        .observe(published_at.elapsed().as_secs_f64());
+                }
+                Err(e) => {
+                    // Not for the socket: no longer counted as unflushed (its bytes are given
+                    // back with the next flush's).
+                    self.unflushed_messages = self.unflushed_messages.saturating_sub(1);
+                    if e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded {
+                        self.too_large(&msg.subject, msg.payload.len(), &e);
+                    } else {
+                        self.metrics.publish_errors.inc();
+                        tracing::error!(watch = %self.metrics.watch, subject = %msg.subject, error = %e, "NATS refused the message; not published");
+                    }
+                }
+            }
+        }
+        self.report();
+    }
+
+    /// Core mode: hands the held messages over, then a flush round trip; once it returns, what
+    /// was published before it is out of the process. `true` when it did.
     async fn flush(&mut self, client: &Client) -> bool {
+        self.hand_over_held(client).await;
         match client.flush().await {
             Ok(()) => {
                 self.unflushed.set(0);
