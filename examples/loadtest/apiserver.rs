@@ -2,8 +2,8 @@
 //!
 //! It answers exactly what kube2nats asks: discovery (`/api/v1`, `/apis`), paged lists
 //! (`limit`/`continue`, every page carrying the list's resourceVersion) and one watch from that
-//! version, which streams the scenario's events (chunked transfer encoding) as fast as the socket
-//! takes them, or paced. Later watches (a reconnect) stay open and idle. The test harness's full
+//! version, which streams the scenario's events (chunked transfer encoding, one chunk an event, as
+//! kube-apiserver sends them) as fast as the socket takes them, or paced. Later watches (a reconnect) stay open and idle. The test harness's full
 //! simulator (`kube2nats_harness::apiserver`) is far more faithful, but too slow to load anyone.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,8 +17,12 @@ use crate::pods::{uuid, PodTemplate, NAMESPACES};
 
 /// The resourceVersion of object `slot` at the time of the list (they predate the list).
 const FIRST_OBJECT_RV: u64 = 1_000_000;
-/// Bytes of events gathered into one HTTP chunk when streaming as fast as possible.
-const BURST_CHUNK_BYTES: usize = 64 * 1024;
+/// Bytes of chunks gathered into one socket write when streaming as fast as possible. Each event
+/// is still its own HTTP chunk, as kube-apiserver sends it (Go's net/http writes a response write
+/// of over 2 KB as a chunk of its own, and the watch handler writes one event at a time): how
+/// the body is cut into chunks decides how hyper hands it on, so the client's work per event
+/// depends on it.
+const BURST_WRITE_BYTES: usize = 64 * 1024;
 
 /// What the server serves.
 pub struct Scenario {
@@ -298,7 +302,8 @@ async fn stream_events(
     let list_rv = scenario.list_rv();
     let mut generation = vec![0u64; scenario.pods.len()];
     let mut rv = list_rv;
-    let mut body: Vec<u8> = Vec::with_capacity(BURST_CHUNK_BYTES + 8192);
+    let mut body: Vec<u8> = Vec::with_capacity(8192);
+    let mut wire: Vec<u8> = Vec::with_capacity(BURST_WRITE_BYTES + 8192);
     let mut change = 0u64;
     let pace = scenario
         .rate
@@ -339,26 +344,29 @@ async fn stream_events(
                 }
                 true
             }
-            None => body.len() >= BURST_CHUNK_BYTES || k + 1 == scenario.events,
+            None => false,
         };
         if kind != Kind::Bookmark {
             change += 1;
         }
-        if flush_now {
-            scenario
-                .bytes_sent
-                .fetch_add(body.len() as u64, Ordering::Relaxed);
-            write_chunk(stream, &body).await?;
-            body.clear();
+        scenario
+            .bytes_sent
+            .fetch_add(body.len() as u64, Ordering::Relaxed);
+        push_chunk(&mut wire, &body);
+        body.clear();
+        if flush_now || wire.len() >= BURST_WRITE_BYTES || k + 1 == scenario.events {
+            stream.write_all(&wire).await?;
+            wire.clear();
         }
     }
     Ok(())
 }
 
-async fn write_chunk(stream: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
-    stream
-        .write_all(format!("{:x}\r\n", data.len()).as_bytes())
-        .await?;
-    stream.write_all(data).await?;
-    stream.write_all(b"\r\n").await
+/// Appends `data` as one HTTP/1.1 chunk (chunked transfer encoding).
+fn push_chunk(wire: &mut Vec<u8>, data: &[u8]) {
+    use std::io::Write as _;
+    // Writing to a Vec cannot fail.
+    let _ = write!(wire, "{:x}\r\n", data.len());
+    wire.extend_from_slice(data);
+    wire.extend_from_slice(b"\r\n");
 }
