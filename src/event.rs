@@ -7,6 +7,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -66,11 +67,14 @@ impl FromStr for EventType {
 /// Opaque by contract: two versions can always be compared for equality. Since Kubernetes 1.35
 /// (KEP-5504) they are also comparable integers, but aggregated APIs may not conform, so
 /// [`ResourceVersion::newer_than`] answers only when both sides parse as integers.
+///
+/// Shared, not copied, when cloned: the watch keeps the version of every event it receives (to
+/// resume from), and a clone was an allocation and a copy per event.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct ResourceVersion(Box<str>);
+pub struct ResourceVersion(Arc<str>);
 
 impl ResourceVersion {
-    pub fn new(rv: impl Into<Box<str>>) -> Self {
+    pub fn new(rv: impl Into<Arc<str>>) -> Self {
         ResourceVersion(rv.into())
     }
 

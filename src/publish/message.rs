@@ -26,6 +26,8 @@
 //! reach the connection.
 
 use std::borrow::Cow;
+use std::cell::Cell;
+use std::fmt;
 
 use async_nats::header::{SerializedHeaders, SerializedHeadersBuilder};
 use async_nats::HeaderName;
@@ -169,6 +171,43 @@ pub struct MessageBuilder {
     constant: ConstantHeaders,
     /// The watch's CloudEvents attributes when its format is `cloudevents`.
     pub cloudevents: Option<cloudevents::Attributes>,
+    /// Where each message's subject is rendered before it is copied into its own bytes.
+    subject_scratch: Scratch,
+    /// Where each message's `Nats-Msg-Id` is written before it goes into the header block.
+    id_scratch: Scratch,
+}
+
+/// A string kept from one message to the next, so that writing into it allocates only while it
+/// grows: the message id, which only goes into the header block, then costs no allocation (it
+/// was a `String` per message), and the subject one copy of exactly its size (it was a `String`
+/// of 96 bytes handed over whole).
+///
+/// A `Cell`, taken and put back: a message that fails to build just leaves it empty.
+#[derive(Default)]
+struct Scratch(Cell<String>);
+
+impl Scratch {
+    fn take(&self) -> String {
+        let mut text = self.0.take();
+        text.clear();
+        text
+    }
+
+    fn put_back(&self, text: String) {
+        self.0.set(text);
+    }
+}
+
+impl Clone for Scratch {
+    fn clone(&self) -> Scratch {
+        Scratch::default()
+    }
+}
+
+impl fmt::Debug for Scratch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Scratch")
+    }
 }
 
 impl MessageBuilder {
@@ -209,6 +248,8 @@ impl MessageBuilder {
             payload,
             constant,
             cloudevents,
+            subject_scratch: Scratch::default(),
+            id_scratch: Scratch::default(),
         }
     }
 
@@ -226,7 +267,7 @@ impl MessageBuilder {
         truncated: bool,
     ) -> Result<OutMessage, BuildError> {
         let meta = &event.meta;
-        let mut subject = String::with_capacity(96);
+        let mut subject = self.subject_scratch.take();
         self.subject.render(
             meta.namespace.as_deref(),
             &meta.name,
@@ -238,11 +279,15 @@ impl MessageBuilder {
                 bytes: subject.len(),
             });
         }
-        let id = msg_id(&self.watch, meta, event.event_type);
-        let headers = self.headers(event, &id, synthesized, truncated)?;
+        let subject_bytes = async_nats::Subject::from(subject.as_str());
+        self.subject_scratch.put_back(subject);
+        let mut id = self.id_scratch.take();
+        write_msg_id(&mut id, &self.watch, meta, event.event_type);
+        let headers = self.headers(event, &id, synthesized, truncated);
+        self.id_scratch.put_back(id);
         Ok(OutMessage {
-            subject: subject.into(),
-            headers: headers.finish(),
+            subject: subject_bytes,
+            headers: headers?.finish(),
             payload: self.payload(event),
             event_type: event.event_type,
             object_key: name_key(meta),
@@ -375,9 +420,16 @@ fn line_len(name: &HeaderName, value: &str) -> usize {
 /// id as when it was first published, so JetStream drops it within its duplicate window, even from
 /// another replica. A deletion is a distinct message with the last known version.
 pub fn msg_id(watch: &str, meta: &ObjectMeta, event_type: EventType) -> String {
+    let mut id = String::new();
+    write_msg_id(&mut id, watch, meta, event_type);
+    id
+}
+
+/// Appends [`msg_id`] to `id`.
+fn write_msg_id(id: &mut String, watch: &str, meta: &ObjectMeta, event_type: EventType) {
     const DELETED: &str = ":DELETED";
     let (uid, rv) = (meta.uid.as_str(), meta.resource_version.as_str());
-    let mut id = String::with_capacity(watch.len() + uid.len() + rv.len() + 2 + DELETED.len());
+    id.reserve(watch.len() + uid.len() + rv.len() + 2 + DELETED.len());
     id.push_str(watch);
     id.push(':');
     id.push_str(uid);
@@ -386,7 +438,6 @@ pub fn msg_id(watch: &str, meta: &ObjectMeta, event_type: EventType) -> String {
     if event_type == EventType::Deleted {
         id.push_str(DELETED);
     }
-    id
 }
 
 /// `{"type":"ADDED","object":…}` around an object that did not arrive as a watch line.

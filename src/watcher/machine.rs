@@ -436,7 +436,7 @@ impl Machine {
                 self.read_initial_event(reason, *watching).await
             }
             State::Connecting { rv } => self.open_watch(rv).await,
-            State::Watching(watching) => self.read_event(*watching).await,
+            State::Watching(watching) => self.read_event(watching).await,
             State::Backoff { delay, then } => {
                 tokio::time::sleep(delay).await;
                 (Outcome::Idle, *then)
@@ -765,11 +765,13 @@ impl Machine {
     }
 
     /// One line of an open watch. A broken stream resumes from the last version after a pause.
-    async fn read_event(&mut self, mut w: Watching) -> (Outcome, State) {
+    /// The watch stays in its box from one line to the next (re-boxing it cost an allocation
+    /// and a copy per event).
+    async fn read_event(&mut self, mut w: Box<Watching>) -> (Outcome, State) {
         match Self::next_line(&mut w, self.target.resource.namespaced).await {
             Read::Line(WatchLine::Change(event)) => {
                 w.rv = event.meta.resource_version.clone();
-                (Outcome::Event(event), State::Watching(Box::new(w)))
+                (Outcome::Event(event), State::Watching(w))
             }
             Read::Oversized {
                 change: Some((event_type, meta)),
@@ -783,7 +785,7 @@ impl Machine {
                     watch_line: None,
                 };
                 let outcome = Outcome::Oversized { event, line_bytes };
-                (outcome, State::Watching(Box::new(w)))
+                (outcome, State::Watching(w))
             }
             // Resuming would receive the same line again: only a list can move past it.
             Read::Oversized {
@@ -797,15 +799,12 @@ impl Machine {
                 resource_version, ..
             }) => {
                 w.rv = resource_version.clone();
-                (
-                    Outcome::Bookmark(resource_version),
-                    State::Watching(Box::new(w)),
-                )
+                (Outcome::Bookmark(resource_version), State::Watching(w))
             }
             Read::Line(WatchLine::Error(status)) => {
                 self.error_event(status, State::Connecting { rv: w.rv })
             }
-            Read::Ended => self.stream_ended(w),
+            Read::Ended => self.stream_ended(*w),
             // No pause: the watch reopens in turn once there is room (see `open_watch`).
             Read::Lost(reason @ RestartReason::BufferFull, error) => {
                 self.resume_after_budget = true;

@@ -46,8 +46,22 @@ const SOFT_WRITE_BUF_LIMIT: usize = 65535;
 /// How big a single buffer must be before it's written separately
 /// instead of being flattened.
 const WRITE_FLATTEN_THRESHOLD: usize = 4096;
-/// How many buffers to write in a single vectored write call.
-const WRITE_VECTORED_CHUNKS: usize = 64;
+/// How many buffers to write in a single vectored write call (Linux takes up to 1024).
+///
+/// Was 64. A payload of [`WRITE_PAYLOAD_CHUNK_THRESHOLD`] bytes or more costs two buffers (it
+/// and the flattened bytes before it), and the client's handler can queue up to 32 of them
+/// under [`SOFT_WRITE_BUF_LIMIT`] plus one received chunk of 16 commands: 97 buffers, which
+/// this still writes in one call, as when such payloads were copied.
+const WRITE_VECTORED_CHUNKS: usize = 128;
+/// How big a message payload must be to be written from its own `Bytes` (a buffer of the
+/// vectored write) rather than copied into [`Connection::flattened_writes`], when the stream
+/// writes vectored: under it a copy costs less than a buffer of its own.
+const WRITE_PAYLOAD_CHUNK_THRESHOLD: usize = 2048;
+/// The capacity [`Connection::flattened_writes`] starts with, and allocates again when it is
+/// full while bytes split off it are still queued. Splitting off the flattened bytes before each
+/// chunked payload leaves the buffer shared; from an empty start it would then allocate for
+/// every message and grow by reallocating for each piece of the next one.
+const FLATTENED_WRITES_CAPACITY: usize = 16 * 1024;
 
 /// Supertrait enabling trait object for containing both TLS and non TLS `TcpStream` connection.
 pub(crate) trait AsyncReadWrite: AsyncWrite + AsyncRead + Send + Unpin {}
@@ -107,7 +121,7 @@ impl Connection {
             read_buf: BytesMut::with_capacity(read_buffer_capacity),
             write_buf: VecDeque::new(),
             write_buf_len: 0,
-            flattened_writes: BytesMut::new(),
+            flattened_writes: BytesMut::with_capacity(FLATTENED_WRITES_CAPACITY),
             can_flush: false,
             statistics,
         }
@@ -548,7 +562,7 @@ impl Connection {
                     }
                 }
 
-                self.write(Bytes::clone(payload));
+                self.write_payload(payload);
                 self.write("\r\n");
 
                 trace!(
@@ -730,17 +744,33 @@ impl Connection {
             return;
         }
 
-        self.write_buf_len += buf.len();
         if buf.len() < WRITE_FLATTEN_THRESHOLD {
+            self.write_buf_len += buf.len();
             self.flattened_writes.extend_from_slice(&buf);
         } else {
-            if !self.flattened_writes.is_empty() {
-                let buf = self.flattened_writes.split().freeze();
-                self.write_buf.push_back(buf);
-            }
-
-            self.write_buf.push_back(buf);
+            self.write_chunk(buf);
         }
+    }
+
+    /// Write a message payload: from its own `Bytes`, without a copy, when it is large and the
+    /// stream writes vectored (a payload of kilobytes is one more iovec of the same call);
+    /// otherwise as [`Self::write`] (a sequential writer would make a call of its own for it).
+    fn write_payload(&mut self, payload: &Bytes) {
+        if payload.len() >= WRITE_PAYLOAD_CHUNK_THRESHOLD && self.stream.is_write_vectored() {
+            self.write_chunk(Bytes::clone(payload));
+        } else {
+            self.write(Bytes::clone(payload));
+        }
+    }
+
+    /// Queue `buf` as a chunk of its own, after the flattened bytes written before it.
+    fn write_chunk(&mut self, buf: Bytes) {
+        self.write_buf_len += buf.len();
+        if !self.flattened_writes.is_empty() {
+            let flattened = self.flattened_writes.split().freeze();
+            self.write_buf.push_back(flattened);
+        }
+        self.write_buf.push_back(buf);
     }
 
     /// Write the sizes that end a `PUB` (`first`) or `HPUB` line (`first second`), and the
@@ -1264,6 +1294,7 @@ mod write_op {
     }
 
     use super::Connection;
+    use crate::header::{HeaderName, WireHeaders};
     use crate::{ClientOp, ConnectInfo, HeaderMap, Protocol, Statistics};
     use tokio::io::{self, AsyncBufReadExt, BufReader};
 
@@ -1509,5 +1540,158 @@ mod write_op {
             buffer,
             "CONNECT {\"verbose\":false,\"pedantic\":false,\"jwt\":null,\"nkey\":null,\"sig\":null,\"name\":null,\"echo\":false,\"lang\":\"Rust\",\"version\":\"1.0.0\",\"protocol\":1,\"tls_required\":false,\"user\":null,\"pass\":null,\"auth_token\":null,\"headers\":false,\"no_responders\":false}\r\n"
         );
+    }
+}
+
+#[cfg(test)]
+mod payload_chunks {
+    use std::io::IoSlice;
+    use std::pin::Pin;
+    use std::sync::{Arc, Mutex};
+    use std::task::{Context, Poll};
+
+    use bytes::Bytes;
+    use tokio::io::{self, AsyncRead, AsyncWrite, ReadBuf};
+
+    use super::{Connection, WRITE_PAYLOAD_CHUNK_THRESHOLD};
+    use crate::{ClientOp, Statistics};
+
+    /// A stream that records every write call: the address and length of each buffer it was
+    /// given, and the bytes, in order.
+    #[derive(Default, Clone)]
+    struct Recorder {
+        vectored: bool,
+        calls: Arc<Mutex<Vec<Vec<(usize, usize)>>>>,
+        wire: Arc<Mutex<Vec<u8>>>,
+    }
+
+    impl AsyncWrite for Recorder {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(vec![(buf.as_ptr() as usize, buf.len())]);
+            self.wire.lock().unwrap().extend_from_slice(buf);
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_write_vectored(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            let mut wire = self.wire.lock().unwrap();
+            let mut call = Vec::new();
+            for buf in bufs {
+                call.push((buf.as_ptr() as usize, buf.len()));
+                wire.extend_from_slice(buf);
+            }
+            self.calls.lock().unwrap().push(call);
+            Poll::Ready(Ok(bufs.iter().map(|b| b.len()).sum()))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            self.vectored
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl AsyncRead for Recorder {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            _buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            Poll::Pending
+        }
+    }
+
+    fn publish(payload: &Bytes) -> ClientOp {
+        ClientOp::Publish {
+            subject: "FOO.BAR".into(),
+            payload: payload.clone(),
+            respond: None,
+            headers: None,
+        }
+    }
+
+    /// Writes `payloads` as one batch; returns the recorded calls and the bytes on the wire.
+    async fn write(vectored: bool, payloads: &[Bytes]) -> (Vec<Vec<(usize, usize)>>, Vec<u8>) {
+        let recorder = Recorder {
+            vectored,
+            ..Recorder::default()
+        };
+        let mut connection = Connection::new(
+            Box::new(recorder.clone()),
+            0,
+            Arc::new(Statistics::default()),
+        );
+        let ops: Vec<ClientOp> = payloads.iter().map(publish).collect();
+        connection.easy_write_and_flush(ops.iter()).await.unwrap();
+        let calls = recorder.calls.lock().unwrap().clone();
+        let wire = recorder.wire.lock().unwrap().clone();
+        (calls, wire)
+    }
+
+    fn expected_wire(payloads: &[Bytes]) -> Vec<u8> {
+        let mut wire = Vec::new();
+        for p in payloads {
+            wire.extend_from_slice(format!("PUB FOO.BAR {}\r\n", p.len()).as_bytes());
+            wire.extend_from_slice(p);
+            wire.extend_from_slice(b"\r\n");
+        }
+        wire
+    }
+
+    #[tokio::test]
+    async fn large_payloads_are_written_from_their_own_bytes_in_one_call() {
+        let payloads: Vec<Bytes> = (0..20u8)
+            .map(|i| Bytes::from(vec![b'a' + i; 3600]))
+            .collect();
+        let (calls, wire) = write(true, &payloads).await;
+        assert_eq!(wire, expected_wire(&payloads));
+        assert_eq!(calls.len(), 1, "one vectored write for the batch");
+        for payload in &payloads {
+            let at = (payload.as_ptr() as usize, payload.len());
+            assert!(calls[0].contains(&at), "payload written where it is");
+        }
+        assert_eq!(calls[0].len(), 2 * payloads.len() + 1);
+    }
+
+    #[tokio::test]
+    async fn small_payloads_and_sequential_streams_are_copied() {
+        let small: Vec<Bytes> = (0..5u8)
+            .map(|i| Bytes::from(vec![b'a' + i; WRITE_PAYLOAD_CHUNK_THRESHOLD - 1]))
+            .collect();
+        let (calls, wire) = write(true, &small).await;
+        assert_eq!(wire, expected_wire(&small));
+        assert_eq!(calls, vec![vec![(calls[0][0].0, wire.len())]]);
+
+        let large = vec![Bytes::from(vec![b'x'; 3600]); 3];
+        let (calls, wire) = write(false, &large).await;
+        assert_eq!(wire, expected_wire(&large));
+        assert_eq!(calls.len(), 1, "a sequential stream gets one buffer");
+    }
+
+    #[tokio::test]
+    async fn a_full_write_buffer_of_chunked_payloads_fits_one_vectored_write() {
+        // What the handler can queue: up to the soft limit, plus one chunk of 16 commands.
+        let count = super::SOFT_WRITE_BUF_LIMIT.div_ceil(WRITE_PAYLOAD_CHUNK_THRESHOLD) + 16;
+        let payloads = vec![Bytes::from(vec![b'p'; WRITE_PAYLOAD_CHUNK_THRESHOLD]); count];
+        let (calls, wire) = write(true, &payloads).await;
+        assert_eq!(wire, expected_wire(&payloads));
+        assert_eq!(calls.len(), 1);
+        assert!(calls[0].len() <= super::WRITE_VECTORED_CHUNKS);
     }
 }
