@@ -190,8 +190,9 @@ impl Outbox {
         Some(self.nats.client().max_payload()).filter(|&n| n > 0)
     }
 
-    /// Hands one message to NATS; returns once it is accepted (core) or in the ack window
-    /// (JetStream), and the byte budget is not spent by this target's messages.
+    /// Hands one message to NATS; returns once it is held for the next batch (JetStream: with
+    /// room for it in the ack window) or accepted by the client, and the byte budget is not
+    /// spent by this target's messages.
     pub async fn publish(&mut self, msg: OutMessage) {
         let charge = match std::mem::take(&mut self.window.handed) {
             mut handed if handed.bytes() > 0 => {
