@@ -18,12 +18,14 @@
 //! acknowledgements that arrive, so a quiet watch's last messages are counted as published and
 //! leave the window without waiting for its next event.
 //!
-//! Core messages are handed to the client in batches of up to [`HANDOVER_BYTES`], not one by
-//! one: the client's connection task writes whatever it has each time it runs, and it runs
-//! whenever the watch task waits, which is after every body chunk hyper hands over (one read
-//! of the watch connection is several chunks: one per HTTP chunk it holds a part of). Handed one
-//! by one, a read's messages went out in one `writev` per chunk; held until the watch is really
-//! idle (it has yielded once and no line came) or a batch is full, they go out in one.
+//! Messages (core and JetStream) are handed to the client in batches of up to
+//! [`HANDOVER_BYTES`], not one by one: the client's connection task writes whatever it has each
+//! time it runs, and it runs whenever the watch task waits, which is after every body chunk hyper
+//! hands over (one read of the watch connection is several chunks: one per HTTP chunk it holds a
+//! part of). Handed one by one, a read's messages went out in one `writev` per chunk; held until
+//! the watch is really idle (it has yielded once and no line came) or a batch is full, they go
+//! out in one. A held JetStream message already counts against the ack window and for per-object
+//! order, as if it were in flight.
 //!
 //! Every message holds its bytes against the process's byte budget ([`crate::budget`]) until NATS
 //! has taken it: acknowledged (JetStream) or flushed to the socket (core). While the budget is
@@ -61,8 +63,8 @@ const RETRY_BACKOFF: BackoffConfig = BackoffConfig::checked(
 /// Pause before flushing again after a flush failed (the client is closed).
 const FLUSH_RETRY: Duration = Duration::from_secs(1);
 
-/// Core mode: the most bytes (payloads and header blocks) of messages held back to be handed to
-/// the client together. Under async-nats' 65,535-byte write buffer limit (at which its
+/// The most bytes (payloads and header blocks) of messages held back to be handed to the client
+/// together. Under async-nats' 65,535-byte write buffer limit (at which its
 /// connection task writes and takes no more) with room for the `HPUB` lines and subjects of
 /// ~15 typical messages, so one batch is one `writev`.
 const HANDOVER_BYTES: usize = 60 * 1024;
@@ -99,11 +101,13 @@ struct InFlight {
     charge: Charge,
 }
 
-/// Core mode: a message waiting in the outbox to be handed to the client with the next batch.
-struct HeldCore {
+/// A message waiting in the outbox to be handed to the client with the next batch.
+struct Held {
     msg: OutMessage,
     /// When it was published, for `publish_duration`.
     published_at: Instant,
+    /// The message's bytes, held against the budget until NATS has taken it.
+    charge: Charge,
 }
 
 /// Core mode: a flush under way, and the messages handed to the client before it started.
@@ -130,13 +134,12 @@ struct Window {
     gauges: TargetGauges,
     retry: Backoff,
     budget: Budget,
-    /// Core mode: the bytes published since the client's last flush (held or handed to it), and
-    /// how many messages.
+    /// Core mode: the bytes handed to the client since its last flush, and how many messages.
     unflushed: Charge,
     unflushed_messages: usize,
-    /// Core mode: messages published but not yet handed to the client, oldest first, and their
-    /// bytes ([`OutMessage::wire_len`]); at most [`HANDOVER_BYTES`] unless one message is larger.
-    held: VecDeque<HeldCore>,
+    /// Messages published but not yet handed to the client, oldest first, and their bytes
+    /// ([`OutMessage::wire_len`]); at most [`HANDOVER_BYTES`] unless one message is larger.
+    held: VecDeque<Held>,
     held_bytes: usize,
     /// Core mode: the flush started while the watch was idle, and what was handed over before it.
     flushing: Option<IdleFlush>,
@@ -187,8 +190,9 @@ impl Outbox {
         Some(self.nats.client().max_payload()).filter(|&n| n > 0)
     }
 
-    /// Hands one message to NATS; returns once it is accepted (core) or in the ack window
-    /// (JetStream), and the byte budget is not spent by this target's messages.
+    /// Hands one message to NATS; returns once it is held for the next batch (JetStream: with
+    /// room for it in the ack window) or accepted by the client, and the byte budget is not
+    /// spent by this target's messages.
     pub async fn publish(&mut self, msg: OutMessage) {
         let charge = match std::mem::take(&mut self.window.handed) {
             mut handed if handed.bytes() > 0 => {
@@ -200,9 +204,7 @@ impl Outbox {
         match &self.nats {
             Nats::Core(client) => {
                 self.window.publish_core(client, msg, charge).await;
-                while self.window.budget.exhausted()
-                    && (self.window.unflushed_messages > 0 || self.window.flushing.is_some())
-                {
+                while self.window.budget.exhausted() && self.window.core_pending() {
                     if !self.window.flush(client).await {
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
@@ -212,7 +214,10 @@ impl Outbox {
                 self.window
                     .publish_jetstream(client, context, msg, charge)
                     .await;
-                while self.window.budget.exhausted() && !self.window.in_flight.is_empty() {
+                while self.window.budget.exhausted()
+                    && !(self.window.held.is_empty() && self.window.in_flight.is_empty())
+                {
+                    self.window.send_held(client, context).await;
                     self.window.complete_oldest(client, context).await;
                 }
             }
@@ -224,6 +229,7 @@ impl Outbox {
     pub async fn settle(&mut self) -> bool {
         match &self.nats {
             Nats::JetStream { client, context } => {
+                self.window.send_held(client, context).await;
                 while !self.window.in_flight.is_empty() {
                     self.window.complete_oldest(client, context).await;
                 }
@@ -243,43 +249,45 @@ impl Outbox {
         self.window.handed = charge;
     }
 
-    /// Whether [`flush_idle`](Self::flush_idle) has something to wait for: messages handed to
-    /// the core client and not yet known to be on the socket, or a JetStream acknowledgement
-    /// that may still arrive.
+    /// Whether [`flush_idle`](Self::flush_idle) has something to do: held messages, messages
+    /// handed to the core client and not yet known to be on the socket, or a JetStream
+    /// acknowledgement that may still arrive.
     pub fn unflushed(&self) -> bool {
         match &self.nats {
-            Nats::Core(_) => self.window.unflushed_messages > 0 || self.window.flushing.is_some(),
-            Nats::JetStream { .. } => self
-                .window
-                .in_flight
-                .front()
-                .is_some_and(|oldest| !matches!(oldest.ack, MaybeDone::Done(Err(_)))),
+            Nats::Core(_) => self.window.core_pending(),
+            Nats::JetStream { .. } => {
+                !self.window.held.is_empty()
+                    || self
+                        .window
+                        .in_flight
+                        .front()
+                        .is_some_and(|oldest| !matches!(oldest.ack, MaybeDone::Done(Err(_))))
+            }
         }
     }
 
-    /// For while the watch waits for its next line. Core mode: flushes what was handed to the
-    /// client, and gives its bytes back to the budget once they are on the socket (while NATS is
-    /// away, once it is back). JetStream: takes acknowledged messages out of the window, oldest
+    /// For while the watch waits for its next line: hands the held messages to the client, once
+    /// it has yielded and no line came. Core mode: then flushes what was handed to the client,
+    /// and gives its bytes back to the budget once they are on the socket (while NATS is away,
+    /// once it is back). JetStream: then takes acknowledged messages out of the window, oldest
     /// first, until one is not acknowledged yet or has failed (a failure is retried by the next
     /// publish or settle, which may wait). Cancel-safe: the flush goes on in the outbox, and the
     /// next call awaits the same one; an acknowledgement is awaited where it stays.
     pub async fn flush_idle(&mut self) {
-        let client = match &self.nats {
-            Nats::Core(client) => client,
-            Nats::JetStream { .. } => return self.window.collect_acknowledged().await,
-        };
         let window = &mut self.window;
-        if window.flushing.is_none() {
-            if window.unflushed_messages == 0 {
-                return;
-            }
+        let to_hand_over = !window.held.is_empty() || window.unflushed_messages > 0;
+        if window.flushing.is_none() && to_hand_over {
             // The line may only be on its way: hyper hands a read over one body chunk at a
             // time, and the next chunk comes when its connection task has run. Yielding once
             // lets it (and every other ready task) run first; the watch goes on with the line
             // if one came, and the batch grows.
             tokio::task::yield_now().await;
-            window.hand_over_held(client).await;
+            window.hand_over_held(&self.nats).await;
         }
+        let client = match &self.nats {
+            Nats::Core(client) => client,
+            Nats::JetStream { .. } => return window.collect_acknowledged().await,
+        };
         let flushing = match &mut window.flushing {
             Some(flushing) => flushing,
             None if window.unflushed_messages == 0 => return,
@@ -307,48 +315,78 @@ impl Outbox {
         window.report();
     }
 
-    /// Waits until no message of the objects `keys` (their `object_key`s) is unacknowledged
-    /// (JetStream), so that a JetStream write made afterwards on the same connection is stored
-    /// only after them. Core mode has nothing to wait for: the client sends its messages in the
-    /// order it was handed them, and the server handles one connection's messages in order, so
-    /// by the time such a write is acknowledged the server has every message handed over before.
-    /// (Core mode hands the held messages to the client, so they are in that order.)
+    /// Waits until no message of the objects `keys` (their `object_key`s) is held or
+    /// unacknowledged (JetStream), so that a JetStream write made afterwards on the same
+    /// connection is stored only after them. Core mode has nothing to wait for: the client sends
+    /// its messages in the order it was handed them, and the server handles one connection's
+    /// messages in order, so by the time such a write is acknowledged the server has every
+    /// message handed over before. (Both modes first hand the held messages to the client, so
+    /// they are in that order.)
     pub async fn settle_objects(&mut self, keys: &[u64]) {
-        match &self.nats {
-            Nats::JetStream { client, context } => {
-                while self
-                    .window
-                    .in_flight
-                    .iter()
-                    .any(|f| keys.contains(&f.msg.object_key))
-                {
-                    self.window.complete_oldest(client, context).await;
-                }
+        self.window.hand_over_held(&self.nats).await;
+        if let Nats::JetStream { client, context } = &self.nats {
+            while self
+                .window
+                .in_flight
+                .iter()
+                .any(|f| keys.contains(&f.msg.object_key))
+            {
+                self.window.complete_oldest(client, context).await;
             }
-            Nats::Core(client) => self.window.hand_over_held(client).await,
         }
     }
 }
 
 impl Window {
-    /// Holds a core message for the next batch; hands the batch to the client first if the
-    /// message would take it over [`HANDOVER_BYTES`]. Its bytes stay charged until the flush
-    /// after it is handed over.
+    /// Core mode: messages held, handed to the client but not yet flushed, or being flushed.
+    fn core_pending(&self) -> bool {
+        !self.held.is_empty() || self.unflushed_messages > 0 || self.flushing.is_some()
+    }
+
+    /// Holds a message for the next batch, after handing the batch over if the message would
+    /// take it over [`HANDOVER_BYTES`]; `true` if the caller should hand the batch over at once
+    /// (NATS is not connected).
+    fn hold(
+        &mut self,
+        client: &Client,
+        msg: OutMessage,
+        charge: Charge,
+        published_at: Instant,
+    ) -> bool {
+        self.held_bytes += msg.wire_len();
+        self.held.push_back(Held {
+            msg,
+            published_at,
+            charge,
+        });
+        self.report();
+        // While disconnected there is nothing to batch for: the client queues what it gets until
+        // NATS is back, and its queue (`nats.queue_capacity`) is what stops the watch.
+        client.connection_state() != async_nats::connection::State::Connected
+    }
+
+    /// Whether `msg` would take the held batch over [`HANDOVER_BYTES`].
+    fn batch_full(&self, msg: &OutMessage) -> bool {
+        self.held_bytes + msg.wire_len() > HANDOVER_BYTES
+    }
+
+    /// Hands the held messages to the client, in order.
+    async fn hand_over_held(&mut self, nats: &Nats) {
+        match nats {
+            Nats::Core(client) => self.hand_over_core(client).await,
+            Nats::JetStream { client, context } => self.send_held(client, context).await,
+        }
+    }
+
+    /// Holds a core message for the next batch. Its bytes stay charged until the flush after it
+    /// is handed over.
     async fn publish_core(&mut self, client: &Client, msg: OutMessage, charge: Charge) {
         let published_at = Instant::now();
-        if self.held_bytes + msg.wire_len() > HANDOVER_BYTES {
-            self.hand_over_held(client).await;
+        if self.batch_full(&msg) {
+            self.hand_over_core(client).await;
         }
-        self.unflushed.absorb(charge);
-        self.unflushed_messages += 1;
-        self.held_bytes += msg.wire_len();
-        self.held.push_back(HeldCore { msg, published_at });
-        if client.connection_state() != async_nats::connection::State::Connected {
-            // Nothing to batch for: the client queues what it gets until NATS is back, and its
-            // queue (`nats.queue_capacity`) is what stops the watch during an outage.
-            self.hand_over_held(client).await;
-        } else {
-            self.report();
+        if self.hold(client, msg, charge, published_at) {
+            self.hand_over_core(client).await;
         }
     }
 
@@ -357,7 +395,7 @@ impl Window {
     /// none of them; so each message is handed over once. (While NATS is disconnected the client
     /// queues them; a full queue makes this wait.) Cancel-safe: a message leaves `held` only once
     /// the client has taken it (the client gets clones of its shared bytes).
-    async fn hand_over_held(&mut self, client: &Client) {
+    async fn hand_over_core(&mut self, client: &Client) {
         if self.held.is_empty() {
             return;
         }
@@ -369,21 +407,27 @@ impl Window {
                     front.msg.payload.clone(),
                 )
                 .await;
-            let Some(HeldCore { msg, published_at }) = self.held.pop_front() else {
+            let Some(Held {
+                msg,
+                published_at,
+                charge,
+            }) = self.held.pop_front()
+            else {
                 break;
             };
             self.held_bytes -= msg.wire_len();
             match handed {
                 Ok(()) => {
+                    self.unflushed.absorb(charge);
+                    self.unflushed_messages += 1;
                     self.metrics.published(msg.event_type);
                     self.metrics
                         .publish_duration
                         .observe(published_at.elapsed().as_secs_f64());
                 }
                 Err(e) => {
-                    // Not for the socket: no longer counted as unflushed (its bytes are given
-                    // back with the next flush's).
-                    self.unflushed_messages = self.unflushed_messages.saturating_sub(1);
+                    // Not for the socket: its bytes are given back now.
+                    drop(charge);
                     if e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded {
                         self.too_large(&msg.subject, msg.payload.len(), &e);
                     } else {
@@ -399,7 +443,7 @@ impl Window {
     /// Core mode: hands the held messages over, then a flush round trip; once it returns, what
     /// was published before it is out of the process. `true` when it did.
     async fn flush(&mut self, client: &Client) -> bool {
-        self.hand_over_held(client).await;
+        self.hand_over_core(client).await;
         match client.flush().await {
             Ok(()) => {
                 self.unflushed.set(0);
@@ -415,16 +459,21 @@ impl Window {
         }
     }
 
-    /// Reports what this target holds: `publish_queue_depth` (unacknowledged JetStream
-    /// publishes, or core messages the client holds unflushed) and, for the count abandoned at
-    /// shutdown, everything not yet taken by NATS.
+    /// Reports what this target holds: `publish_queue_depth` (held messages, and unacknowledged
+    /// JetStream publishes or core messages the client holds unflushed) and, for the count
+    /// abandoned at shutdown, everything not yet taken by NATS.
     fn report(&self) {
-        let unflushed = self.unflushed_messages + self.flushing.as_ref().map_or(0, |f| f.messages);
-        self.gauges.set_queued(self.in_flight.len() + unflushed);
-        self.gauges
-            .set_unconfirmed(self.in_flight.len() + self.in_hand + unflushed);
+        let queued = self.held.len()
+            + self.in_flight.len()
+            + self.unflushed_messages
+            + self.flushing.as_ref().map_or(0, |f| f.messages);
+        self.gauges.set_queued(queued);
+        self.gauges.set_unconfirmed(queued + self.in_hand);
     }
 
+    /// Holds a JetStream message for the next batch once the window has room for it and no
+    /// message of its object is held or in flight (for that, sends the batch first and awaits
+    /// acknowledgements).
     async fn publish_jetstream(
         &mut self,
         client: &Client,
@@ -432,26 +481,60 @@ impl Window {
         msg: OutMessage,
         charge: Charge,
     ) {
-        self.in_hand += 1;
-        self.report();
-        while self.in_flight.len() >= self.max_in_flight
-            || self
-                .in_flight
-                .iter()
-                .any(|f| f.msg.object_key == msg.object_key)
+        let object_key = msg.object_key;
+        let same_object = |window: &Window| {
+            window.held.iter().any(|h| h.msg.object_key == object_key)
+                || window
+                    .in_flight
+                    .iter()
+                    .any(|f| f.msg.object_key == object_key)
+        };
+        if self.held.len() + self.in_flight.len() >= self.max_in_flight
+            || same_object(self)
+            || self.batch_full(&msg)
         {
-            self.complete_oldest(client, context).await;
+            self.in_hand += 1;
+            self.report();
+            self.send_held(client, context).await;
+            while self.in_flight.len() >= self.max_in_flight || same_object(self) {
+                self.complete_oldest(client, context).await;
+            }
+            self.in_hand -= 1;
         }
-        let sent_at = Instant::now();
-        if let Some(ack) = self.send(client, context, &msg).await {
-            self.in_flight.push_back(InFlight {
+        if self.hold(client, msg, charge, Instant::now()) {
+            self.send_held(client, context).await;
+        }
+    }
+
+    /// JetStream: publishes the held messages, in order, back to back (so the connection task
+    /// writes them together), and puts them in the window. Cancel-safe: a message leaves `held`
+    /// only once the client has taken it (or it can never be published).
+    async fn send_held(&mut self, client: &Client, context: &jetstream::Context) {
+        if self.held.is_empty() {
+            return;
+        }
+        while let Some(front) = self.held.front() {
+            // A clone shares the bytes; the original stays held until the client has taken it.
+            let msg = front.msg.clone();
+            let ack = self.send(client, context, &msg).await;
+            let Some(Held {
                 msg,
-                ack: awaitable(ack),
-                sent_at,
+                published_at,
                 charge,
-            });
+            }) = self.held.pop_front()
+            else {
+                break;
+            };
+            self.held_bytes -= msg.wire_len();
+            if let Some(ack) = ack {
+                self.in_flight.push_back(InFlight {
+                    msg,
+                    ack: awaitable(ack),
+                    sent_at: published_at,
+                    charge,
+                });
+            }
         }
-        self.in_hand -= 1;
         self.report();
     }
 
