@@ -407,26 +407,21 @@ impl Window {
                     front.msg.payload.clone(),
                 )
                 .await;
-            let Some(Held {
-                msg,
-                published_at,
-                charge,
-            }) = self.held.pop_front()
-            else {
+            let Some(held) = self.pop_held() else {
                 break;
             };
-            self.held_bytes -= msg.wire_len();
             match handed {
                 Ok(()) => {
-                    self.unflushed.absorb(charge);
+                    self.unflushed.absorb(held.charge);
                     self.unflushed_messages += 1;
-                    self.metrics.published(msg.event_type);
+                    self.metrics.published(held.msg.event_type);
                     self.metrics
                         .publish_duration
-                        .observe(published_at.elapsed().as_secs_f64());
+                        .observe(held.published_at.elapsed().as_secs_f64());
                 }
                 Err(e) => {
                     // Not for the socket: its bytes are given back now.
+                    let Held { msg, charge, .. } = held;
                     drop(charge);
                     if e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded {
                         self.too_large(&msg.subject, msg.payload.len(), &e);
@@ -438,6 +433,13 @@ impl Window {
             }
         }
         self.report();
+    }
+
+    /// Takes the oldest held message out of the batch (once the client has taken it).
+    fn pop_held(&mut self) -> Option<Held> {
+        let held = self.held.pop_front()?;
+        self.held_bytes -= held.msg.wire_len();
+        Some(held)
     }
 
     /// Core mode: hands the held messages over, then a flush round trip; once it returns, what
@@ -517,21 +519,15 @@ impl Window {
             // A clone shares the bytes; the original stays held until the client has taken it.
             let msg = front.msg.clone();
             let ack = self.send(client, context, &msg).await;
-            let Some(Held {
-                msg,
-                published_at,
-                charge,
-            }) = self.held.pop_front()
-            else {
+            let Some(held) = self.pop_held() else {
                 break;
             };
-            self.held_bytes -= msg.wire_len();
             if let Some(ack) = ack {
                 self.in_flight.push_back(InFlight {
-                    msg,
+                    msg: held.msg,
                     ack: awaitable(ack),
-                    sent_at: published_at,
-                    charge,
+                    sent_at: held.published_at,
+                    charge: held.charge,
                 });
             }
         }
