@@ -341,9 +341,7 @@ impl<'a> Scanner<'a> {
 
     #[inline(always)]
     fn ws(&mut self) {
-        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
-            self.i += 1;
-        }
+        self.i = after_ws(self.b, self.i);
     }
 
     #[inline(always)]
