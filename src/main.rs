@@ -5,7 +5,7 @@
 //! printed), `2` invalid configuration or command line (one line per problem on stderr, printed
 //! before anything starts).
 //!
-//! The library's `lib.rs` is the map of the stages (see DESIGN.md for the data flow).
+//! The library's `lib.rs` is the map of the stages (docs/design.md draws the data flow).
 
 #![forbid(unsafe_code)]
 

@@ -1,6 +1,6 @@
 //! What can go wrong talking to the API server, as the watch state machine needs to tell it apart.
 //!
-//! Each variant is one row of the edge-case table in DESIGN.md: the watcher's `match` on an
+//! Each variant is one row of the edge-case table in docs/design.md: the watcher's `match` on an
 //! [`ApiError`] decides between resuming, relisting and backing off.
 
 use std::time::Duration;

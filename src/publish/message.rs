@@ -1,4 +1,4 @@
-//! Turning one event into one NATS message: subject, headers and payload, exactly as DESIGN.md
+//! Turning one event into one NATS message: subject, headers and payload, exactly as docs/messages.md
 //! promises subscribers.
 //!
 //! # Header values

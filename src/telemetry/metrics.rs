@@ -6,7 +6,7 @@
 //! `build_info` and the process collector. Each family resolves its labels once per watch, so the
 //! hot path only increments counters, never looks up labels.
 //!
-//! Names and labels are a public interface (DESIGN.md): change them only on purpose.
+//! Names and labels are a public interface (docs/metrics.md): change them only on purpose.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! One enum of states, one [`Machine::step`] that performs exactly one transition and says what
 //! it saw in an [`Outcome`]. `step` only talks to the API server; the driver
 //! ([`super::WatchTask`]) de-duplicates, publishes, counts and logs. Every edge case of
-//! DESIGN.md's table is one arm below.
+//! docs/design.md's edge-case table is one arm below.
 
 use std::sync::Arc;
 use std::time::Duration;
