@@ -38,7 +38,7 @@ use crate::noise::NoiseControl;
 use crate::publish::metrics::{PublishFamilies, PublishMetrics};
 use crate::publish::{connect, MessageBuilder, Nats, Outbox};
 use crate::rbac;
-use crate::scope::{self, NamespaceWatcher, Scope};
+use crate::scope::{self, Scope};
 use crate::state::{target_key, StateMetrics, StateStore};
 use crate::telemetry::http::{self, Readiness};
 use crate::telemetry::metrics::{Metrics, WatchSync};
@@ -46,6 +46,7 @@ use crate::telemetry::target::TargetGauges;
 use crate::watcher::machine::{Machine, Target};
 use crate::watcher::metrics::{WatchFamilies, WatchMetrics};
 use crate::watcher::supervise::supervise;
+use crate::watcher::NamespaceWatcher;
 use crate::watcher::{ListSlots, WatchTask};
 
 /// How long the NATS connection may take to drain at shutdown, after the watches' grace period:

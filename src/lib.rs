@@ -14,6 +14,7 @@
 //!   ([`json_path`] parses the paths).
 //! - [`dedupe`]: what each watch has published, so no change is published twice or missed.
 //! - [`subject`]: subject templates and the token escaping rule.
+//! - [`target`]: what one watch target watches (resource, namespace, selectors, limits).
 //! - [`publish`]: headers, payloads, and publishing to core NATS or JetStream.
 //! - [`state`]: durable checkpoints of each watch's memory in JetStream, loaded at start.
 //! - [`leader`]: with several replicas, the Lease that lets only one of them publish.
@@ -47,5 +48,6 @@ pub mod rbac;
 pub mod scope;
 pub mod state;
 pub mod subject;
+pub mod target;
 pub mod telemetry;
 pub mod watcher;

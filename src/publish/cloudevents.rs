@@ -40,7 +40,7 @@ use async_nats::header::SerializedHeadersBuilder;
 use async_nats::HeaderName;
 
 use crate::event::{EventType, ObjectMeta, ResourceInfo};
-use crate::publish::message::{append_header, BuildError};
+use crate::publish::header_block::{append_header, BuildError};
 
 /// Header names, spelled in lower case as the binding writes them (the Go SDK matches
 /// `content-type` case-sensitively).

@@ -36,6 +36,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crate::config::{MessageFormat, PayloadMode};
 use crate::event::{EventType, ObjectEvent, ObjectMeta, ResourceInfo};
 use crate::publish::cloudevents;
+use crate::publish::header_block::append_header;
+pub use crate::publish::header_block::{BuildError, MAX_SUBJECT_BYTES};
 use crate::subject::{escape_token, BoundTemplate, SubjectTemplate, WatchFields};
 
 /// Header names: a public interface. Built at compile time, so per message only the values are
@@ -61,35 +63,6 @@ pub const PAYLOAD_TRUNCATED: &str = "truncated";
 
 /// The value of `Kube-Synthesized` on events derived from a list rather than received.
 pub const SYNTHESIZED_RELIST: &str = "relist";
-
-/// The longest subject kube2nats publishes: nats-server's default `max_control_line` (4096 bytes)
-/// less room for the rest of an `HPUB` line (verb, a JetStream reply inbox, two sizes).
-pub const MAX_SUBJECT_BYTES: usize = 3840;
-
-/// Why an event cannot become a message.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BuildError {
-    #[error("subject of {bytes} bytes exceeds the limit of {MAX_SUBJECT_BYTES} (nats-server's max_control_line)")]
-    SubjectTooLong { bytes: usize },
-    /// Cannot happen: every value passes [`header_value`] first; kept as an error rather than a
-    /// panic on data from outside.
-    #[error("header {name} has a value NATS refuses")]
-    HeaderValue { name: String },
-}
-
-/// Appends `name: value` to a header block; `value` must already be fit for NATS.
-pub(crate) fn append_header(
-    block: &mut SerializedHeadersBuilder,
-    name: &HeaderName,
-    value: &str,
-) -> Result<(), BuildError> {
-    match block.append(name, value) {
-        Ok(_) => Ok(()),
-        Err(_) => Err(BuildError::HeaderValue {
-            name: name.to_string(),
-        }),
-    }
-}
 
 /// A header value NATS accepts, by the rule in the module docs: verbatim unless it holds `%` or
 /// an ASCII control character, then escaped whole as a subject token.

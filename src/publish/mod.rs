@@ -3,6 +3,7 @@
 
 pub mod cloudevents;
 pub mod connect;
+pub mod header_block;
 pub mod message;
 pub mod metrics;
 pub mod outbox;

@@ -75,7 +75,7 @@ use crate::backoff::Backoff;
 use crate::config::{BackoffConfig, StateConfig};
 use crate::dedupe::{Dedupe, Frozen, Saved, SavedObject};
 use crate::event::ResourceVersion;
-use crate::watcher::Target;
+use crate::target::Target;
 use codec::{CodecError, Encoder, Fnv, JournalBatch, Manifest, Slot, FORMAT};
 pub use metrics::{StateMetrics, TargetMetrics};
 

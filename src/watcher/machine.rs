@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::list_slots::{ListSlot, ListSlots};
 use crate::backoff::Backoff;
 use crate::budget::{Budget, Charge};
-use crate::event::{EventType, ObjectEvent, ObjectMeta, ResourceInfo, ResourceVersion};
+use crate::event::{EventType, ObjectEvent, ObjectMeta, ResourceVersion};
 use crate::kube::client::{collection_path, Verb};
 use crate::kube::decode::{decode_line, decode_line_prefix, DecodeError, WatchLine};
 use crate::kube::error::body_excerpt;
@@ -25,6 +25,7 @@ use crate::kube::metadata;
 use crate::kube::status::Status;
 use crate::kube::stream::{LineStream, StreamError};
 use crate::kube::{ApiClient, ApiError};
+pub use crate::target::Target;
 
 /// Added to the server-side watch timeout to get the client-side deadline: a watch that has not
 /// ended by then is a half-open connection (the server would have closed it). Capped by the
@@ -33,24 +34,6 @@ const WATCH_DEADLINE_MARGIN: Duration = Duration::from_secs(30);
 /// A watch that ends sooner than this without a single line is a "very short watch" (client-go's
 /// term): something is wrong, so back off before the next one instead of spinning.
 const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
-
-/// What one watch target watches, fixed at start.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub resource: ResourceInfo,
-    /// `None`: all namespaces (or a cluster-scoped resource).
-    pub namespace: Option<String>,
-    pub label_selector: Option<String>,
-    pub field_selector: Option<String>,
-    pub page_size: u32,
-    /// T: each watch asks for a server-side timeout drawn from [T, 2T), as client-go does, so
-    /// many watches do not all reconnect at once.
-    pub watch_timeout: Duration,
-    pub streaming_list: bool,
-    pub max_line_bytes: usize,
-    /// Ask for PartialObjectMetadata (`payload = "metadata"`).
-    pub metadata_only: bool,
-}
 
 /// Why a list starts; the `reason` label of `relists_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,6 +18,7 @@
 pub mod list_slots;
 pub mod machine;
 pub mod metrics;
+pub mod namespaces;
 pub mod supervise;
 
 use std::collections::VecDeque;
@@ -42,6 +43,7 @@ use metrics::WatchMetrics;
 
 pub use list_slots::ListSlots;
 pub use machine::{ListReason, Target};
+pub use namespaces::NamespaceWatcher;
 
 /// The most messages held back for the journal, and the most journal entries of one write.
 const MAX_HELD: usize = 256;

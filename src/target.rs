@@ -1,0 +1,25 @@
+//! What one watch target watches: a resource in one namespace (or all), with its selectors and
+//! the limits of its requests. Fixed at start; the watch stage, the scope's namespace watchers and
+//! the durable state (whose keys name it) all read it, so it sits below all of them.
+
+use std::time::Duration;
+
+use crate::event::ResourceInfo;
+
+/// What one watch target watches, fixed at start.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub resource: ResourceInfo,
+    /// `None`: all namespaces (or a cluster-scoped resource).
+    pub namespace: Option<String>,
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
+    pub page_size: u32,
+    /// T: each watch asks for a server-side timeout drawn from [T, 2T), as client-go does, so
+    /// many watches do not all reconnect at once.
+    pub watch_timeout: Duration,
+    pub streaming_list: bool,
+    pub max_line_bytes: usize,
+    /// Ask for PartialObjectMetadata (`payload = "metadata"`).
+    pub metadata_only: bool,
+}
