@@ -19,6 +19,7 @@ pub mod list_slots;
 pub mod machine;
 pub mod metrics;
 pub mod namespaces;
+pub mod restart;
 pub mod supervise;
 
 use std::collections::VecDeque;

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod daemon_env;
 pub mod restart;
 
 use std::collections::HashMap;
