@@ -49,6 +49,16 @@ fn run(
     shutdown: CancellationToken,
 ) -> mpsc::UnboundedReceiver<Term> {
     let client = client(sim, Some(sim.token_file()), Duration::from_secs(60));
+    run_with(client, identity, config, shutdown)
+}
+
+/// [`run`] with a client of its own.
+fn run_with(
+    client: Arc<kube2nats::kube::ApiClient>,
+    identity: &str,
+    config: LeaderElectionConfig,
+    shutdown: CancellationToken,
+) -> mpsc::UnboundedReceiver<Term> {
     let metrics = LeaderMetrics::register(&prometheus::Registry::new()).unwrap();
     let candidate = Candidate {
         identity: identity.into(),
@@ -279,4 +289,53 @@ async fn a_lease_deleted_while_held_is_waited_out_and_ends_the_holders_term() {
         "the Lease was created again {after:?} after its deletion, before the holder's lease ran out"
     );
     shutdown.cancel();
+}
+
+/// The holder loses the API server: its renewals get no answer. Whether its client gives a
+/// request up sooner (0.3 s) or later (30 s) than the time left before the renew deadline, the
+/// term ends within the renew deadline of the last renewal that succeeded, not when a hung
+/// request finally times out.
+#[tokio::test]
+async fn a_hung_renewal_ends_the_term_at_the_renew_deadline_whatever_the_request_timeout() {
+    let renew_deadline = Duration::from_secs(2);
+    for request_timeout in [Duration::from_millis(300), Duration::from_secs(30)] {
+        let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+        sim.set_valid_tokens(&["test-token", "holder-token"]);
+        let dir = tempfile::tempdir().unwrap();
+        let endpoint = kube2nats::kube::credentials::Endpoint {
+            base_url: sim.url().parse().unwrap(),
+            ca_pem: sim.ca_file().map(|p| std::fs::read(p).unwrap()),
+            identity_pem: None,
+            auth: Some(kube2nats::kube::credentials::AuthSource::file(
+                token_file(dir.path(), "holder-token"),
+                Duration::from_secs(60),
+            )),
+            insecure_skip_tls_verify: false,
+            proxy_url: None,
+        };
+        let counter =
+            kube2nats::kube::client::register_api_requests(&prometheus::Registry::new()).unwrap();
+        let client =
+            Arc::new(kube2nats::kube::ApiClient::new(endpoint, request_timeout, counter).unwrap());
+        let shutdown = CancellationToken::new();
+        let mut terms = run_with(client, "holder", short(), shutdown.clone());
+        assert!(matches!(
+            next(&mut terms, WAIT).await,
+            Some(Term::Started(_))
+        ));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        sim.cut_off("holder-token");
+        // The last renewal that succeeded was sent before the cut.
+        let cut = Instant::now();
+        let Some(Term::Lost(at)) = next(&mut terms, WAIT).await else {
+            panic!("the term did not end (request timeout {request_timeout:?})");
+        };
+        let after = at.duration_since(cut);
+        eprintln!("request timeout {request_timeout:?}: term ended {after:?} after the cut");
+        assert!(
+            after <= renew_deadline + Duration::from_millis(300),
+            "the term ended {after:?} after the cut, past the renew deadline ({renew_deadline:?}) (request timeout {request_timeout:?})"
+        );
+        shutdown.cancel();
+    }
 }
