@@ -1,6 +1,6 @@
 //! The elector against the simulated API server, in process: it never trusts another machine's
 //! clock, two candidates for a free Lease never both win, and a holder whose Lease was taken over
-//! ends its term at its next renewal.
+//! ends its term at its next renewal; a slow read or a deleted Lease never makes two holders.
 
 mod common;
 
@@ -49,6 +49,16 @@ fn run(
     shutdown: CancellationToken,
 ) -> mpsc::UnboundedReceiver<Term> {
     let client = client(sim, Some(sim.token_file()), Duration::from_secs(60));
+    run_with(client, identity, config, shutdown)
+}
+
+/// [`run`] with a client of its own.
+fn run_with(
+    client: Arc<kube2nats::kube::ApiClient>,
+    identity: &str,
+    config: LeaderElectionConfig,
+    shutdown: CancellationToken,
+) -> mpsc::UnboundedReceiver<Term> {
     let metrics = LeaderMetrics::register(&prometheus::Registry::new()).unwrap();
     let candidate = Candidate {
         identity: identity.into(),
@@ -179,4 +189,153 @@ async fn a_holder_whose_lease_was_taken_ends_its_term_at_the_next_renewal() {
     // Back to standby: it does not take the intruder's Lease while the intruder's record is fresh.
     assert!(next(&mut terms, Duration::from_secs(2)).await.is_none());
     shutdown.cancel();
+}
+
+/// A standby's read of the Lease is slowed 2.5 s on its way in (more than lease duration − renew
+/// deadline, 1 s here), and the holder renews until just before the store is read, then stops.
+/// The holder may publish until its renew deadline after that renewal, so the standby must not
+/// take over sooner than a lease duration after it: it counts from when its read *returned*
+/// (client-go's observedTime). Counting from when the read was sent, it took over about 1 s
+/// after the last renewal, while the holder still had a second to go.
+#[tokio::test]
+async fn a_slow_read_counts_the_lease_from_when_it_returned() {
+    let sim = Arc::new(ApiServer::start(ApiServerOptions::default()).await.unwrap());
+    sim.create(
+        "leases",
+        Some("default"),
+        lease_held_by("holder", "2026-01-01T00:00:00.000000Z"),
+    );
+    let renew = |sim: &ApiServer, step: u32| {
+        sim.update("leases", Some("default"), "kube2nats", |lease| {
+            lease["spec"]["renewTime"] =
+                json!(format!("2026-01-01T00:00:{:02}.000000Z", step % 60));
+        });
+        Instant::now()
+    };
+    let shutdown = CancellationToken::new();
+    let mut terms = run(&sim, "standby", short(), shutdown.clone());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let slow = Duration::from_millis(2500);
+    sim.slow_lease_reads(1, slow);
+    let mut step = 0;
+    let mut last_renewal = renew(&sim, step);
+    while sim.slow_lease_reads_arrived() == 0 {
+        step += 1;
+        last_renewal = renew(&sim, step);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let read_sent = Instant::now();
+    while read_sent.elapsed() < slow - Duration::from_millis(200) {
+        step += 1;
+        last_renewal = renew(&sim, step);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let Some(Term::Started(at)) = next(&mut terms, WAIT).await else {
+        panic!("the standby never took over");
+    };
+    let after = at.duration_since(last_renewal);
+    eprintln!("slow read: took over {after:?} after the holder's last renewal");
+    assert!(
+        after >= LEASE,
+        "took over {after:?} after the holder's last renewal, before the lease duration ({LEASE:?}): the holder may still publish until its renew deadline"
+    );
+    shutdown.cancel();
+}
+
+/// The Lease is deleted while held (by a person, or a namespace clean-up racing a rollout). The
+/// holder finds it gone at its next renewal and ends its term at once; the standby, which saw the
+/// holder, does not create a new Lease until a lease duration has passed since it last saw the
+/// holder's record change. So no term starts before the holder's has ended, and the Lease is held
+/// again afterwards. Before, the standby created it at once and led while the holder kept
+/// publishing until its next renewal failed, or the holder recreated it and kept its term.
+#[tokio::test]
+async fn a_lease_deleted_while_held_is_waited_out_and_ends_the_holders_term() {
+    let sim = Arc::new(ApiServer::start(ApiServerOptions::default()).await.unwrap());
+    let shutdown = CancellationToken::new();
+    let mut holder = run(&sim, "holder", short(), shutdown.clone());
+    assert!(matches!(
+        next(&mut holder, WAIT).await,
+        Some(Term::Started(_))
+    ));
+    let mut standby = run(&sim, "standby", short(), shutdown.clone());
+    // The standby has seen the holder's record (and some renewals).
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(next(&mut standby, Duration::ZERO).await.is_none());
+    sim.delete("leases", Some("default"), "kube2nats")
+        .expect("the Lease exists");
+    let deleted = Instant::now();
+    let Some(Term::Lost(lost)) = next(&mut holder, Duration::from_secs(2)).await else {
+        panic!("the holder kept its term after its Lease was deleted");
+    };
+    eprintln!(
+        "deleted Lease: the holder ended its term {:?} after the deletion",
+        lost.duration_since(deleted)
+    );
+    // Whoever holds the Lease next started after the old term ended, once the lease duration
+    // since the holder's last renewal (at most one retry period before the deletion) had passed.
+    let next_term = tokio::select! {
+        t = next(&mut holder, WAIT) => t,
+        t = next(&mut standby, WAIT) => t,
+    };
+    let Some(Term::Started(started)) = next_term else {
+        panic!("nobody took the Lease again");
+    };
+    let after = started.duration_since(deleted);
+    eprintln!("deleted Lease: held again {after:?} after the deletion");
+    assert!(started > lost, "a term started before the holder's ended");
+    // The last renewal either saw came at most two retry periods before the deletion.
+    assert!(
+        after >= LEASE - Duration::from_millis(600),
+        "the Lease was created again {after:?} after its deletion, before the holder's lease ran out"
+    );
+    shutdown.cancel();
+}
+
+/// The holder loses the API server: its renewals get no answer. Whether its client gives a
+/// request up sooner (0.3 s) or later (30 s) than the time left before the renew deadline, the
+/// term ends within the renew deadline of the last renewal that succeeded, not when a hung
+/// request finally times out.
+#[tokio::test]
+async fn a_hung_renewal_ends_the_term_at_the_renew_deadline_whatever_the_request_timeout() {
+    let renew_deadline = Duration::from_secs(2);
+    for request_timeout in [Duration::from_millis(300), Duration::from_secs(30)] {
+        let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+        sim.set_valid_tokens(&["test-token", "holder-token"]);
+        let dir = tempfile::tempdir().unwrap();
+        let endpoint = kube2nats::kube::credentials::Endpoint {
+            base_url: sim.url().parse().unwrap(),
+            ca_pem: sim.ca_file().map(|p| std::fs::read(p).unwrap()),
+            identity_pem: None,
+            auth: Some(kube2nats::kube::credentials::AuthSource::file(
+                token_file(dir.path(), "holder-token"),
+                Duration::from_secs(60),
+            )),
+            insecure_skip_tls_verify: false,
+            proxy_url: None,
+        };
+        let counter =
+            kube2nats::kube::client::register_api_requests(&prometheus::Registry::new()).unwrap();
+        let client =
+            Arc::new(kube2nats::kube::ApiClient::new(endpoint, request_timeout, counter).unwrap());
+        let shutdown = CancellationToken::new();
+        let mut terms = run_with(client, "holder", short(), shutdown.clone());
+        assert!(matches!(
+            next(&mut terms, WAIT).await,
+            Some(Term::Started(_))
+        ));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        sim.cut_off("holder-token");
+        // The last renewal that succeeded was sent before the cut.
+        let cut = Instant::now();
+        let Some(Term::Lost(at)) = next(&mut terms, WAIT).await else {
+            panic!("the term did not end (request timeout {request_timeout:?})");
+        };
+        let after = at.duration_since(cut);
+        eprintln!("request timeout {request_timeout:?}: term ended {after:?} after the cut");
+        assert!(
+            after <= renew_deadline + Duration::from_millis(300),
+            "the term ended {after:?} after the cut, past the renew deadline ({renew_deadline:?}) (request timeout {request_timeout:?})"
+        );
+        shutdown.cancel();
+    }
 }

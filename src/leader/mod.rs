@@ -5,6 +5,13 @@
 //! - A replica never compares the Lease's timestamps with its own clock. It remembers the record
 //!   it last saw and *when it saw it change*, by its own monotonic clock, and treats the Lease as
 //!   held until `leaseDurationSeconds` (the record's) have passed since then without a change.
+//!   That instant is taken when the read has returned (client-go's `observedTime`), never before
+//!   it was sent: a slow read may carry a renewal made long after it was sent.
+//! - A Lease deleted while held is not free: a replica that saw a holder less than a lease
+//!   duration ago waits that out before creating a new one, and the holder that finds its Lease
+//!   gone ends its term at once (docs/replicas.md).
+//! - Identities are unique per process: the pod name (or the hostname) plus a random suffix, so
+//!   two processes with one hostname never both believe they hold the Lease.
 //! - Every write is a compare-and-swap on `metadata.resourceVersion` (409 → read again), so of two
 //!   replicas that try to take an expired Lease, one wins.
 //! - The holder renews every `retry_period`; when it has not managed to renew for
@@ -90,7 +97,9 @@ pub struct NoNamespace {
 /// Who this replica is and which Lease it competes for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Candidate {
-    /// `holderIdentity`: the pod name (`POD_NAME`), else the hostname (a pod's hostname is its name).
+    /// `holderIdentity`: the pod name (`POD_NAME`), else the hostname (a pod's hostname is its
+    /// name), then `_` and 8 random hex digits, as kube-controller-manager appends a UUID: two
+    /// processes with the same name (hostNetwork pods, two on one machine) are still two holders.
     pub identity: String,
     pub namespace: String,
     pub lease_name: String,
@@ -126,10 +135,11 @@ impl Candidate {
             .ok_or(NoNamespace {
                 file: namespace_file.unwrap_or_else(|| "an in-cluster service account".to_owned()),
             })?;
-        let identity = non_empty(env(POD_NAME_ENV))
+        let name = non_empty(env(POD_NAME_ENV))
             .or_else(|| non_empty(env("HOSTNAME")))
             .or_else(|| non_empty(read(HOSTNAME_FILE)))
-            .unwrap_or_else(|| format!("kube2nats-{}", std::process::id()));
+            .unwrap_or_else(|| "kube2nats".to_owned());
+        let identity = format!("{name}_{:08x}", rand::rng().random::<u32>());
         Ok(Candidate {
             identity,
             namespace,
@@ -151,6 +161,9 @@ enum Attempt {
     Held,
     /// Another replica holds a Lease that has not expired.
     HeldBy(String),
+    /// The Lease is gone, deleted less than a lease duration after this replica last saw it held
+    /// (by itself or another): its holder may still be publishing, so nobody creates it yet.
+    Deleted,
 }
 
 /// One replica's side of the election.
@@ -233,6 +246,7 @@ impl Elector {
     /// the Lease; returns the instant before the acquiring write was sent, or `None` on shutdown.
     async fn acquire(&mut self, shutdown: &CancellationToken) -> Option<Instant> {
         let mut last_holder = String::new();
+        let mut reported_deleted = false;
         loop {
             let started = Instant::now();
             let attempt = tokio::select! {
@@ -241,7 +255,14 @@ impl Elector {
             };
             match attempt {
                 Ok(Attempt::Held) => return Some(started),
+                Ok(Attempt::Deleted) => {
+                    if !reported_deleted {
+                        tracing::warn!(lease = %self.api.describe(), lease_duration = ?self.config.lease_duration, "the Lease was deleted while held; waiting out the last holder's lease duration before creating it");
+                        reported_deleted = true;
+                    }
+                }
                 Ok(Attempt::HeldBy(holder)) => {
+                    reported_deleted = false;
                     if holder != last_holder {
                         tracing::info!(lease = %self.api.describe(), holder = %holder, "the Lease is held by another replica; standing by");
                         last_holder = holder;
@@ -278,6 +299,11 @@ impl Elector {
                     tracing::warn!(lease = %self.api.describe(), holder = %holder, "another replica holds the Lease");
                     return;
                 }
+                Ok(Ok(Attempt::Deleted)) => {
+                    self.metrics.renew_failures.inc();
+                    tracing::warn!(lease = %self.api.describe(), "the Lease was deleted: ending the term at once");
+                    return;
+                }
                 Ok(Err(e)) => {
                     self.metrics.renew_failures.inc();
                     tracing::warn!(lease = %self.api.describe(), error = %e, left = ?deadline.saturating_duration_since(Instant::now()), "renewing the Lease failed; retrying until the renew deadline");
@@ -307,10 +333,17 @@ impl Elector {
             }
         }
         let Some(current) = self.api.get().await? else {
+            if self.saw_holder(now) {
+                return Ok(Attempt::Deleted);
+            }
             let record = self.first_record(&wall);
             let lease = self.api.create(&record).await?;
             return Ok(self.wrote(lease, now));
         };
+        // client-go's observedTime: when the read returned. The record may have been written at
+        // any moment while the request was on its way, so the instant before sending it could
+        // be long before the holder's renewal and end its lease early here.
+        let seen = Instant::now();
         let changed = self
             .observed
             .as_ref()
@@ -320,7 +353,7 @@ impl Elector {
             _ => {
                 self.observed = Some(Observed {
                     lease: current.clone(),
-                    changed_at: now,
+                    changed_at: seen,
                 })
             }
         }
@@ -400,6 +433,15 @@ impl Elector {
             .is_some_and(|o| o.lease.record.holder_identity == self.identity)
     }
 
+    /// Whether the record last seen names a holder and is still in force by the local clock: a
+    /// missing Lease is then only deleted, not free.
+    fn saw_holder(&self, now: Instant) -> bool {
+        self.observed
+            .as_ref()
+            .is_some_and(|o| !o.lease.record.holder_identity.is_empty())
+            && self.lease_valid(now)
+    }
+
     /// Whether the record last seen is still in force by the local clock.
     fn lease_valid(&self, now: Instant) -> bool {
         self.observed.as_ref().is_some_and(|o| {
@@ -447,14 +489,39 @@ mod tests {
         Candidate::resolve(c, |k| env.get(k).cloned(), |p| files.get(p).cloned())
     }
 
+    /// `name` followed by `_` and 8 hex digits.
+    fn assert_named(identity: &str, name: &str) {
+        let suffix = identity
+            .strip_prefix(name)
+            .and_then(|rest| rest.strip_prefix('_'))
+            .unwrap_or_else(|| panic!("{identity:?} is not {name:?} plus a suffix"));
+        assert!(
+            suffix.len() == 8 && suffix.chars().all(|c| c.is_ascii_hexdigit()),
+            "{identity:?}"
+        );
+    }
+
     #[test]
-    fn identity_is_the_pod_name_then_the_hostname() {
+    fn identity_is_the_pod_name_then_the_hostname_with_a_random_suffix() {
         let c = config("[leader_election]\nnamespace = \"ops\"");
         let got = resolve(&c, &[("POD_NAME", "k2n-7d9f-abc"), ("HOSTNAME", "h")], &[]).unwrap();
-        assert_eq!(got.identity, "k2n-7d9f-abc");
+        assert_named(&got.identity, "k2n-7d9f-abc");
         assert_eq!(got.namespace, "ops");
         let got = resolve(&c, &[], &[(HOSTNAME_FILE, "node-host\n")]).unwrap();
-        assert_eq!(got.identity, "node-host");
+        assert_named(&got.identity, "node-host");
+        assert_named(&resolve(&c, &[], &[]).unwrap().identity, "kube2nats");
+    }
+
+    /// Two processes with one hostname and no POD_NAME (hostNetwork pods, two on a laptop) are
+    /// two candidates: with one identity each would take the other's Lease for its own.
+    #[test]
+    fn two_processes_with_one_hostname_have_different_identities() {
+        let c = config("[leader_election]\nnamespace = \"ops\"");
+        let env = [("HOSTNAME", "shared-host")];
+        let identities: std::collections::HashSet<String> = (0..8)
+            .map(|_| resolve(&c, &env, &[]).unwrap().identity)
+            .collect();
+        assert_eq!(identities.len(), 8, "{identities:?}");
     }
 
     #[test]

@@ -248,11 +248,16 @@ async fn serve(
                     let partial = negotiate_partial(shared, accept, true)?;
                     list(shared, rt, ns, query, partial)
                 }
-                ("get", Some(name)) => shared
-                    .store()
-                    .get(rt, ns, &name)
-                    .map(|obj| json_response(StatusCode::OK, &obj))
-                    .ok_or_else(|| ApiError::not_found(rt.plural, rt.group, &name)),
+                ("get", Some(name)) => {
+                    if rt.plural == "leases" {
+                        shared.slow_lease_reads.hold().await;
+                    }
+                    shared
+                        .store()
+                        .get(rt, ns, &name)
+                        .map(|obj| json_response(StatusCode::OK, &obj))
+                        .ok_or_else(|| ApiError::not_found(rt.plural, rt.group, &name))
+                }
                 ("create", _) => {
                     let obj = read_json(body).await?;
                     leases::validate(rt, &obj)?;

@@ -5,11 +5,61 @@
 //! Lease adds is its spec, which kube-apiserver decodes strictly and validates: a client that
 //! writes a timestamp in the wrong format, a string where a number belongs, or a non-positive
 //! duration is refused, as it would be by a real cluster.
+//!
+//! Fault injection: slow reads ([`SlowReads`]), the case where a Lease read carries a renewal
+//! made long after the request was sent. Deleting a held Lease is `ApiServer::delete`.
+
+use std::sync::Mutex;
+use std::time::Duration;
 
 use serde_json::Value;
 
+use super::lock;
 use super::resources::ResourceType;
 use super::status::ApiError;
+
+/// Lease GETs held `delay` on their way in: the store is read only when the delay is over, as
+/// when a request is slowed by a congested network or queued by API priority and fairness. What
+/// the client gets is then newer than anything it knew when it sent the request.
+#[derive(Default)]
+pub struct SlowReads {
+    state: Mutex<SlowReadsState>,
+}
+
+#[derive(Default)]
+struct SlowReadsState {
+    /// How many more Lease GETs are slowed.
+    remaining: usize,
+    delay: Duration,
+    /// How many slowed GETs have arrived so far.
+    arrived: usize,
+}
+
+impl SlowReads {
+    pub fn set(&self, n: usize, delay: Duration) {
+        let mut state = lock(&self.state);
+        state.remaining = n;
+        state.delay = delay;
+    }
+
+    pub fn arrived(&self) -> usize {
+        lock(&self.state).arrived
+    }
+
+    /// Holds a Lease GET for the delay, if it is one of those to slow.
+    pub async fn hold(&self) {
+        let delay = {
+            let mut state = lock(&self.state);
+            if state.remaining == 0 {
+                return;
+            }
+            state.remaining -= 1;
+            state.arrived += 1;
+            state.delay
+        };
+        tokio::time::sleep(delay).await;
+    }
+}
 
 /// Refuses a Lease whose spec kube-apiserver would refuse; other resources pass unchecked.
 pub fn validate(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {

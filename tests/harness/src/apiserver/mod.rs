@@ -292,6 +292,7 @@ struct Shared {
     unkind: Mutex<unkind::Settings>,
     connections: std::sync::atomic::AtomicUsize,
     cut_off: partition::CutOff,
+    slow_lease_reads: leases::SlowReads,
 }
 
 /// Locks a mutex, recovering from poisoning: a panicking test thread must not take the server
@@ -414,6 +415,7 @@ impl ApiServer {
             unkind: Mutex::new(unkind::Settings::default()),
             connections: std::sync::atomic::AtomicUsize::new(0),
             cut_off: partition::CutOff::default(),
+            slow_lease_reads: leases::SlowReads::default(),
         });
 
         let serving = tokio::spawn(accept_loop(
@@ -686,6 +688,18 @@ impl ApiServer {
     /// Ends [`cut_off`](Self::cut_off) for `token`; requests that were waiting are answered.
     pub fn reconnect(&self, token: &str) {
         self.shared.cut_off.remove(token);
+    }
+
+    /// Slows the next `n` GETs of a Lease (any client's): each waits `delay` before the store is
+    /// read, so it answers with what the Lease holds at the end of the delay. Replaces slow reads
+    /// still pending.
+    pub fn slow_lease_reads(&self, n: usize, delay: Duration) {
+        self.shared.slow_lease_reads.set(n, delay);
+    }
+
+    /// How many slowed Lease GETs ([`slow_lease_reads`](Self::slow_lease_reads)) have arrived.
+    pub fn slow_lease_reads_arrived(&self) -> usize {
+        self.shared.slow_lease_reads.arrived()
     }
 
     /// Sleeps `d` before each event written to a watch (bookmarks are not delayed).
