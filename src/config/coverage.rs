@@ -9,8 +9,8 @@
 //! after discovery), so those tokens are wildcards here, and a stream that matches some of the
 //! watch's subjects (say `kube.core.>` for a watch of pods) passes.
 
-use super::check::Checker;
-use super::{StreamConfig, WatchConfig};
+use super::checker::Checker;
+use super::values::{StreamConfig, WatchConfig};
 
 /// Refuses every watch none of whose subjects the stream's subjects can match.
 pub(super) fn check_stream_covers_watches(

@@ -9,10 +9,11 @@
 
 use std::time::Duration;
 
-use super::check::{non_empty, Checker};
+use super::checker::{non_empty, Checker};
 use super::raw::s;
 use super::selector::is_dns_label;
-use super::{NatsMode, StateConfig, StreamConfig};
+use super::state::StateConfig;
+use super::values::{NatsMode, StreamConfig};
 
 /// `leader_election.lease_name`.
 pub const DEFAULT_LEASE_NAME: &str = "kube2nats";

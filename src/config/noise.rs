@@ -1,11 +1,14 @@
 //! `watches[].changes`, `ignore_paths` and `strip_paths`: the per-watch noise control, checked
 //! into typed values (paths parsed by [`crate::json_path`]).
 
-use super::check::{non_empty, Checker};
+use super::checker::{non_empty, Checker};
+use super::named::Named;
 use super::raw::RawWatch;
-use super::Named;
 use crate::json_path::JsonPath;
-use crate::noise::MAX_PATHS;
+
+/// Most paths one watch may name in `ignore_paths` or `strip_paths` (each): the noise walks
+/// ([`crate::noise`]) follow all of a watch's paths at once in a 64-bit set.
+pub(crate) const MAX_PATHS: usize = 30;
 
 /// `watches[].changes`: `any`, so every MODIFIED the API server reports is published.
 pub const DEFAULT_CHANGES: Changes = Changes::Any;

@@ -7,7 +7,7 @@
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
-use super::{
+use super::named::{
     Discard, InitialState, LogFormat, MessageFormat, Named, PayloadMode, RbacCheck, Retention,
     Storage,
 };

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::error::ConfigError;
+use super::error::ConfigErrors;
 use super::raw::{s, RawConfig, RawStream, RawWatch};
-use super::ConfigErrors;
 
 /// Prefix of the environment variables that override file keys: `KUBE2NATS__NATS__URL`.
 pub const ENV_PREFIX: &str = "KUBE2NATS";

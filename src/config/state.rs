@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::check::Checker;
+use super::checker::Checker;
 use super::raw::s;
 
 /// `state.bucket`: the JetStream key-value bucket; one per kube2nats deployment sharing a NATS.

@@ -3,10 +3,11 @@
 
 use std::collections::HashMap;
 
-use super::check::{non_empty, Checker};
+use super::checker::{non_empty, Checker};
+use super::named::{InitialState, MessageFormat, Named, PayloadMode};
 use super::raw::{RawPublish, RawWatch};
 use super::selector::{check_field_selector, check_label_selector, is_dns_label};
-use super::{InitialState, MessageFormat, Named, PayloadMode, WatchConfig};
+use super::values::WatchConfig;
 use crate::event::EventType;
 use crate::subject::{validate_prefix, SubjectTemplate};
 

@@ -30,9 +30,8 @@ pub const ALWAYS_IGNORED: [&str; 3] = [
     "metadata.generation",
 ];
 
-/// Most paths one watch may name in `ignore_paths` or `strip_paths` (each); the walks follow all
-/// of a watch's paths at once in a 64-bit set.
-pub const MAX_PATHS: usize = 30;
+// The walks follow all of a watch's paths at once in a 64-bit set; the configuration enforces
+// the bound on how many a watch may name (`config::noise::MAX_PATHS`).
 
 /// A watch's noise control, built once from its configuration.
 #[derive(Debug, Clone)]
