@@ -3,7 +3,6 @@
 //! first. `[[watches]]` and selectors have their own files.
 
 use std::fmt;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -156,7 +155,7 @@ impl TryFrom<RawConfig> for Config {
                 check_stream_covers_watches(&mut c, stream, watches);
             }
         }
-        let http = c.listen_addr(&http.listen);
+        let http = super::http::check_http(&mut c, &http);
         let grace_period = c.duration("shutdown.grace_period", &shutdown.grace_period);
         let state = super::state::check_state(&mut c, &state);
         let leader_election = super::leader::check_leader_election(&mut c, &leader_election);
@@ -178,7 +177,7 @@ impl TryFrom<RawConfig> for Config {
                 Some(kubernetes),
                 Some(nats),
                 Some(watches),
-                Some(listen),
+                Some(http),
                 Some(grace_period),
                 Some(state),
                 Some(leader_election),
@@ -186,25 +185,13 @@ impl TryFrom<RawConfig> for Config {
                 log,
                 kubernetes,
                 nats,
-                http: HttpConfig { listen },
+                http,
                 shutdown: ShutdownConfig { grace_period },
                 state,
                 leader_election,
                 watches,
             }),
             _ => Err(ConfigErrors(c.errors)),
-        }
-    }
-}
-
-impl Checker {
-    fn listen_addr(&mut self, v: &str) -> Option<SocketAddr> {
-        match v.trim().parse() {
-            Ok(a) => Some(a),
-            Err(e) => self.fail(
-                "http.listen",
-                format!("invalid socket address {v:?}: {e} (expected ip:port, e.g. 0.0.0.0:9090)"),
-            ),
         }
     }
 }

@@ -27,6 +27,7 @@
 mod check;
 mod coverage;
 mod error;
+mod http;
 mod leader;
 mod noise;
 mod raw;
@@ -457,6 +458,9 @@ impl Named for Storage {
 pub struct HttpConfig {
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     pub listen: SocketAddr,
+    /// Most connections open at once; at the cap the idle one open longest is closed for a new
+    /// one. Lowered at start to keep file descriptors free for the watches and NATS.
+    pub max_connections: usize,
 }
 
 #[derive(Debug, Clone)]
