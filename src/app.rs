@@ -142,7 +142,13 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         .with_context(|| {
             format!(
                 "setting up the NATS connection to {}",
-                config.nats.servers.join(",")
+                config
+                    .nats
+                    .servers
+                    .iter()
+                    .map(|s| crate::redact::url(s))
+                    .collect::<Vec<_>>()
+                    .join(",")
             )
         })?;
     let endpoint = credentials::resolve(&config.kubernetes, |name| std::env::var(name).ok())

@@ -118,7 +118,7 @@ async fn a_client_stopped_mid_header_does_not_hold_up_the_stop() {
         std::thread::spawn(move || {
             slow.set_read_timeout(Some(Duration::from_secs(20)))
                 .unwrap();
-            let started = std::time::Instant::now();
+            let started = tokio::time::Instant::now();
             let mut rest = Vec::new();
             let _ = slow.read_to_end(&mut rest);
             started.elapsed()

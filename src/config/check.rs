@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use super::coverage::check_stream_covers_watches;
 use super::error::ConfigError;
-use super::source::redact_url;
 use super::watches::check_watches;
 use super::*;
 
@@ -275,6 +274,14 @@ fn check_api_source(c: &mut Checker, k: &RawKubernetes) -> Option<ApiSource> {
             "set together with kubernetes.kubeconfig \
              (allowed: at most one of api_url, kubeconfig; neither = in-cluster)",
         ),
+        (Some(u), None) if crate::redact::has_credentials(u) => c.fail(
+            "kubernetes.api_url",
+            format!(
+                "credentials in the URL {:?} are never sent (kube2nats authenticates with \
+                 kubernetes.token_file or the service account); remove them",
+                crate::redact::url(u)
+            ),
+        ),
         (Some(u), None) => {
             let why = match url::Url::parse(u) {
                 Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => {
@@ -289,7 +296,10 @@ fn check_api_source(c: &mut Checker, k: &RawKubernetes) -> Option<ApiSource> {
             };
             c.fail(
                 "kubernetes.api_url",
-                format!("invalid URL {u:?}: {why} ({EXAMPLES})"),
+                format!(
+                    "invalid URL {:?}: {why} ({EXAMPLES})",
+                    crate::redact::url(u)
+                ),
             )
         }
         (None, Some(p)) => {
@@ -431,7 +441,7 @@ fn check_nats_urls(c: &mut Checker, urls: &str) -> Option<Vec<String>> {
             Some(why) => {
                 ok = false;
                 // Credentials in a URL must not reach the logs, even from a broken URL.
-                let shown = redact_url(u);
+                let shown = crate::redact::url(u);
                 let why = format!(
                     "invalid URL {shown:?}: {why} \
                      (expected comma-separated URLs like nats://host:4222; schemes nats, tls, ws, wss)"

@@ -332,7 +332,7 @@ pub enum NatsAuth {
 impl std::fmt::Debug for NatsConfig {
     /// Never prints a secret: a server URL may hold a password or a token.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let servers: Vec<String> = self.servers.iter().map(|s| source::redact_url(s)).collect();
+        let servers: Vec<String> = self.servers.iter().map(|s| crate::redact::url(s)).collect();
         f.debug_struct("NatsConfig")
             .field("servers", &servers)
             .field("name", &self.name)
