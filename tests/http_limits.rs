@@ -67,13 +67,13 @@ async fn ready(port: u16) {
     eventually("/readyz answers 200", || get(port, "/readyz") == Ok(200)).await;
 }
 
-/// `n` connections to the daemon's HTTP port that never send a byte.
+/// Up to `n` connections to the daemon's HTTP port that never send a byte; fewer if one cannot
+/// be made within 5 s (the daemon no longer accepts and its backlog is full: a burst can fill
+/// the backlog for a moment, and the kernel retries the connection after 1 s and 3 s).
 fn idle_connections(port: u16, n: usize) -> Vec<TcpStream> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
     (0..n)
-        .map(|i| {
-            TcpStream::connect(("127.0.0.1", port))
-                .unwrap_or_else(|e| panic!("idle connection {i}: {e}"))
-        })
+        .map_while(|_| TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok())
         .collect()
 }
 
@@ -100,8 +100,37 @@ fn raise_open_files_limit(want: u64) {
     }
 }
 
-/// A client that opens a connection, sends half a request header and stops does not keep the
-/// process alive after SIGTERM; and the header-read timeout closes its connection.
+/// A client that opens a connection, sends half a request header and stops loses the
+/// connection to the header-read timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_stopped_mid_header_loses_the_connection() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let nats = NatsServer::start().await.unwrap();
+    let port = free_port();
+    let _process = Process::spawn(&config(&sim, &sim.url(), &nats, port, ""));
+    ready(port).await;
+
+    let took = tokio::task::spawn_blocking(move || {
+        let mut slow = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: kube")
+            .unwrap();
+        slow.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let started = tokio::time::Instant::now();
+        let mut rest = Vec::new();
+        let _ = slow.read_to_end(&mut rest);
+        started.elapsed()
+    })
+    .await
+    .unwrap();
+    assert!(
+        took < Duration::from_secs(15),
+        "the half-sent request's connection was still open after {took:?}; the header-read timeout is 5 s"
+    );
+}
+
+/// A client that sent half a request header and stopped does not keep the process alive after
+/// SIGTERM.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_stopped_mid_header_does_not_hold_up_the_stop() {
     let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
@@ -111,38 +140,17 @@ async fn a_client_stopped_mid_header_does_not_hold_up_the_stop() {
     ready(port).await;
 
     let mut slow = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: kube")
-        .unwrap();
-    let closed_by_server = {
-        let mut slow = slow.try_clone().unwrap();
-        std::thread::spawn(move || {
-            slow.set_read_timeout(Some(Duration::from_secs(20)))
-                .unwrap();
-            let started = tokio::time::Instant::now();
-            let mut rest = Vec::new();
-            let _ = slow.read_to_end(&mut rest);
-            started.elapsed()
-        })
-    };
-    let took = tokio::task::spawn_blocking(move || closed_by_server.join().unwrap())
-        .await
-        .unwrap();
-    assert!(
-        took < Duration::from_secs(15),
-        "the half-sent request's connection was closed after {took:?}; the header-read timeout is 5 s"
-    );
-
-    let mut slower = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    slower.write_all(b"GET /metrics HTTP/1.1\r\nHo").unwrap();
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nHo").unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     process.terminate();
     let (code, took) = process.wait_exit(Duration::from_secs(15));
+    println!("stopped {took:?} after SIGTERM with a half-sent request open");
     assert_eq!(code, Some(0), "{}", process.rest());
     assert!(
         took <= STOP_BOUND,
         "stopped {took:?} after SIGTERM with a half-sent request open; promised: grace period + 2 s = {STOP_BOUND:?}"
     );
-    drop((slow, slower));
+    drop(slow);
 }
 
 /// 4,000 connections that send nothing barely move the resident memory, and `/readyz` still
@@ -160,6 +168,7 @@ async fn idle_connections_neither_grow_memory_nor_block_the_probes() {
     let idle = tokio::task::spawn_blocking(move || idle_connections(port, 4000))
         .await
         .unwrap();
+    assert_eq!(idle.len(), 4000, "connections accepted");
     // Let the daemon accept all of them.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = rss_kib(process.pid());
@@ -170,7 +179,7 @@ async fn idle_connections_neither_grow_memory_nor_block_the_probes() {
     println!("RSS {before} KiB -> {after} KiB with 4,000 idle connections (+{grown_mib:.1} MiB)");
     assert_eq!(readyz, Ok(200), "/readyz with 4,000 idle connections open");
     assert!(
-        grown_mib < 16.0,
+        grown_mib < 8.0,
         "4,000 idle connections grew the RSS by {grown_mib:.1} MiB ({before} -> {after} KiB)"
     );
     drop(idle);
@@ -207,6 +216,7 @@ async fn idle_connections_leave_descriptors_for_the_watches_and_nats() {
     let idle = tokio::task::spawn_blocking(move || idle_connections(port, 1000))
         .await
         .unwrap();
+    println!("{} of 1,000 idle connections made", idle.len());
     tokio::time::sleep(Duration::from_secs(1)).await;
     // The watch must open a new connection to the API server, and its events reach NATS.
     sim.drop_watches();
@@ -312,6 +322,7 @@ async fn a_blackholed_api_server_does_not_hold_up_the_stop() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     process.terminate();
     let (_, took) = process.wait_exit(Duration::from_secs(20));
+    println!("stopped {took:?} after SIGTERM with the API server blackholed");
     assert!(
         took <= STOP_BOUND,
         "stopped {took:?} after SIGTERM with the API server blackholed; promised: grace period + 2 s = {STOP_BOUND:?}"
