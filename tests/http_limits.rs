@@ -43,7 +43,9 @@ fn config(sim: &ApiServer, api_url: &str, nats: &NatsServer, port: u16, extra: &
 
 /// A `GET` on a fresh connection: the status, or why there was none.
 fn get(port: u16, path: &str) -> Result<u16, String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream =
+        TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| e.to_string())?;
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(|e| e.to_string())?;
