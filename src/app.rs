@@ -49,9 +49,14 @@ use crate::watcher::supervise::supervise;
 use crate::watcher::NamespaceWatcher;
 use crate::watcher::{ListSlots, WatchTask};
 
-/// How long the NATS connection may take to drain at shutdown, after the watches' grace period:
-/// enough for a reachable server, and keeps the whole shutdown within grace period + 2 s.
+/// How long the NATS connection may take to drain at shutdown, after the watches' grace period
+/// and [`WATCHES_STOP_MARGIN`]: enough for a reachable server, and keeps the whole shutdown, the
+/// HTTP connections' quarter second included, within grace period + 2 s.
 const NATS_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long the watches may take to stop past the grace period: aborting the tasks that
+/// exceeded it and releasing the Lease ([`crate::leader`] bounds the release below this).
+const WATCHES_STOP_MARGIN: Duration = Duration::from_millis(500);
 
 /// A running kube2nats.
 pub struct Daemon {
@@ -126,6 +131,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     let http_stop = CancellationToken::new();
     let http_task = tokio::spawn(http::serve(
         listener,
+        config.http.max_connections,
         metrics.clone(),
         readiness.clone(),
         http_stop.clone(),
@@ -137,7 +143,13 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         .with_context(|| {
             format!(
                 "setting up the NATS connection to {}",
-                config.nats.servers.join(",")
+                config
+                    .nats
+                    .servers
+                    .iter()
+                    .map(|s| crate::redact::url(s))
+                    .collect::<Vec<_>>()
+                    .join(",")
             )
         })?;
     let endpoint = credentials::resolve(&config.kubernetes, |name| std::env::var(name).ok())
@@ -154,9 +166,17 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
 
     let main = {
         let shutdown = shutdown.clone();
+        let bound = config.shutdown.grace_period + WATCHES_STOP_MARGIN;
         tokio::spawn(async move {
-            let result =
-                run_watches(config, client, nats.clone(), stages, readiness, shutdown).await;
+            let watches = run_watches(
+                config,
+                client,
+                nats.clone(),
+                stages,
+                readiness,
+                shutdown.clone(),
+            );
+            let result = stopped_within(watches, &shutdown, bound).await;
             let discard = result
                 .as_ref()
                 .is_err_and(|e| e.downcast_ref::<QueuedAfterLostTerm>().is_some());
@@ -174,6 +194,27 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         shutdown,
         main,
     })
+}
+
+/// Runs `watches` to its end, or, once `shutdown` is cancelled, for at most `bound`: whatever
+/// the API server does (blackholed, a Lease release or a request that never answers), the stop
+/// stays within the grace period plus [`WATCHES_STOP_MARGIN`] (docs/reliability.md).
+async fn stopped_within(
+    watches: impl Future<Output = anyhow::Result<()>>,
+    shutdown: &CancellationToken,
+    bound: Duration,
+) -> anyhow::Result<()> {
+    tokio::pin!(watches);
+    tokio::select! {
+        result = &mut watches => return result,
+        _ = shutdown.cancelled() => {}
+    }
+    match tokio::time::timeout(bound, watches).await {
+        Ok(result) => result,
+        Err(_) => anyhow::bail!(
+            "shutdown: the watches did not stop within {bound:?} (the API server not answering?); stopped them"
+        ),
+    }
 }
 
 /// Drains the NATS connection, within [`NATS_DRAIN_TIMEOUT`]: draining waits for the server, and

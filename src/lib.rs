@@ -45,6 +45,7 @@ pub mod leader;
 pub mod noise;
 pub mod publish;
 pub mod rbac;
+pub mod redact;
 pub mod scope;
 pub mod state;
 pub mod subject;

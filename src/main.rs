@@ -112,7 +112,7 @@ fn run(config: Config) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(async {
+    let result = runtime.block_on(async {
         let shutdown = shutdown_signal().context("installing signal handlers")?;
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
@@ -121,7 +121,10 @@ fn run(config: Config) -> anyhow::Result<()> {
             "kube2nats starting"
         );
         kube2nats::app::run(config, shutdown).await
-    })
+    });
+    // Blocking work still running (a file read, a name lookup) must not hold up the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    result
 }
 
 /// A future that resolves on SIGTERM (what Kubernetes sends to stop a pod) or SIGINT (Ctrl-C),

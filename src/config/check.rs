@@ -2,7 +2,6 @@
 //! builds the typed tree, recording every problem in a [`Checker`] rather than stopping at the
 //! first. `[[watches]]` and selectors have their own files.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -16,10 +15,9 @@ use super::raw::{
     MIN_MAX_LINE_BYTES,
 };
 use super::root::Config;
-use super::source::redact_url;
 use super::values::{
-    ApiSource, BackoffConfig, HttpConfig, InClusterFiles, JetStreamConfig, KubernetesConfig,
-    LogConfig, NatsAuth, NatsConfig, NatsMode, NatsTls, ShutdownConfig, StreamConfig,
+    ApiSource, BackoffConfig, InClusterFiles, JetStreamConfig, KubernetesConfig, LogConfig,
+    NatsAuth, NatsConfig, NatsMode, NatsTls, ShutdownConfig, StreamConfig,
 };
 use super::watches::check_watches;
 
@@ -51,7 +49,7 @@ impl TryFrom<RawConfig> for Config {
                 check_stream_covers_watches(&mut c, stream, watches);
             }
         }
-        let http = c.listen_addr(&http.listen);
+        let http = super::http::check_http(&mut c, &http);
         let grace_period = c.duration("shutdown.grace_period", &shutdown.grace_period);
         let state = super::state::check_state(&mut c, &state);
         let leader_election = super::leader::check_leader_election(&mut c, &leader_election);
@@ -73,7 +71,7 @@ impl TryFrom<RawConfig> for Config {
                 Some(kubernetes),
                 Some(nats),
                 Some(watches),
-                Some(listen),
+                Some(http),
                 Some(grace_period),
                 Some(state),
                 Some(leader_election),
@@ -81,25 +79,13 @@ impl TryFrom<RawConfig> for Config {
                 log,
                 kubernetes,
                 nats,
-                http: HttpConfig { listen },
+                http,
                 shutdown: ShutdownConfig { grace_period },
                 state,
                 leader_election,
                 watches,
             }),
             _ => Err(ConfigErrors(c.errors)),
-        }
-    }
-}
-
-impl Checker {
-    fn listen_addr(&mut self, v: &str) -> Option<SocketAddr> {
-        match v.trim().parse() {
-            Ok(a) => Some(a),
-            Err(e) => self.fail(
-                "http.listen",
-                format!("invalid socket address {v:?}: {e} (expected ip:port, e.g. 0.0.0.0:9090)"),
-            ),
         }
     }
 }
@@ -183,6 +169,14 @@ fn check_api_source(c: &mut Checker, k: &RawKubernetes) -> Option<ApiSource> {
             "set together with kubernetes.kubeconfig \
              (allowed: at most one of api_url, kubeconfig; neither = in-cluster)",
         ),
+        (Some(u), None) if crate::redact::has_credentials(u) => c.fail(
+            "kubernetes.api_url",
+            format!(
+                "credentials in the URL {:?} are never sent (kube2nats authenticates with \
+                 kubernetes.token_file or the service account); remove them",
+                crate::redact::url(u)
+            ),
+        ),
         (Some(u), None) => {
             let why = match url::Url::parse(u) {
                 Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => {
@@ -197,7 +191,10 @@ fn check_api_source(c: &mut Checker, k: &RawKubernetes) -> Option<ApiSource> {
             };
             c.fail(
                 "kubernetes.api_url",
-                format!("invalid URL {u:?}: {why} ({EXAMPLES})"),
+                format!(
+                    "invalid URL {:?}: {why} ({EXAMPLES})",
+                    crate::redact::url(u)
+                ),
             )
         }
         (None, Some(p)) => {
@@ -339,7 +336,7 @@ fn check_nats_urls(c: &mut Checker, urls: &str) -> Option<Vec<String>> {
             Some(why) => {
                 ok = false;
                 // Credentials in a URL must not reach the logs, even from a broken URL.
-                let shown = redact_url(u);
+                let shown = crate::redact::url(u);
                 let why = format!(
                     "invalid URL {shown:?}: {why} \
                      (expected comma-separated URLs like nats://host:4222; schemes nats, tls, ws, wss)"

@@ -28,6 +28,7 @@ mod check;
 mod checker;
 mod coverage;
 mod error;
+mod http;
 mod leader;
 mod named;
 mod noise;

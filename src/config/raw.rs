@@ -123,6 +123,9 @@ pub const DEFAULT_FORMAT: MessageFormat = MessageFormat::Native;
 /// `http.listen`: all interfaces, so the kubelet and Prometheus can reach the pod.
 pub const DEFAULT_HTTP_LISTEN: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 9090));
+/// `http.max_connections`: the kubelet's probes and a few Prometheus scrapers need a handful; the
+/// rest of the cap is room for clients that come and go.
+pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 64;
 /// `shutdown.grace_period`: below Kubernetes' default 30 s termination grace period, leaving room
 /// for the pod to exit before SIGKILL.
 pub const DEFAULT_SHUTDOWN_GRACE_PERIOD: Duration = Duration::from_secs(10);
@@ -435,12 +438,15 @@ impl Default for RawPublish {
 pub struct RawHttp {
     /// Socket address of `/metrics`, `/healthz`, `/readyz`. Default [`DEFAULT_HTTP_LISTEN`].
     pub listen: String,
+    /// 1 or more. Default [`DEFAULT_HTTP_MAX_CONNECTIONS`].
+    pub max_connections: usize,
 }
 
 impl Default for RawHttp {
     fn default() -> Self {
         RawHttp {
             listen: DEFAULT_HTTP_LISTEN.to_string(),
+            max_connections: DEFAULT_HTTP_MAX_CONNECTIONS,
         }
     }
 }

@@ -25,10 +25,18 @@ fn from_source_error(err: config::ConfigError, file: Option<&Path>) -> ConfigErr
             expected,
             key,
             ..
-        } => ConfigError::new(
-            key.unwrap_or_default(),
-            format!("invalid type: {unexpected}, expected {expected}"),
-        ),
+        } => {
+            // A string is not echoed: it may be a secret set under the wrong key.
+            // (`Unexpected` is not exported: its text says which kind it is.)
+            let unexpected = match unexpected.to_string() {
+                text if text.starts_with("string") => "a string".to_owned(),
+                text => text,
+            };
+            ConfigError::new(
+                key.unwrap_or_default(),
+                format!("invalid type: {unexpected}, expected {expected}"),
+            )
+        }
         config::ConfigError::At { error, key, .. } => {
             ConfigError::new(key.unwrap_or_default(), error.to_string())
         }
@@ -199,7 +207,7 @@ impl RawConfig {
             .nats
             .url
             .split(',')
-            .map(|u| redact_url(u.trim()))
+            .map(|u| crate::redact::url(u.trim()))
             .collect::<Vec<_>>()
             .join(",");
         raw
@@ -209,22 +217,6 @@ impl RawConfig {
     pub fn to_redacted_toml(&self) -> String {
         toml::to_string(&self.redacted())
             .expect("RawConfig serializes to TOML: plain tables, no None in arrays")
-    }
-}
-
-/// `nats://user:secret@host` → `nats://user:redacted@host`; a lone user part is a token and is
-/// redacted too.
-pub(super) fn redact_url(u: &str) -> String {
-    match url::Url::parse(u) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            let _ = parsed.set_password(Some("redacted"));
-            parsed.to_string()
-        }
-        Ok(mut parsed) if !parsed.username().is_empty() => {
-            let _ = parsed.set_username("redacted");
-            parsed.to_string()
-        }
-        _ => u.to_owned(),
     }
 }
 

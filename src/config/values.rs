@@ -9,7 +9,6 @@ use super::named::{
     Discard, InitialState, LogFormat, MessageFormat, PayloadMode, RbacCheck, Retention, Storage,
 };
 use super::noise::NoiseConfig;
-use super::source;
 use crate::event::EventType;
 use crate::subject::SubjectTemplate;
 
@@ -233,7 +232,7 @@ pub enum NatsAuth {
 impl std::fmt::Debug for NatsConfig {
     /// Never prints a secret: a server URL may hold a password or a token.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let servers: Vec<String> = self.servers.iter().map(|s| source::redact_url(s)).collect();
+        let servers: Vec<String> = self.servers.iter().map(|s| crate::redact::url(s)).collect();
         f.debug_struct("NatsConfig")
             .field("servers", &servers)
             .field("name", &self.name)
@@ -313,6 +312,9 @@ pub struct StreamConfig {
 pub struct HttpConfig {
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     pub listen: SocketAddr,
+    /// Most connections open at once; at the cap the idle one open longest is closed for a new
+    /// one. Lowered at start to keep file descriptors free for the watches and NATS.
+    pub max_connections: usize,
 }
 
 #[derive(Debug, Clone)]

@@ -174,7 +174,7 @@ impl ApiClient {
             tracing::warn!(api_server = %endpoint.base_url, "the bearer token is sent over plain http://: anyone on the path can read it (use https://, or http:// only to a local kubectl proxy without a token)");
         }
         if let Some(proxy) = &tls.proxy_url {
-            tracing::info!(proxy = %redacted(proxy), "reaching the API server through a proxy");
+            tracing::info!(proxy = %crate::redact::url(proxy.as_str()), "reaching the API server through a proxy");
         }
         let http = HttpClients::build(&tls, tls.identity_pem.as_deref())?;
         Ok(ApiClient {
@@ -438,15 +438,6 @@ fn finish(builder: reqwest::ClientBuilder) -> Result<reqwest::Client, Credential
         what: "HTTP client",
         source,
     })
-}
-
-/// A proxy URL without its password, for the log.
-fn redacted(url: &Url) -> Url {
-    let mut url = url.clone();
-    if url.password().is_some() {
-        let _ = url.set_password(Some("redacted"));
-    }
-    url
 }
 
 /// Reads at most [`MAX_ERROR_BODY_BYTES`] of a body until `deadline`; a failure or the deadline

@@ -29,6 +29,9 @@ pub enum CredentialsError {
     BadAddress(String),
     #[error("invalid proxy-url {0:?} (allowed: http://, https://, socks5://)")]
     BadProxy(String),
+    /// Shown redacted: the kubeconfig's user credentials are what kube2nats sends.
+    #[error("the kubeconfig's server URL {0:?} holds credentials, which are never sent (the kubeconfig's user entry is); remove them")]
+    CredentialsInServer(String),
     #[error("reading {what} {path}: {source}")]
     Read {
         what: &'static str,
@@ -167,8 +170,13 @@ fn from_kubeconfig(
     reload: Duration,
 ) -> Result<Endpoint, CredentialsError> {
     let ctx = kubeconfig::load(paths, context)?;
-    let base_url =
-        Url::parse(&ctx.server).map_err(|_| CredentialsError::BadAddress(ctx.server.clone()))?;
+    let base_url = Url::parse(&ctx.server)
+        .map_err(|_| CredentialsError::BadAddress(crate::redact::url(&ctx.server)))?;
+    if crate::redact::has_credentials(&ctx.server) {
+        return Err(CredentialsError::CredentialsInServer(crate::redact::url(
+            &ctx.server,
+        )));
+    }
     let proxy_url = ctx
         .proxy_url
         .as_deref()
@@ -176,7 +184,7 @@ fn from_kubeconfig(
             Url::parse(p)
                 .ok()
                 .filter(|u| matches!(u.scheme(), "http" | "https" | "socks5" | "socks5h"))
-                .ok_or_else(|| CredentialsError::BadProxy(p.to_owned()))
+                .ok_or_else(|| CredentialsError::BadProxy(crate::redact::url(p)))
         })
         .transpose()?;
     // A static token wins over a plugin, as in client-go.

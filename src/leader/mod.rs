@@ -50,6 +50,10 @@ pub const POD_NAMESPACE_ENV: &str = "POD_NAMESPACE";
 const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
 /// `leaseDurationSeconds` of a released Lease, as client-go writes it.
 const RELEASED_LEASE_SECONDS: i64 = 1;
+/// The longest a release may take (less if `renew_deadline` is shorter): it comes after the
+/// watches' grace period, and the whole stop is bounded (docs/reliability.md). An API server that
+/// does not answer in that time leaves the Lease to expire, as after a crash.
+const RELEASE_TIMEOUT: Duration = Duration::from_millis(400);
 
 /// The metrics of leader election.
 #[derive(Clone)]
@@ -387,7 +391,7 @@ impl Elector {
             renew_time: Some(wall),
             lease_transitions: observed.lease.record.lease_transitions,
         };
-        let deadline = self.config.renew_deadline;
+        let deadline = self.config.renew_deadline.min(RELEASE_TIMEOUT);
         match tokio::time::timeout(deadline, self.api.update(&observed.lease, &record)).await {
             Ok(Ok(_)) => tracing::info!(lease = %self.api.describe(), "released the Lease"),
             Ok(Err(e)) => {

@@ -127,7 +127,7 @@ fn split_credentials(
     let mut addrs = Vec::with_capacity(servers.len());
     for server in servers {
         let address_error = |source| ConnectError::Address {
-            addr: redact_userinfo(server),
+            addr: crate::redact::url(server),
             source,
         };
         let mut url = server
@@ -146,20 +146,6 @@ fn split_credentials(
         addrs.push(ServerAddr::from_url(url).map_err(address_error)?);
     }
     Ok((addrs, credentials))
-}
-
-/// A server URL fit for a log line or an error: its user part, if any, replaced.
-pub fn redact_userinfo(server: &str) -> String {
-    match server.split_once("://") {
-        Some((scheme, rest)) => match rest.rsplit_once('@') {
-            Some((_, host)) => format!("{scheme}://<redacted>@{host}"),
-            None => server.to_owned(),
-        },
-        None => match server.rsplit_once('@') {
-            Some((_, host)) => format!("<redacted>@{host}"),
-            None => server.to_owned(),
-        },
-    }
 }
 
 fn on_event(event: &Event, connected: &IntGauge) {
@@ -259,12 +245,5 @@ mod tests {
         assert!(matches!(token, Some(UrlCredentials::Token(t)) if t == "tok3n"));
         let (_, none) = split_credentials(&servers[2..]).unwrap();
         assert!(none.is_none());
-    }
-
-    #[test]
-    fn redacted_urls_keep_the_host_only() {
-        assert_eq!(redact_userinfo("nats://u:p@h:1"), "nats://<redacted>@h:1");
-        assert_eq!(redact_userinfo("tok@h:1"), "<redacted>@h:1");
-        assert_eq!(redact_userinfo("nats://h:1"), "nats://h:1");
     }
 }

@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::metrics::{Metrics, WatchSync};
+use super::server;
 
 /// What `/readyz` checks: NATS is connected and every watch has completed its list — or, for a
 /// standby replica with leader election, that it is warm (discovery done, NATS connected), since
@@ -98,21 +99,33 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
-/// Serves until `shutdown` is cancelled.
+/// Serves until `shutdown` is cancelled, with at most `max_connections` connections (lowered to
+/// keep file descriptors in reserve; [`super::server`]); then gives the open connections
+/// [`super::server::CLOSE_GRACE`].
 pub async fn serve(
     listener: TcpListener,
+    max_connections: usize,
     metrics: Metrics,
     readiness: Arc<Readiness>,
     shutdown: CancellationToken,
-) -> std::io::Result<()> {
-    let app = Router::new()
+) {
+    let router = Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz_handler))
         .with_state(AppState { metrics, readiness });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+    let limit = server::open_files_limit();
+    let cap = server::connection_cap(max_connections, limit);
+    if cap < max_connections {
+        tracing::warn!(
+            max_connections,
+            open_files_limit = limit,
+            lowered_to = cap,
+            reserve = server::FD_RESERVE,
+            "http.max_connections lowered to keep file descriptors for the watches and NATS"
+        );
+    }
+    server::serve(listener, router, cap, shutdown).await;
 }
 
 async fn metrics_handler(State(state): State<AppState>) -> impl IntoResponse {

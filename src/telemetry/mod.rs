@@ -3,4 +3,5 @@
 pub mod http;
 pub mod logging;
 pub mod metrics;
+mod server;
 pub mod target;

@@ -431,16 +431,25 @@ impl Process {
 
     /// As [`Process::spawn_with`], with extra environment variables (e.g. `POD_NAME`).
     pub fn spawn_env(config: &str, args: &[&str], env: &[(&str, &str)]) -> Process {
+        Process::spawn_command(config, |command| {
+            command.args(args).envs(env.iter().copied());
+        })
+    }
+
+    /// As [`Process::spawn`], with the command adjusted by `adjust` (arguments, environment,
+    /// limits set in `pre_exec`) before it starts.
+    pub fn spawn_command(config: &str, adjust: impl FnOnce(&mut Command)) -> Process {
         let mut file = tempfile::NamedTempFile::new().unwrap();
         file.write_all(config.as_bytes()).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kube2nats"))
-            .args(args)
+        let mut command = Command::new(env!("CARGO_BIN_EXE_kube2nats"));
+        command
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        adjust(&mut command);
+        let mut child = command
             .arg("--config")
             .arg(file.path())
-            .env("RUST_LOG", "info")
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
             .spawn()
             .expect("starting kube2nats");
         let stderr = child.stderr.take().unwrap();
