@@ -36,7 +36,7 @@ mod state;
 mod watches;
 
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -11,7 +11,8 @@
 //! ## Where and how
 //!
 //! One JetStream key-value bucket (`state.bucket`, file storage, history 1) holds, per target
-//! (`{watch}.{namespace or _all}`):
+//! (`{cluster}.{instance}.{watch}.{namespace or _all}`; the first two tokens are the owner, see
+//! [`owner`], so deployments sharing the bucket never touch each other's keys):
 //! - `….a.N` / `….b.N`: two sets of chunks, each a whole snapshot of the memory split into
 //!   chunks of at most 256 KiB (see [`codec`]): 100,000 objects are ~5 MB, far more than one
 //!   NATS message may carry;
@@ -64,6 +65,7 @@ mod checkpoint;
 pub mod codec;
 mod journal;
 pub mod metrics;
+pub mod owner;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -106,6 +108,9 @@ pub(crate) const RETRY_BACKOFF: BackoffConfig = BackoffConfig::checked(
 #[derive(Clone)]
 pub struct StateStore {
     backend: Backend,
+    /// `{cluster}.{instance}` ([`owner::Owner::prefix`]): starts every key this process reads,
+    /// writes or removes.
+    prefix: String,
     metrics: StateMetrics,
     checkpoint_interval: Duration,
 }
@@ -140,20 +145,51 @@ pub(crate) enum BucketError {
 
 impl StateStore {
     /// Sets up the bucket (creating it, or checking the existing one), retrying while NATS does
-    /// not answer. `None` if shutdown came first. `api_prefix` is the JetStream API's (`$JS.API`,
-    /// or a domain's).
+    /// not answer, then finds the cluster id that, with `instance`, owns the keys (see
+    /// [`owner`]). `None` if shutdown came first. `api_prefix` is the JetStream API's
+    /// (`$JS.API`, or a domain's).
     pub async fn open(
         config: &StateConfig,
         api_prefix: &str,
         client: &Client,
+        owner: (&crate::kube::client::ApiClient, String),
         metrics: StateMetrics,
         shutdown: &CancellationToken,
-    ) -> Option<StateStore> {
-        let store = |backend| StateStore {
-            backend,
-            metrics: metrics.clone(),
-            checkpoint_interval: config.checkpoint_interval,
+    ) -> Result<Option<StateStore>, owner::OwnerError> {
+        let Some(backend) =
+            Self::open_backend(config, api_prefix, client, &metrics, shutdown).await
+        else {
+            return Ok(None);
         };
+        let (api, instance) = owner;
+        let prefix = match &backend {
+            Backend::Durable(bucket) => {
+                let cluster_id = config.cluster_id.as_deref();
+                let Some(cluster) = owner::cluster_id(cluster_id, api, shutdown).await? else {
+                    return Ok(None);
+                };
+                let owner = owner::Owner { cluster, instance };
+                tracing::info!(bucket = %bucket.config.bucket, cluster = %owner.cluster, instance = %owner.instance, "saved state is kept under this cluster id and instance");
+                owner.prefix()
+            }
+            Backend::Disabled | Backend::MemoryOnly => String::new(),
+        };
+        Ok(Some(StateStore {
+            backend,
+            prefix,
+            metrics,
+            checkpoint_interval: config.checkpoint_interval,
+        }))
+    }
+
+    async fn open_backend(
+        config: &StateConfig,
+        api_prefix: &str,
+        client: &Client,
+        metrics: &StateMetrics,
+        shutdown: &CancellationToken,
+    ) -> Option<Backend> {
+        let store = |backend| backend;
         if !config.enabled {
             metrics.durable.set(0);
             tracing::info!("durable state is off (state.enabled = false): a restart announces every object again");
@@ -232,6 +268,8 @@ impl StateStore {
             Ok(Err(e)) => return tracing::warn!(error = %e, "cannot list the state bucket to remove the state of removed targets"),
             Err(_) => return tracing::warn!("listing the state bucket timed out; the state of removed targets stays until the next start"),
         };
+        let own = format!("{}.", self.prefix);
+        let keys: Vec<&str> = keys.iter().filter_map(|k| k.strip_prefix(&own)).collect();
         let configured: std::collections::HashSet<&str> =
             targets.iter().map(String::as_str).collect();
         let watches: std::collections::HashSet<&str> =
@@ -247,7 +285,7 @@ impl StateStore {
             })
             .collect();
         for target in removed {
-            let subjects = format!("{}{target}.>", bucket.store.prefix);
+            let subjects = format!("{}{own}{target}.>", bucket.store.prefix);
             match purge(&bucket.store, &subjects, None).await {
                 Ok(()) => {
                     tracing::info!(key = %target, "removed the saved state of a target this configuration no longer watches")
@@ -262,7 +300,11 @@ impl StateStore {
     /// The state of one watch target.
     pub fn target(&self, watch: &str, target: &Target) -> TargetState {
         TargetState {
-            key: target_key(watch, target.namespace.as_deref()),
+            key: format!(
+                "{}.{}",
+                self.prefix,
+                target_key(watch, target.namespace.as_deref())
+            ),
             identity: identity(target),
             backend: self.backend.clone(),
             metrics: self.metrics.for_target(watch),
