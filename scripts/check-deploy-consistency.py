@@ -69,6 +69,11 @@ def is_lease_rule(rule):
     return rule.get("apiGroups") == [LEASE_GROUP] and rule.get("resources") == [LEASE_RESOURCE]
 
 
+def is_cluster_id_rule(rule):
+    return (rule.get("apiGroups") == [""] and rule.get("resources") == ["namespaces"]
+            and rule.get("resourceNames") == ["kube-system"] and rule.get("verbs") == ["get"])
+
+
 def check_rules_minimal(where, rules):
     for i, rule in enumerate(rules):
         for field in ("apiGroups", "resources", "verbs"):
@@ -185,6 +190,13 @@ def check_rbac(where, docs, deployment, config, cluster_wide):
         problem(where, f"no ServiceAccount {sa}")
     roles = bound_roles(docs, "RoleBinding", "Role", sa, ns)
     cluster_roles = bound_roles(docs, "ClusterRoleBinding", "ClusterRole", sa, ns)
+    # Durable state reads the cluster id (docs/durable-state.md): one ClusterRole allowing only
+    # `get` on the kube-system Namespace, in every variant, unless state.cluster_id is set.
+    cluster_id = [r for r in cluster_roles if all(is_cluster_id_rule(rule) for rule in r[1])]
+    cluster_roles = [r for r in cluster_roles if r not in cluster_id]
+    state = config.get("state", {})
+    if state.get("enabled", True) and not state.get("cluster_id") and not cluster_id:
+        problem(where, "no ClusterRole grants get on namespaces/kube-system (the cluster id of durable state)")
     if cluster_wide and roles:
         problem(where, "the cluster-wide variant still has a Role")
     if not cluster_wide and cluster_roles:

@@ -248,14 +248,21 @@ async fn run_watches(
     if !ensure_stream(&config, &nats, &shutdown).await {
         return Ok(());
     }
+    let instance = crate::state::owner::instance(
+        &config,
+        elector.as_ref().map(Elector::lease),
+        |name| std::env::var(name).ok(),
+        |path| std::fs::read_to_string(path).ok(),
+    );
     let Some(state) = StateStore::open(
         &config.state,
         &config.nats.jetstream_api_prefix(),
         nats.client(),
+        (&client, instance),
         metrics.state.clone(),
         &shutdown,
     )
-    .await
+    .await?
     else {
         return Ok(());
     };

@@ -297,9 +297,12 @@ async fn damaged_state_starts_afresh_with_an_error_line() {
     run_until_checkpointed(&cluster, &recording, &config, PODS_KEY).await;
     let kv = cluster.kv().await;
 
-    kv.put(format!("{PODS_KEY}.manifest"), "{not json".into())
-        .await
-        .unwrap();
+    kv.put(
+        format!("{}.manifest", cluster.owned(PODS_KEY)),
+        "{not json".into(),
+    )
+    .await
+    .unwrap();
     let published = recording.mark().await;
     let daemon = Process::spawn(&config);
     let line = daemon.line_with(&["started fresh", "cannot be used"]);
@@ -321,7 +324,8 @@ async fn damaged_state_starts_afresh_with_an_error_line() {
 
     let manifest = cluster.manifest(PODS_KEY).await.unwrap();
     let chunk = format!(
-        "{PODS_KEY}.{}.0",
+        "{}.{}.0",
+        cluster.owned(PODS_KEY),
         serde_json::to_value(manifest.slot)
             .unwrap()
             .as_str()
@@ -497,15 +501,18 @@ async fn the_state_of_a_dropped_namespace_is_removed_and_foreign_state_is_kept()
     cluster.checkpoint_at_least("pods.b", rv).await;
     drop(daemon);
     let kv = cluster.kv().await;
-    kv.put("others.b.manifest", "{}".into()).await.unwrap();
+    let others = cluster.owned("others.b.manifest");
+    kv.put(&others, "{}".into()).await.unwrap();
 
     let daemon = Process::spawn(&cluster.config(&watch("\"a\""), ""));
     let line = daemon.line_with(&["removed the saved state"]);
     assert!(line.contains("pods.b"), "{line}");
     let keys: Vec<String> = kv.keys().await.unwrap().try_collect().await.unwrap();
-    assert!(!keys.iter().any(|k| k.starts_with("pods.b.")), "{keys:?}");
-    assert!(keys.iter().any(|k| k == "pods.a.manifest"), "{keys:?}");
-    assert!(keys.iter().any(|k| k == "others.b.manifest"), "{keys:?}");
+    let b = cluster.owned("pods.b.");
+    assert!(!keys.iter().any(|k| k.starts_with(&b)), "{keys:?}");
+    let a = cluster.owned("pods.a.manifest");
+    assert!(keys.contains(&a), "{keys:?}");
+    assert!(keys.contains(&others), "{keys:?}");
     assert!(
         !daemon.rest().contains("others.b"),
         "a watch name not configured is not touched"

@@ -277,7 +277,8 @@ async fn wait_for_checkpoint(env: &Env, rv: u64) {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         if let Ok(kv) = js.get_key_value("kube2nats-state").await {
-            if let Ok(Some(raw)) = kv.get("pods.default.manifest").await {
+            let key = format!("{}._.pods.default.manifest", env.sim.cluster_uid());
+            if let Ok(Some(raw)) = kv.get(key).await {
                 let manifest: Value = serde_json::from_slice(&raw).unwrap();
                 let saved: u64 = manifest["resume_version"]
                     .as_str()

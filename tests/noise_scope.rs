@@ -378,12 +378,11 @@ async fn a_namespace_selector_without_rbac_on_namespaces_names_the_rule() {
     s.configmap("payments", "c");
     s.sim.set_rules(
         INITIAL_TOKEN,
-        vec![Rule::new(
-            &["get", "list", "watch"],
-            &[""],
-            &["configmaps"],
-            &[],
-        )],
+        vec![
+            Rule::new(&["get", "list", "watch"], &[""], &["configmaps"], &[]),
+            // Durable state reads the cluster id, the kube-system Namespace's uid.
+            Rule::new(&["get"], &[""], &["namespaces"], &[]).named(&["kube-system"]),
+        ],
     );
     let mut inbox = s.inbox().await;
     let process = Process::spawn(&s.config("namespace_selector = \"team=payments\""));

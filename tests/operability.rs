@@ -431,9 +431,11 @@ async fn rbac_self_check_covers_the_lease_when_leader_election_is_on() {
     drop(process);
 
     // With the rule the line names added, the replica creates the Lease and holds it.
+    // Durable state reads the cluster id, the kube-system Namespace's uid.
+    let cluster_id = Rule::new(&["get"], &[""], &["namespaces"], &[]).named(&["kube-system"]);
     sim.set_rules(
         INITIAL_TOKEN,
-        vec![pods(), lease_by_name(), leases(&["create"])],
+        vec![pods(), lease_by_name(), leases(&["create"]), cluster_id],
     );
     let process = Process::spawn_env(&warn, &[], &[("POD_NAME", "k2n-0")]);
     process.line_with(&["acquired the Lease"]);

@@ -41,7 +41,7 @@ mod values;
 mod watches;
 
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -54,6 +54,7 @@ pub use raw::*;
 pub use root::Config;
 pub use selector::{check_field_selector, check_label_selector};
 pub use source::{env_var_name, ENV_PREFIX, ENV_SEPARATOR, REDACTED};
+pub(crate) use state::is_key_token;
 pub use state::{RawState, StateConfig};
 pub use values::*;
 

@@ -27,6 +27,10 @@ pub struct StateConfig {
     pub replicas: usize,
     /// Time between checkpoints of a watch target that changed.
     pub checkpoint_interval: Duration,
+    /// The cluster part of the state's owner; `None`: the `kube-system` Namespace's uid.
+    pub cluster_id: Option<String>,
+    /// The instance part of the state's owner; `None`: derived (see `crate::state::owner`).
+    pub instance: Option<String>,
 }
 
 /// `[state]`
@@ -41,6 +45,10 @@ pub struct RawState {
     pub replicas: usize,
     /// Duration, >= 100ms. Default [`DEFAULT_CHECKPOINT_INTERVAL`].
     pub checkpoint_interval: String,
+    /// `[A-Za-z0-9_-]+`, or empty (the default): the `kube-system` Namespace's uid.
+    pub cluster_id: String,
+    /// `[A-Za-z0-9_-]+`, or empty (the default): the Lease, else the pod's namespace.
+    pub instance: String,
 }
 
 impl Default for RawState {
@@ -50,6 +58,8 @@ impl Default for RawState {
             bucket: s(DEFAULT_STATE_BUCKET),
             replicas: DEFAULT_STATE_REPLICAS,
             checkpoint_interval: s(DEFAULT_CHECKPOINT_INTERVAL),
+            cluster_id: String::new(),
+            instance: String::new(),
         }
     }
 }
@@ -71,6 +81,8 @@ pub(super) fn check_state(c: &mut Checker, raw: &RawState) -> Option<StateConfig
             ),
         )
     };
+    let cluster_id = owner_part(c, "state.cluster_id", &raw.cluster_id);
+    let instance = owner_part(c, "state.instance", &raw.instance);
     let replicas = c.range("state.replicas", raw.replicas, 1, Some(5));
     let interval = c.duration_min(
         "state.checkpoint_interval",
@@ -82,7 +94,30 @@ pub(super) fn check_state(c: &mut Checker, raw: &RawState) -> Option<StateConfig
         bucket: bucket?,
         replicas: replicas?,
         checkpoint_interval: interval?,
+        cluster_id: cluster_id?,
+        instance: instance?,
     })
+}
+
+/// An optional part of the state keys' owner prefix: one key token.
+fn owner_part(c: &mut Checker, key: &str, raw: &str) -> Option<Option<String>> {
+    if raw.is_empty() {
+        return Some(None);
+    }
+    if is_key_token(raw) {
+        return Some(Some(raw.to_owned()));
+    }
+    c.fail(
+        key,
+        format!("invalid value {raw:?} (allowed: [A-Za-z0-9_-], or empty for the default)"),
+    )
+}
+
+/// One token of a state key (`state.cluster_id`, `state.instance`, a cluster's uid): not empty, `[A-Za-z0-9_-]` only.
+pub(crate) fn is_key_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 #[cfg(test)]
@@ -100,6 +135,8 @@ mod tests {
                 bucket: "kube2nats-state".into(),
                 replicas: 1,
                 checkpoint_interval: Duration::from_secs(5),
+                cluster_id: None,
+                instance: None,
             }
         );
     }
@@ -121,6 +158,14 @@ mod tests {
         assert_error(
             "[state]\nbucket = \"a.b\"",
             "state.bucket: invalid bucket name",
+        );
+        assert_error(
+            "[state]\ninstance = \"a.b\"",
+            "state.instance: invalid value",
+        );
+        assert_error(
+            "[state]\ncluster_id = \"x y\"",
+            "state.cluster_id: invalid value",
         );
         assert_error("[state]\nreplicas = 0", "state.replicas: 0 is out of range");
         assert_error("[state]\nreplicas = 7", "state.replicas: 7 is out of range");

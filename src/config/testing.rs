@@ -6,7 +6,7 @@ use std::io::Write as _;
 
 use super::{load, Config, ConfigErrors};
 
-pub(super) const MINIMAL: &str = "[[watches]]\nname = \"pods\"\nresource = \"pods\"\n";
+pub(crate) const MINIMAL: &str = "[[watches]]\nname = \"pods\"\nresource = \"pods\"\n";
 
 pub(super) fn file(contents: &str) -> tempfile::NamedTempFile {
     let mut f = tempfile::Builder::new()
@@ -26,7 +26,7 @@ pub(super) fn env(pairs: &[(&str, &str)]) -> Option<HashMap<String, String>> {
     )
 }
 
-pub(super) fn load_str(contents: &str) -> Result<Config, ConfigErrors> {
+pub(crate) fn load_str(contents: &str) -> Result<Config, ConfigErrors> {
     let f = file(contents);
     load(Some(f.path()), env(&[]))
 }

@@ -11,7 +11,8 @@
 //! ## Where and how
 //!
 //! One JetStream key-value bucket (`state.bucket`, file storage, history 1) holds, per target
-//! (`{watch}.{namespace or _all}`):
+//! (`{cluster}.{instance}.{watch}.{namespace or _all}`; the first two tokens are the owner, see
+//! [`owner`], so deployments sharing the bucket never touch each other's keys):
 //! - `….a.N` / `….b.N`: two sets of chunks, each a whole snapshot of the memory split into
 //!   chunks of at most 256 KiB (see [`codec`]): 100,000 objects are ~5 MB, far more than one
 //!   NATS message may carry;
@@ -37,7 +38,8 @@
 //! delta log needs compaction and replay logic of its own. A whole snapshot costs O(objects) per
 //! checkpoint but nothing per event, and checkpoints are rate-limited (`state.checkpoint_interval`),
 //! so the cost is bounded whatever the event rate; a checkpoint in which no object changed (only
-//! the resume version moved, e.g. by bookmarks) rewrites only the manifest.
+//! the resume version moved, e.g. by bookmarks) rewrites only the manifest — under the fence
+//! described in [`checkpoint`], so never over chunks that are gone.
 //!
 //! ## Never ahead of what is published
 //!
@@ -59,24 +61,35 @@
 //! crash. A NATS server without JetStream leaves kube2nats with memory-only state (said once,
 //! and `kube2nats_state_durable` is 0); `state.enabled = false` opts out.
 
+mod bucket;
+mod checkpoint;
 pub mod codec;
+mod journal;
 pub mod metrics;
+pub mod owner;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
 use async_nats::Client;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::config::{BackoffConfig, StateConfig};
-use crate::dedupe::{Dedupe, Frozen, Saved, SavedObject};
+use crate::config::StateConfig;
+use crate::dedupe::Dedupe;
 use crate::event::ResourceVersion;
 use crate::target::Target;
-use codec::{CodecError, Encoder, Fnv, JournalBatch, Manifest, Slot, FORMAT};
+use bucket::{
+    ensure_bucket, journal_key, journal_subjects, manifest_key, purge, Bucket, BucketError,
+    RETRY_BACKOFF,
+};
+pub use checkpoint::Checkpoints;
+use checkpoint::{chunk_key, Mailbox, Writer};
+use codec::{CodecError, Fnv, JournalBatch, Manifest, FORMAT};
+pub use journal::Journal;
+use journal::JournalTarget;
 pub use metrics::{StateMetrics, TargetMetrics};
 
 /// The largest chunk: far below NATS' default `max_payload` (1 MiB), and small enough that
@@ -86,20 +99,13 @@ const MAX_CHUNK_BYTES: usize = 256 * 1024;
 const PAYLOAD_HEADROOM: usize = 4 * 1024;
 /// Timeout of one request to JetStream (a put, a get, a bucket lookup).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-/// Retries of setting up the bucket, loading and writing: quick at first, capped low so a
-/// recovered NATS is used within seconds.
-const RETRY_BACKOFF: BackoffConfig = BackoffConfig::checked(
-    Duration::from_millis(100),
-    Duration::from_secs(2),
-    2.0,
-    0.2,
-    Duration::from_secs(60),
-);
-
 /// Where the state of every watch is kept; cheap to clone.
 #[derive(Clone)]
 pub struct StateStore {
     backend: Backend,
+    /// `{cluster}.{instance}` ([`owner::Owner::prefix`]): starts every key this process reads,
+    /// writes or removes.
+    prefix: String,
     metrics: StateMetrics,
     checkpoint_interval: Duration,
 }
@@ -113,41 +119,53 @@ enum Backend {
     Durable(Arc<Bucket>),
 }
 
-/// The bucket, and what is needed to create it again should it vanish.
-struct Bucket {
-    context: jetstream::Context,
-    config: kv::Config,
-    /// The bucket as found at start; a writer that finds it gone looks it up (or creates it)
-    /// again for itself.
-    store: kv::Store,
-    chunk_limit: usize,
-}
-
-/// Why the bucket could not be set up.
-#[derive(Debug, thiserror::Error)]
-enum BucketError {
-    #[error("the NATS server has no JetStream")]
-    NoJetStream,
-    #[error("{0}")]
-    Unavailable(String),
-}
-
 impl StateStore {
     /// Sets up the bucket (creating it, or checking the existing one), retrying while NATS does
-    /// not answer. `None` if shutdown came first. `api_prefix` is the JetStream API's (`$JS.API`,
-    /// or a domain's).
+    /// not answer, then finds the cluster id that, with `instance`, owns the keys (see
+    /// [`owner`]). `None` if shutdown came first. `api_prefix` is the JetStream API's
+    /// (`$JS.API`, or a domain's).
     pub async fn open(
         config: &StateConfig,
         api_prefix: &str,
         client: &Client,
+        owner: (&crate::kube::client::ApiClient, String),
         metrics: StateMetrics,
         shutdown: &CancellationToken,
-    ) -> Option<StateStore> {
-        let store = |backend| StateStore {
-            backend,
-            metrics: metrics.clone(),
-            checkpoint_interval: config.checkpoint_interval,
+    ) -> Result<Option<StateStore>, owner::OwnerError> {
+        let Some(backend) =
+            Self::open_backend(config, api_prefix, client, &metrics, shutdown).await
+        else {
+            return Ok(None);
         };
+        let (api, instance) = owner;
+        let prefix = match &backend {
+            Backend::Durable(bucket) => {
+                let cluster_id = config.cluster_id.as_deref();
+                let Some(cluster) = owner::cluster_id(cluster_id, api, shutdown).await? else {
+                    return Ok(None);
+                };
+                let owner = owner::Owner { cluster, instance };
+                tracing::info!(bucket = %bucket.config.bucket, cluster = %owner.cluster, instance = %owner.instance, "saved state is kept under this cluster id and instance");
+                owner.prefix()
+            }
+            Backend::Disabled | Backend::MemoryOnly => String::new(),
+        };
+        Ok(Some(StateStore {
+            backend,
+            prefix,
+            metrics,
+            checkpoint_interval: config.checkpoint_interval,
+        }))
+    }
+
+    async fn open_backend(
+        config: &StateConfig,
+        api_prefix: &str,
+        client: &Client,
+        metrics: &StateMetrics,
+        shutdown: &CancellationToken,
+    ) -> Option<Backend> {
+        let store = |backend| backend;
         if !config.enabled {
             metrics.durable.set(0);
             tracing::info!("durable state is off (state.enabled = false): a restart announces every object again");
@@ -226,6 +244,8 @@ impl StateStore {
             Ok(Err(e)) => return tracing::warn!(error = %e, "cannot list the state bucket to remove the state of removed targets"),
             Err(_) => return tracing::warn!("listing the state bucket timed out; the state of removed targets stays until the next start"),
         };
+        let own = format!("{}.", self.prefix);
+        let keys: Vec<&str> = keys.iter().filter_map(|k| k.strip_prefix(&own)).collect();
         let configured: std::collections::HashSet<&str> =
             targets.iter().map(String::as_str).collect();
         let watches: std::collections::HashSet<&str> =
@@ -241,7 +261,7 @@ impl StateStore {
             })
             .collect();
         for target in removed {
-            let subjects = format!("{}{target}.>", bucket.store.prefix);
+            let subjects = format!("{}{own}{target}.>", bucket.store.prefix);
             match purge(&bucket.store, &subjects, None).await {
                 Ok(()) => {
                     tracing::info!(key = %target, "removed the saved state of a target this configuration no longer watches")
@@ -256,7 +276,11 @@ impl StateStore {
     /// The state of one watch target.
     pub fn target(&self, watch: &str, target: &Target) -> TargetState {
         TargetState {
-            key: target_key(watch, target.namespace.as_deref()),
+            key: format!(
+                "{}.{}",
+                self.prefix,
+                target_key(watch, target.namespace.as_deref())
+            ),
             identity: identity(target),
             backend: self.backend.clone(),
             metrics: self.metrics.for_target(watch),
@@ -282,52 +306,6 @@ fn identity(target: &Target) -> String {
         target.label_selector.as_deref().unwrap_or(""),
         target.field_selector.as_deref().unwrap_or(""),
     )
-}
-
-/// Finds the bucket or creates it. An existing bucket is checked, never changed.
-async fn ensure_bucket(
-    context: &jetstream::Context,
-    wanted: &kv::Config,
-) -> Result<kv::Store, BucketError> {
-    use jetstream::context::AccountErrorKind;
-    use jetstream::ErrorCode;
-    if let Err(e) = context.query_account().await {
-        return Err(match e.kind() {
-            AccountErrorKind::JetStreamUnavailable => BucketError::NoJetStream,
-            AccountErrorKind::JetStream(api)
-                if api.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED
-                    || api.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT =>
-            {
-                BucketError::NoJetStream
-            }
-            _ => BucketError::Unavailable(e.to_string()),
-        });
-    }
-    if let Ok(store) = context.get_key_value(&wanted.bucket).await {
-        check_bucket(&store, wanted);
-        return Ok(store);
-    }
-    let store = context
-        .create_key_value(wanted.clone())
-        .await
-        .map_err(|e| BucketError::Unavailable(format!("creating the state bucket: {e}")))?;
-    tracing::info!(bucket = %wanted.bucket, replicas = wanted.num_replicas, "created the state bucket (file storage, history 1)");
-    Ok(store)
-}
-
-/// Warns about an existing bucket that differs from what kube2nats would create.
-fn check_bucket(store: &kv::Store, wanted: &kv::Config) {
-    let config = &store.stream.cached_info().config;
-    if config.max_messages_per_subject != 1 {
-        tracing::warn!(bucket = %wanted.bucket, history = config.max_messages_per_subject, "the existing state bucket keeps more than one revision per key; kube2nats needs only one and does not change existing buckets (storage grows by that factor)");
-    }
-    if config.storage != jetstream::stream::StorageType::File {
-        tracing::warn!(bucket = %wanted.bucket, "the existing state bucket uses memory storage: state is lost when the NATS server restarts; kube2nats does not change existing buckets");
-    }
-    if config.num_replicas != wanted.num_replicas {
-        tracing::warn!(bucket = %wanted.bucket, replicas = config.num_replicas, configured = wanted.num_replicas, "the existing state bucket has another replica count than state.replicas; kube2nats does not change existing buckets");
-    }
-    tracing::info!(bucket = %wanted.bucket, "using the existing state bucket");
 }
 
 /// What a target starts from.
@@ -373,7 +351,7 @@ impl TargetState {
             Backend::Durable(bucket) => bucket.clone(),
             Backend::Disabled | Backend::MemoryOnly => {
                 tracing::info!("started fresh: state is not durable");
-                return Some(self.loaded(Start::Fresh, None, None));
+                return Some(self.loaded(Start::Fresh, None, None, None));
             }
         };
         let started = Instant::now();
@@ -390,16 +368,17 @@ impl TargetState {
                         .loaded(objects, started.elapsed().as_secs_f64());
                     let journal = read.journal_next;
                     let bucket = Some((bucket, journal));
+                    let revision = Some(read.manifest_revision);
                     let Some(manifest) = read.manifest else {
                         if objects == 0 {
                             tracing::info!("started fresh: no saved state");
-                            return Some(self.loaded(Start::Fresh, bucket, None));
+                            return Some(self.loaded(Start::Fresh, bucket, None, revision));
                         }
                         tracing::info!(objects, journal_records = journal, "no checkpoint yet, but a journal of objects published before a crash: listing and diffing against them");
                         let start = Start::Journaled {
                             dedupe: Box::new(read.dedupe),
                         };
-                        return Some(self.loaded(start, bucket, None));
+                        return Some(self.loaded(start, bucket, None, revision));
                     };
                     self.metrics.stored(manifest.bytes);
                     self.metrics.current();
@@ -408,7 +387,7 @@ impl TargetState {
                         version: ResourceVersion::new(manifest.resume_version.as_str()),
                         dedupe: Box::new(read.dedupe),
                     };
-                    return Some(self.loaded(start, bucket, Some(manifest)));
+                    return Some(self.loaded(start, bucket, Some(manifest), revision));
                 }
                 Err(e @ LoadError::OtherIdentity { .. }) => {
                     tracing::info!(identity = %self.identity, reason = %e, "started fresh: the watch's resource, namespace or selectors changed since its state was saved");
@@ -442,7 +421,9 @@ impl TargetState {
                     tokio::time::sleep(backoff.next_delay()).await;
                     continue;
                 }
-                return Some(self.loaded(Start::Fresh, Some((bucket, 0)), None));
+                // The unusable manifest stays until the next checkpoint replaces it, under the
+                // fence looked up then.
+                return Some(self.loaded(Start::Fresh, Some((bucket, 0)), None, None));
             }
         }
     }
@@ -452,6 +433,7 @@ impl TargetState {
         start: Start,
         bucket: Option<(Arc<Bucket>, u64)>,
         committed: Option<Manifest>,
+        manifest_revision: Option<u64>,
     ) -> Loaded {
         let journal = bucket.as_ref().map(|(bucket, next)| Journal {
             target: Arc::new(JournalTarget {
@@ -470,7 +452,8 @@ impl TargetState {
             Start::Saved { dedupe, .. } | Start::Journaled { dedupe } => dedupe.unconfirmed() > 0,
             Start::Fresh => false,
         };
-        let mut checkpoints = self.checkpoints(bucket.map(|(b, _)| b), committed);
+        let mut checkpoints =
+            self.checkpoints(bucket.map(|(b, _)| b), committed, manifest_revision);
         checkpoints.objects_changed |= journaled;
         Loaded {
             start,
@@ -493,8 +476,15 @@ impl TargetState {
             }
         };
         let mut dedupe = Dedupe::new();
-        let manifest = match get(manifest_key(&self.key)).await? {
-            Some(raw) => Some(self.read_snapshot(&raw, &mut dedupe, get).await?),
+        let entry = store
+            .entry(manifest_key(&self.key))
+            .await
+            .map_err(|e| LoadError::Unavailable(e.to_string()))?;
+        // The stream sequence of the manifest key (a deletion marker's too; 0: none): the fence
+        // of the next manifest write.
+        let manifest_revision = entry.as_ref().map_or(0, |e| e.revision);
+        let manifest = match entry.filter(|e| e.operation == kv::Operation::Put) {
+            Some(entry) => Some(self.read_snapshot(&entry.value, &mut dedupe, get).await?),
             None => None,
         };
         let mut next = manifest.as_ref().map_or(0, |m| m.journal_next);
@@ -516,6 +506,7 @@ impl TargetState {
             manifest,
             dedupe,
             journal_next: next,
+            manifest_revision,
         })
     }
 
@@ -574,7 +565,12 @@ impl TargetState {
         Ok(manifest)
     }
 
-    fn checkpoints(self, bucket: Option<Arc<Bucket>>, committed: Option<Manifest>) -> Checkpoints {
+    fn checkpoints(
+        self,
+        bucket: Option<Arc<Bucket>>,
+        committed: Option<Manifest>,
+        manifest_revision: Option<u64>,
+    ) -> Checkpoints {
         let next_generation = committed.as_ref().map_or(1, |m| m.generation + 1);
         let saved_version = committed.as_ref().map(|m| m.resume_version.clone());
         let chunk_limit = bucket.as_ref().map_or(MAX_CHUNK_BYTES, |b| b.chunk_limit);
@@ -589,6 +585,7 @@ impl TargetState {
                 identity: self.identity.clone(),
                 bucket,
                 committed,
+                manifest_revision,
                 stored_chunks,
                 journal_purged: 0,
                 mailbox: mailbox.clone(),
@@ -612,30 +609,6 @@ impl TargetState {
     }
 }
 
-fn manifest_key(target: &str) -> String {
-    format!("{target}.manifest")
-}
-
-fn journal_key(target: &str, sequence: u64) -> String {
-    format!("{target}.j.{sequence}")
-}
-
-/// The stream subjects of a target's journal records.
-fn journal_subjects(store: &kv::Store, target: &str) -> String {
-    format!("{}{target}.j.>", store.prefix)
-}
-
-/// Removes the messages on `subjects` (below stream sequence `below`, if given) from the
-/// bucket's stream: unlike a key-value purge, which leaves a marker per key, nothing stays.
-async fn purge(store: &kv::Store, subjects: &str, below: Option<u64>) -> Result<(), String> {
-    let request = store.stream.purge().filter(subjects);
-    let purged = match below {
-        Some(sequence) => request.sequence(sequence).await,
-        None => request.await,
-    };
-    purged.map(|_| ()).map_err(|e| e.to_string())
-}
-
 /// The identity as journal records carry it.
 fn identity_hash(identity: &str) -> u64 {
     let mut hash = Fnv::new();
@@ -649,6 +622,8 @@ struct Read {
     dedupe: Dedupe,
     /// The position after the last journal record read.
     journal_next: u64,
+    /// The manifest key's stream sequence (0: nothing stored).
+    manifest_revision: u64,
 }
 
 /// A target's state, loaded: where it starts, its checkpoints and its journal (`None` when
@@ -657,555 +632,4 @@ pub struct Loaded {
     pub start: Start,
     pub checkpoints: Checkpoints,
     pub journal: Option<Journal>,
-}
-
-/// Records objects before their first message is published, in batches, so that a crash before
-/// the next checkpoint cannot make kube2nats forget an object subscribers were told about (its
-/// deletion while kube2nats is down would never be announced). Deletions are recorded too (at
-/// the deleted version), so that a deletion announced again after a crash is the same message,
-/// with the same `Nats-Msg-Id`.
-///
-/// Group commit: one write is under way at a time, and what is recorded meanwhile becomes the
-/// next write, so a quiet stream writes each record at once and a busy one writes one record per
-/// round trip to JetStream, however many objects it names — never one per event. The watch task
-/// holds back only the messages of the objects recorded (and later messages of the same
-/// objects, to keep their order) until their record is written ([`written`](Self::written));
-/// everything else goes on being published meanwhile. An object recorded whose message then did
-/// not go out (a crash in between) is published once more at the next start, as [`Dedupe`]'s
-/// unconfirmed objects are. Each checkpoint folds the records into its snapshot
-/// ([`Manifest::journal_next`]) and removes them.
-///
-/// Records are positions `0, 1, 2, …` of the target's journal (keys `….j.{n}`), loaded in that
-/// order until the first missing one; since one write is under way at a time, a record is never
-/// stored without every record before it.
-pub struct Journal {
-    target: Arc<JournalTarget>,
-    store: Arc<kv::Store>,
-    /// The position of the next record to be stored: every record before it is.
-    next: u64,
-    /// The stream sequence of the last record written (0: none in this run).
-    last_stream_sequence: u64,
-    /// Objects recorded since the last write began.
-    batch: JournalBatch,
-    /// The write of the record at position `next`, while under way.
-    writing: Option<JournalWrite>,
-}
-
-/// What a journal write needs besides its record; shared by the writes of one target.
-struct JournalTarget {
-    key: String,
-    identity: u64,
-    bucket: Arc<Bucket>,
-    metrics: TargetMetrics,
-}
-
-/// One record being written: resolves once it is stored (retrying until it is), with the
-/// bucket found again if it had to be.
-type JournalWrite = std::pin::Pin<Box<dyn std::future::Future<Output = Stored> + Send>>;
-
-struct Stored {
-    stream_sequence: u64,
-    store: Arc<kv::Store>,
-}
-
-impl Journal {
-    /// The object of the next message is about to be published for the first time, or deleted.
-    /// Returns the position of the record that will hold it: the message must not go out before
-    /// that record is stored ([`stored_below`](Self::stored_below)).
-    pub fn record(&mut self, meta: &crate::event::ObjectMeta) -> u64 {
-        self.batch.push(&SavedObject::of(meta));
-        self.next + u64::from(self.writing.is_some())
-    }
-
-    /// Objects recorded and not yet being written.
-    pub fn pending(&self) -> usize {
-        self.batch.len()
-    }
-
-    /// Whether a write is under way.
-    pub fn is_writing(&self) -> bool {
-        self.writing.is_some()
-    }
-
-    /// Every record at a position below this is stored.
-    pub fn stored_below(&self) -> u64 {
-        self.next
-    }
-
-    /// Starts writing what was recorded, unless a write is under way already or nothing was.
-    pub fn begin_write(&mut self) {
-        if self.writing.is_some() || self.batch.is_empty() {
-            return;
-        }
-        let record = self.batch.record(self.next, self.target.identity);
-        self.target
-            .metrics
-            .journal_records
-            .observe(self.batch.len() as f64);
-        self.batch.clear();
-        self.writing = Some(Box::pin(write_record(
-            self.target.clone(),
-            self.store.clone(),
-            journal_key(&self.target.key, self.next),
-            record,
-        )));
-    }
-
-    /// Waits until the write under way is stored (forever, if none is). Cancel-safe: the write
-    /// goes on, and a later call waits for the same one.
-    pub async fn written(&mut self) {
-        let Some(writing) = &mut self.writing else {
-            return std::future::pending().await;
-        };
-        let stored = writing.await;
-        self.writing = None;
-        self.store = stored.store;
-        self.last_stream_sequence = stored.stream_sequence;
-        self.next += 1;
-    }
-
-    /// Writes everything recorded, waiting until it is stored.
-    pub async fn write_all(&mut self) {
-        loop {
-            self.begin_write();
-            if self.writing.is_none() {
-                return;
-            }
-            self.written().await;
-        }
-    }
-
-    /// What a snapshot taken now contains.
-    fn mark(&self) -> JournalMark {
-        JournalMark {
-            next: self.next,
-            last_stream_sequence: self.last_stream_sequence,
-        }
-    }
-}
-
-/// Stores one journal record, retrying (and finding the bucket again) until it is stored.
-async fn write_record(
-    target: Arc<JournalTarget>,
-    mut store: Arc<kv::Store>,
-    key: String,
-    record: bytes::Bytes,
-) -> Stored {
-    let mut backoff = Backoff::new(RETRY_BACKOFF);
-    let mut failing = false;
-    loop {
-        match store.put(&key, record.clone()).await {
-            Ok(stream_sequence) => {
-                if failing {
-                    tracing::info!(watch = %target.metrics.watch, key = %target.key, "the journal is written again");
-                }
-                return Stored {
-                    stream_sequence,
-                    store,
-                };
-            }
-            Err(e) => {
-                target.metrics.failures.inc();
-                let delay = backoff.next_delay();
-                if !failing {
-                    failing = true;
-                    tracing::warn!(watch = %target.metrics.watch, key = %target.key, error = %e, retry_in = ?delay, "writing the journal failed; new objects wait until it is written");
-                }
-                tokio::time::sleep(delay).await;
-                if let Ok(found) =
-                    ensure_bucket(&target.bucket.context, &target.bucket.config).await
-                {
-                    store = Arc::new(found);
-                }
-            }
-        }
-    }
-}
-
-/// The journal records a snapshot contains: those before `next`, stored at stream sequences up
-/// to `last_stream_sequence`.
-#[derive(Debug, Clone, Copy, Default)]
-struct JournalMark {
-    next: u64,
-    last_stream_sequence: u64,
-}
-
-fn chunk_key(target: &str, slot: Slot, index: u32) -> String {
-    format!("{target}.{}.{index}", slot.as_str())
-}
-
-/// The watch task's side of checkpointing: what changed since the last snapshot, and when the
-/// next is due. The watch task tells it about every change and takes snapshots only with its
-/// outbox settled.
-pub struct Checkpoints {
-    interval: Duration,
-    next_due: Instant,
-    /// The version up to which every event has been handed to the outbox.
-    version: String,
-    /// False while a list is half-way: the memory is then neither the old state nor the new.
-    consistent: bool,
-    objects_changed: bool,
-    /// The version in the last snapshot handed to the writer.
-    saved_version: Option<String>,
-    next_generation: u64,
-    chunk_limit: usize,
-    writer: Option<(Arc<Mailbox>, tokio::task::JoinHandle<()>)>,
-    metrics: TargetMetrics,
-}
-
-impl Checkpoints {
-    /// An object was published (or, with `initial_state = "skip"`, tracked) or forgotten.
-    pub fn objects_changed(&mut self) {
-        self.objects_changed = true;
-    }
-
-    /// Every event up to `version` has been handed to the outbox.
-    pub fn advanced(&mut self, version: &ResourceVersion) {
-        self.version.clear();
-        self.version.push_str(version.as_str());
-        self.consistent = true;
-    }
-
-    /// A list began: until it completes there is no point to checkpoint.
-    pub fn list_started(&mut self) {
-        self.consistent = false;
-    }
-
-    /// When the next checkpoint is due; `None` when there is nothing to write to or no
-    /// consistent point.
-    pub fn due(&self) -> Option<Instant> {
-        (self.writer.is_some() && self.consistent).then_some(self.next_due)
-    }
-
-    /// Takes a snapshot and hands it to the writer, if the outbox is `settled` (everything handed
-    /// to it acknowledged or flushed); otherwise tries again an interval later.
-    pub fn save(&mut self, settled: bool, dedupe: &Dedupe, journal: Option<&Journal>) {
-        let Some((mailbox, _)) = &self.writer else {
-            return;
-        };
-        self.next_due = Instant::now() + self.interval;
-        if !settled || !self.consistent {
-            return;
-        }
-        if mailbox.take_lost() {
-            self.objects_changed = true;
-        }
-        let version_moved = self.saved_version.as_deref() != Some(self.version.as_str());
-        if !self.objects_changed && !version_moved {
-            if mailbox.is_idle() {
-                self.metrics.current();
-            }
-            return;
-        }
-        // Frozen, not encoded: the writer encodes it chunk by chunk as it writes, so a snapshot
-        // of a million objects never sits in memory whole beside the state it copies.
-        let snapshot = self.objects_changed.then(|| {
-            let generation = self.next_generation;
-            self.next_generation += 1;
-            Snapshot {
-                frozen: dedupe.freeze(),
-                generation,
-                chunk_limit: self.chunk_limit,
-            }
-        });
-        mailbox.post(Job {
-            snapshot,
-            version: self.version.clone(),
-            journal: journal.map(Journal::mark).unwrap_or_default(),
-        });
-        self.objects_changed = false;
-        self.saved_version = Some(self.version.clone());
-    }
-
-    /// Waits until the writer has written the last snapshot (or given up on it).
-    pub async fn finish(mut self) {
-        if let Some((mailbox, task)) = self.writer.take() {
-            mailbox.close();
-            let _ = task.await;
-        }
-    }
-}
-
-impl Drop for Checkpoints {
-    /// A watch task stopped without [`finish`](Self::finish) (aborted, e.g. when this replica
-    /// lost its Lease) takes its writer with it: a snapshot must not be written after another
-    /// replica may have taken over.
-    fn drop(&mut self) {
-        if let Some((_, task)) = self.writer.take() {
-            task.abort();
-        }
-    }
-}
-
-/// One snapshot to write. `snapshot: None`: no object changed since the previous snapshot, only
-/// the resume version moved.
-struct Job {
-    snapshot: Option<Snapshot>,
-    version: String,
-    journal: JournalMark,
-}
-
-/// The objects of a snapshot, to encode while writing.
-struct Snapshot {
-    frozen: Frozen,
-    generation: u64,
-    chunk_limit: usize,
-}
-
-impl Job {
-    /// `newer` replaces `self`, keeping `self`'s objects if `newer` has none of its own.
-    fn merged_into(self, newer: Job) -> Job {
-        Job {
-            snapshot: newer.snapshot.or(self.snapshot),
-            version: newer.version,
-            journal: newer.journal,
-        }
-    }
-}
-
-/// Hands the latest snapshot to the writer; a snapshot not yet written is replaced (merged) by
-/// a newer one, so a slow or absent NATS costs at most one snapshot of memory.
-#[derive(Default)]
-struct Mailbox {
-    inner: Mutex<MailboxState>,
-    notify: Notify,
-}
-
-#[derive(Default)]
-struct MailboxState {
-    pending: Option<Job>,
-    writing: bool,
-    failing: bool,
-    closed: bool,
-    /// A snapshot failed half-written: its frozen objects are spent (each part is released once
-    /// encoded), so the next checkpoint must take the objects again.
-    lost: bool,
-}
-
-impl Mailbox {
-    fn lock(&self) -> std::sync::MutexGuard<'_, MailboxState> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn post(&self, job: Job) {
-        let mut state = self.lock();
-        state.pending = Some(match state.pending.take() {
-            Some(older) => older.merged_into(job),
-            None => job,
-        });
-        drop(state);
-        self.notify.notify_one();
-    }
-
-    /// Puts a job that failed back, unless a newer one (which it is merged into) arrived.
-    fn requeue(&self, job: Job) {
-        let mut state = self.lock();
-        state.pending = Some(match state.pending.take() {
-            Some(newer) => job.merged_into(newer),
-            None => job,
-        });
-    }
-
-    /// A job whose snapshot was spent failed: it is dropped, with any pending job that carries
-    /// only a newer version (it would commit that version over the older objects).
-    fn lose(&self) {
-        let mut state = self.lock();
-        state.pending = state.pending.take().filter(|job| job.snapshot.is_some());
-        state.lost = true;
-    }
-
-    /// Whether a snapshot was lost since the last call.
-    fn take_lost(&self) -> bool {
-        std::mem::take(&mut self.lock().lost)
-    }
-
-    fn take(&self) -> Option<Job> {
-        let mut state = self.lock();
-        let job = state.pending.take();
-        state.writing = job.is_some();
-        job
-    }
-
-    fn is_idle(&self) -> bool {
-        let state = self.lock();
-        state.pending.is_none() && !state.writing && !state.failing && !state.lost
-    }
-
-    fn close(&self) {
-        self.lock().closed = true;
-        self.notify.notify_one();
-    }
-}
-
-/// Writes one target's snapshots in the background, one at a time, the latest first.
-struct Writer {
-    key: String,
-    identity: String,
-    bucket: Arc<Bucket>,
-    /// The manifest last written (or loaded).
-    committed: Option<Manifest>,
-    /// Chunks known to be stored in each slot (a, b), so that a smaller snapshot purges the
-    /// leftovers of a larger one.
-    stored_chunks: [u32; 2],
-    /// The stream sequence up to which folded journal records are removed.
-    journal_purged: u64,
-    mailbox: Arc<Mailbox>,
-    metrics: TargetMetrics,
-}
-
-impl Writer {
-    async fn run(mut self) {
-        let mut backoff = Backoff::new(RETRY_BACKOFF);
-        let mut store = self.bucket.store.clone();
-        loop {
-            let Some(mut job) = self.mailbox.take() else {
-                if self.mailbox.lock().closed {
-                    return;
-                }
-                self.mailbox.notify.notified().await;
-                continue;
-            };
-            let spends_objects = job.snapshot.is_some();
-            match self.write(&store, &mut job).await {
-                Ok(()) => {
-                    let mut state = self.mailbox.lock();
-                    state.writing = false;
-                    if state.failing {
-                        state.failing = false;
-                        tracing::info!(watch = %self.metrics.watch, key = %self.key, "checkpoints are written again");
-                    }
-                    drop(state);
-                    self.metrics.checkpoints.inc();
-                    self.metrics.current();
-                    backoff.reset();
-                }
-                Err(e) => {
-                    self.metrics.failures.inc();
-                    let (first, closed) = {
-                        let mut state = self.mailbox.lock();
-                        state.writing = false;
-                        let first = !state.failing;
-                        state.failing = true;
-                        (first, state.closed)
-                    };
-                    if closed {
-                        tracing::warn!(watch = %self.metrics.watch, key = %self.key, error = %e, "the last checkpoint could not be written before shutdown; the next start diffs against the previous one");
-                        return;
-                    }
-                    let delay = backoff.next_delay();
-                    if first {
-                        tracing::warn!(watch = %self.metrics.watch, key = %self.key, error = %e, retry_in = ?delay, "writing a checkpoint failed; retrying");
-                    } else {
-                        tracing::debug!(watch = %self.metrics.watch, key = %self.key, error = %e, retry_in = ?delay, "writing a checkpoint failed again");
-                    }
-                    if spends_objects {
-                        self.mailbox.lose();
-                    } else {
-                        self.mailbox.requeue(job);
-                    }
-                    tokio::time::sleep(delay).await;
-                    // The bucket may have been deleted: find or create it again.
-                    match ensure_bucket(&self.bucket.context, &self.bucket.config).await {
-                        Ok(found) => store = found,
-                        Err(e) => {
-                            tracing::debug!(watch = %self.metrics.watch, error = %e, "state bucket not reachable")
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Writes the job's chunks (if it has any) to the free slot, encoding them as it goes, then
-    /// the manifest that commits them. The job's snapshot is spent.
-    async fn write(&mut self, store: &kv::Store, job: &mut Job) -> Result<(), WriteError> {
-        let previous = self.committed.as_ref();
-        let mut manifest = match (job.snapshot.take(), previous) {
-            (Some(snapshot), previous) => {
-                let slot = previous.map_or(Slot::A, |m| m.slot.other());
-                let Snapshot {
-                    mut frozen,
-                    generation,
-                    chunk_limit,
-                } = snapshot;
-                let mut encoder = Encoder::new(generation, chunk_limit);
-                let mut index = 0;
-                loop {
-                    let more = frozen.next_part(|saved| match saved {
-                        Saved::Object(o) => encoder.push(o),
-                        Saved::Tombstone(uid) => encoder.push_tombstone(uid),
-                    });
-                    let chunks = if more {
-                        encoder.take_chunks()
-                    } else {
-                        break;
-                    };
-                    for chunk in chunks {
-                        store.put(chunk_key(&self.key, slot, index), chunk).await?;
-                        index += 1;
-                    }
-                }
-                let encoded = encoder.finish();
-                for chunk in encoded.chunks {
-                    store.put(chunk_key(&self.key, slot, index), chunk).await?;
-                    index += 1;
-                }
-                Manifest {
-                    format: FORMAT,
-                    identity: self.identity.clone(),
-                    resume_version: String::new(),
-                    generation: encoded.generation,
-                    slot,
-                    chunks: encoded.total_chunks,
-                    objects: encoded.objects,
-                    bytes: encoded.bytes,
-                    checksum: encoded.checksum,
-                    saved_at: 0,
-                    tombstones: encoded.tombstones,
-                    journal_next: 0,
-                }
-            }
-            (None, Some(previous)) => previous.clone(),
-            // Nothing was ever encoded: nothing to commit.
-            (None, None) => return Ok(()),
-        };
-        manifest.resume_version.clone_from(&job.version);
-        manifest.journal_next = manifest.journal_next.max(job.journal.next);
-        manifest.saved_at = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let json = serde_json::to_vec(&manifest).map_err(|e| WriteError(e.to_string()))?;
-        store.put(manifest_key(&self.key), json.into()).await?;
-        self.metrics.stored(manifest.bytes);
-        let stored = &mut self.stored_chunks[manifest.slot as usize];
-        for index in manifest.chunks..*stored {
-            // Best effort: a leftover that stays is never read (the manifest counts the chunks).
-            let _ = store
-                .purge(chunk_key(&self.key, manifest.slot, index))
-                .await;
-        }
-        *stored = manifest.chunks;
-        self.committed = Some(manifest);
-        if job.journal.last_stream_sequence > self.journal_purged {
-            // Best effort: records below `journal_next` are never read again.
-            let subjects = journal_subjects(store, &self.key);
-            if purge(store, &subjects, Some(job.journal.last_stream_sequence + 1))
-                .await
-                .is_ok()
-            {
-                self.journal_purged = job.journal.last_stream_sequence;
-            }
-        }
-        Ok(())
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct WriteError(String);
-
-impl From<kv::PutError> for WriteError {
-    fn from(e: kv::PutError) -> Self {
-        WriteError(e.to_string())
-    }
 }

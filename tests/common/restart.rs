@@ -149,8 +149,19 @@ impl Cluster {
             .unwrap()
     }
 
+    /// The full key of a target (`{watch}.{namespace}`) as a daemon of this cluster run outside
+    /// a pod, with no instance configured, stores it: under its owner, the cluster id and `_`.
+    pub fn owned(&self, key: &str) -> String {
+        format!("{}._.{key}", self.sim.cluster_uid())
+    }
+
     /// The committed manifest of a target, if any.
     pub async fn manifest(&self, key: &str) -> Option<kube2nats::state::codec::Manifest> {
+        self.manifest_at(&self.owned(key)).await
+    }
+
+    /// The committed manifest under a full key, if any.
+    pub async fn manifest_at(&self, key: &str) -> Option<kube2nats::state::codec::Manifest> {
         let nc = async_nats::connect(self.nats.url()).await.unwrap();
         let kv = async_nats::jetstream::new(nc)
             .get_key_value(BUCKET)

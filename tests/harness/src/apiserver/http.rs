@@ -175,6 +175,19 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Result<Route, Ap
     })
 }
 
+/// The `kube-system` Namespace, which every real cluster has, unless a test created its own: its
+/// uid is what tools read as the cluster's id.
+fn kube_system(shared: &Shared, rt: &resources::ResourceType, name: &str) -> Option<Value> {
+    (rt.plural == "namespaces" && name == "kube-system").then(|| {
+        json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "kube-system", "uid": shared.cluster_uid, "resourceVersion": "1",
+                "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}
+        })
+    })
+}
+
 fn is_true(query: &Query, key: &str) -> bool {
     matches!(
         query.get(key).map(String::as_str),
@@ -255,6 +268,7 @@ async fn serve(
                     shared
                         .store()
                         .get(rt, ns, &name)
+                        .or_else(|| kube_system(shared, rt, &name))
                         .map(|obj| json_response(StatusCode::OK, &obj))
                         .ok_or_else(|| ApiError::not_found(rt.plural, rt.group, &name))
                 }

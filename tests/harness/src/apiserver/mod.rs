@@ -23,7 +23,8 @@
 //!
 //! Deliberate simplifications: JSON only (no protobuf or CBOR), no PATCH, no field selectors
 //! beyond `metadata.name`/`metadata.namespace`, namespaces need not exist before objects are
-//! created in them, and deletes are immediate (no finalizers or graceful deletion).
+//! created in them (only `kube-system` can always be read by name, with a uid per simulator, as
+//! tools read it for a cluster id), and deletes are immediate (no finalizers or graceful deletion).
 
 mod http;
 mod leases;
@@ -293,6 +294,9 @@ struct Shared {
     connections: std::sync::atomic::AtomicUsize,
     cut_off: partition::CutOff,
     slow_lease_reads: leases::SlowReads,
+    /// The `kube-system` Namespace's uid: what tools use as the cluster's id, different for
+    /// every simulator.
+    cluster_uid: String,
 }
 
 /// Locks a mutex, recovering from poisoning: a panicking test thread must not take the server
@@ -416,6 +420,7 @@ impl ApiServer {
             connections: std::sync::atomic::AtomicUsize::new(0),
             cut_off: partition::CutOff::default(),
             slow_lease_reads: leases::SlowReads::default(),
+            cluster_uid: uuid::Uuid::new_v4().to_string(),
         });
 
         let serving = tokio::spawn(accept_loop(
@@ -514,6 +519,12 @@ impl ApiServer {
                 self.dir.path().join("client.key"),
             )
         })
+    }
+
+    /// The uid of the `kube-system` Namespace (served at `GET /api/v1/namespaces/kube-system`
+    /// as in every real cluster): the cluster's id.
+    pub fn cluster_uid(&self) -> &str {
+        &self.shared.cluster_uid
     }
 
     /// File holding one valid token, as a projected service-account token file would;

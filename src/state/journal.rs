@@ -1,0 +1,182 @@
+//! The journal: objects recorded before their first message is published (see [`Journal`]).
+
+use std::sync::Arc;
+
+use async_nats::jetstream::kv;
+
+use super::bucket::{ensure_bucket, journal_key, Bucket, RETRY_BACKOFF};
+use super::codec::JournalBatch;
+use super::metrics::TargetMetrics;
+use crate::backoff::Backoff;
+use crate::dedupe::SavedObject;
+
+/// Records objects before their first message is published, in batches, so that a crash before
+/// the next checkpoint cannot make kube2nats forget an object subscribers were told about (its
+/// deletion while kube2nats is down would never be announced). Deletions are recorded too (at
+/// the deleted version), so that a deletion announced again after a crash is the same message,
+/// with the same `Nats-Msg-Id`.
+///
+/// Group commit: one write is under way at a time, and what is recorded meanwhile becomes the
+/// next write, so a quiet stream writes each record at once and a busy one writes one record per
+/// round trip to JetStream, however many objects it names — never one per event. The watch task
+/// holds back only the messages of the objects recorded (and later messages of the same
+/// objects, to keep their order) until their record is written ([`written`](Self::written));
+/// everything else goes on being published meanwhile. An object recorded whose message then did
+/// not go out (a crash in between) is published once more at the next start, as [`Dedupe`]'s
+/// unconfirmed objects are. Each checkpoint folds the records into its snapshot
+/// ([`Manifest::journal_next`]) and removes them.
+///
+/// Records are positions `0, 1, 2, …` of the target's journal (keys `….j.{n}`), loaded in that
+/// order until the first missing one; since one write is under way at a time, a record is never
+/// stored without every record before it.
+pub struct Journal {
+    pub(super) target: Arc<JournalTarget>,
+    pub(super) store: Arc<kv::Store>,
+    /// The position of the next record to be stored: every record before it is.
+    pub(super) next: u64,
+    /// The stream sequence of the last record written (0: none in this run).
+    pub(super) last_stream_sequence: u64,
+    /// Objects recorded since the last write began.
+    pub(super) batch: JournalBatch,
+    /// The write of the record at position `next`, while under way.
+    pub(super) writing: Option<JournalWrite>,
+}
+
+/// What a journal write needs besides its record; shared by the writes of one target.
+pub(super) struct JournalTarget {
+    pub(super) key: String,
+    pub(super) identity: u64,
+    pub(super) bucket: Arc<Bucket>,
+    pub(super) metrics: TargetMetrics,
+}
+
+/// One record being written: resolves once it is stored (retrying until it is), with the
+/// bucket found again if it had to be.
+pub(super) type JournalWrite = std::pin::Pin<Box<dyn std::future::Future<Output = Stored> + Send>>;
+
+pub(super) struct Stored {
+    pub(super) stream_sequence: u64,
+    pub(super) store: Arc<kv::Store>,
+}
+
+impl Journal {
+    /// The object of the next message is about to be published for the first time, or deleted.
+    /// Returns the position of the record that will hold it: the message must not go out before
+    /// that record is stored ([`stored_below`](Self::stored_below)).
+    pub fn record(&mut self, meta: &crate::event::ObjectMeta) -> u64 {
+        self.batch.push(&SavedObject::of(meta));
+        self.next + u64::from(self.writing.is_some())
+    }
+
+    /// Objects recorded and not yet being written.
+    pub fn pending(&self) -> usize {
+        self.batch.len()
+    }
+
+    /// Whether a write is under way.
+    pub fn is_writing(&self) -> bool {
+        self.writing.is_some()
+    }
+
+    /// Every record at a position below this is stored.
+    pub fn stored_below(&self) -> u64 {
+        self.next
+    }
+
+    /// Starts writing what was recorded, unless a write is under way already or nothing was.
+    pub fn begin_write(&mut self) {
+        if self.writing.is_some() || self.batch.is_empty() {
+            return;
+        }
+        let record = self.batch.record(self.next, self.target.identity);
+        self.target
+            .metrics
+            .journal_records
+            .observe(self.batch.len() as f64);
+        self.batch.clear();
+        self.writing = Some(Box::pin(write_record(
+            self.target.clone(),
+            self.store.clone(),
+            journal_key(&self.target.key, self.next),
+            record,
+        )));
+    }
+
+    /// Waits until the write under way is stored (forever, if none is). Cancel-safe: the write
+    /// goes on, and a later call waits for the same one.
+    pub async fn written(&mut self) {
+        let Some(writing) = &mut self.writing else {
+            return std::future::pending().await;
+        };
+        let stored = writing.await;
+        self.writing = None;
+        self.store = stored.store;
+        self.last_stream_sequence = stored.stream_sequence;
+        self.next += 1;
+    }
+
+    /// Writes everything recorded, waiting until it is stored.
+    pub async fn write_all(&mut self) {
+        loop {
+            self.begin_write();
+            if self.writing.is_none() {
+                return;
+            }
+            self.written().await;
+        }
+    }
+
+    /// What a snapshot taken now contains.
+    pub(super) fn mark(&self) -> JournalMark {
+        JournalMark {
+            next: self.next,
+            last_stream_sequence: self.last_stream_sequence,
+        }
+    }
+}
+
+/// Stores one journal record, retrying (and finding the bucket again) until it is stored.
+async fn write_record(
+    target: Arc<JournalTarget>,
+    mut store: Arc<kv::Store>,
+    key: String,
+    record: bytes::Bytes,
+) -> Stored {
+    let mut backoff = Backoff::new(RETRY_BACKOFF);
+    let mut failing = false;
+    loop {
+        match store.put(&key, record.clone()).await {
+            Ok(stream_sequence) => {
+                if failing {
+                    tracing::info!(watch = %target.metrics.watch, key = %target.key, "the journal is written again");
+                }
+                return Stored {
+                    stream_sequence,
+                    store,
+                };
+            }
+            Err(e) => {
+                target.metrics.failures.inc();
+                let delay = backoff.next_delay();
+                if !failing {
+                    failing = true;
+                    tracing::warn!(watch = %target.metrics.watch, key = %target.key, error = %e, retry_in = ?delay, "writing the journal failed; new objects wait until it is written");
+                }
+                tokio::time::sleep(delay).await;
+                if let Ok(found) =
+                    ensure_bucket(&target.bucket.context, &target.bucket.config).await
+                {
+                    store = Arc::new(found);
+                }
+            }
+        }
+    }
+}
+
+/// The journal records a snapshot contains: those before `next`, stored at stream sequences up
+/// to `last_stream_sequence`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct JournalMark {
+    pub(super) next: u64,
+    pub(super) last_stream_sequence: u64,
+}

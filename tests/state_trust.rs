@@ -1,0 +1,359 @@
+//! Saved state that can be trusted: a checkpoint is always loadable, even after the state bucket
+//! was purged or deleted and re-created while kube2nats ran (see docs/durable-state.md).
+//!
+//! Each test runs the real binary, a real nats-server with JetStream and the simulated API
+//! server, and counts messages with a plain core subscription.
+
+mod common;
+
+use common::restart::*;
+use common::*;
+
+/// What happens to the state bucket while kube2nats runs.
+#[derive(Debug, Clone, Copy)]
+enum Loss {
+    /// `nats stream purge KV_kube2nats-state`: every key gone, the stream kept.
+    Purge,
+    /// `nats kv del kube2nats-state` then `nats kv add kube2nats-state`: a new, empty stream.
+    Recreate,
+}
+
+/// A run checkpoints; the bucket loses everything; a checkpoint where only the resume version
+/// moved (a bookmark) follows; kill -9; a pod is deleted while down; the restart publishes
+/// exactly that deletion and nothing else. The moved version must not be committed over chunks
+/// that are gone: the next checkpoint after the loss saves every object again.
+async fn bucket_lost_while_running(loss: Loss, compact: bool) {
+    let cluster = Cluster::start(Mode::Core, 10_000).await;
+    let sim = &cluster.sim;
+    let mut last = 0;
+    for i in 0..5 {
+        last = rv(&sim.create("pods", Some(NS), pod_named(&format!("p{i}"), 0)))
+            .parse()
+            .unwrap();
+    }
+    let recording = Recording::start(&cluster.nats.url()).await;
+    let config = cluster.config(PODS_WATCH, "");
+    let daemon = Process::spawn(&config);
+    converge(sim, &recording).await;
+    cluster.checkpoint_at_least(PODS_KEY, last).await;
+
+    let js = async_nats::jetstream::new(async_nats::connect(cluster.nats.url()).await.unwrap());
+    match loss {
+        Loss::Purge => {
+            let stream = js.get_stream(format!("KV_{BUCKET}")).await.unwrap();
+            stream.purge().await.unwrap();
+        }
+        Loss::Recreate => {
+            js.delete_key_value(BUCKET).await.unwrap();
+            js.create_key_value(async_nats::jetstream::kv::Config {
+                bucket: BUCKET.into(),
+                history: 1,
+                storage: async_nats::jetstream::stream::StorageType::File,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        }
+    }
+    assert!(
+        cluster.manifest(PODS_KEY).await.is_none(),
+        "the state is gone"
+    );
+    // Only the resume version moves: a change the watch does not see, then a bookmark.
+    let moved: u64 = rv(&sim.create(
+        "configmaps",
+        Some(NS),
+        serde_json::json!({"metadata": {"name": "unwatched"}}),
+    ))
+    .parse()
+    .unwrap();
+    sim.send_bookmarks();
+    cluster.checkpoint_at_least(PODS_KEY, moved).await;
+    drop(daemon); // SIGKILL
+    let before_len = recording.mark().await;
+    let before = recording.all()[..before_len].to_vec();
+
+    let p1 = sim.get("pods", Some(NS), "p1").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    sim.delete("pods", Some(NS), "p1").unwrap();
+    if compact {
+        sim.compact();
+    }
+    let daemon = Process::spawn(&config);
+    let after = converge_after(sim, &recording, &before, before_len).await;
+    let log = daemon.rest();
+    let published: Vec<(String, String)> = after
+        .iter()
+        .map(|s| (s.kind.clone(), s.uid.clone()))
+        .collect();
+    assert_eq!(
+        published,
+        vec![("DELETED".to_owned(), p1)],
+        "{loss:?}: the restart publishes exactly the deletion made while down\n--- log ---\n{log}"
+    );
+    assert!(!log.contains("started fresh"), "{loss:?}: {log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bucket_purged_while_running_next_start_loads_the_checkpoint() {
+    bucket_lost_while_running(Loss::Purge, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bucket_recreated_while_running_next_start_loads_the_checkpoint() {
+    bucket_lost_while_running(Loss::Recreate, true).await;
+}
+
+/// The uid of a pod the simulator holds now.
+fn uid_in(sim: &kube2nats_harness::apiserver::ApiServer, ns: &str, name: &str) -> String {
+    sim.get("pods", Some(ns), name).expect("the pod exists")["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// `(type, uid)` of each message.
+fn kinds(seen: &[Seen]) -> Vec<(String, String)> {
+    seen.iter()
+        .map(|s| (s.kind.clone(), s.uid.clone()))
+        .collect()
+}
+
+/// The per-namespace sidecar example copied into a second namespace: two kube2nats, each with a
+/// watch named `pods` on its own namespace, sharing the default bucket. Neither start removes or
+/// reads the other's state, so after both are killed and a pod of each namespace is deleted while
+/// down, the restarts announce exactly those two deletions and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sidecars_sharing_the_bucket_keep_their_own_state() {
+    let cluster = Cluster::start(Mode::Core, 10_000).await;
+    let sim = &cluster.sim;
+    let spaces = ["team-a", "team-b"];
+    for ns in spaces {
+        for i in 0..3 {
+            sim.create("pods", Some(ns), pod_named(&format!("p{i}"), 0));
+        }
+    }
+    let recording = Recording::start(&cluster.nats.url()).await;
+    let configs = spaces.map(|ns| {
+        let watch =
+            format!("[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"{ns}\"]\n");
+        cluster.config(&watch, "").replace(
+            &format!("127.0.0.1:{}\"", cluster.http_port),
+            &format!("127.0.0.1:{}\"", free_port()),
+        )
+    });
+    let run = |i: usize| Process::spawn_env(&configs[i], &[], &[("POD_NAMESPACE", spaces[i])]);
+    let rv = sim.resource_version();
+    let wait_saved = |ns: &'static str| saved_at_least(&cluster, format!("pods.{ns}"), rv);
+    let a = run(0);
+    wait_saved("team-a").await;
+    let b = run(1);
+    wait_saved("team-b").await;
+    eventually("six pods announced", || recording.all().len() >= 6).await;
+    // The second start's clean-up of removed targets has run by now (it starts with the term).
+    b.line_with(&["watching from resourceVersion"]);
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert!(
+        saved_versions(&cluster, "pods.team-a")
+            .await
+            .iter()
+            .any(|&v| v >= rv),
+        "the first sidecar's state survives the second's start"
+    );
+    drop((a, b)); // SIGKILL
+    let before_len = recording.mark().await;
+
+    let gone: Vec<String> = spaces.iter().map(|ns| uid_in(sim, ns, "p1")).collect();
+    for ns in spaces {
+        sim.delete("pods", Some(ns), "p1").unwrap();
+    }
+    let (a, b) = (run(0), run(1));
+    eventually("two deletions announced", || {
+        recording.all()[before_len..]
+            .iter()
+            .filter(|s| s.deleted())
+            .count()
+            >= 2
+    })
+    .await;
+    // Late repeats, if any, show up meanwhile.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let after_len = recording.mark().await;
+    let mut published = kinds(&recording.all()[before_len..after_len]);
+    published.sort();
+    let mut expected: Vec<(String, String)> = gone
+        .iter()
+        .map(|uid| ("DELETED".to_owned(), uid.clone()))
+        .collect();
+    expected.sort();
+    assert_eq!(
+        published,
+        expected,
+        "each sidecar announces exactly its own deletion\n--- a ---\n{}\n--- b ---\n{}",
+        a.rest(),
+        b.rest()
+    );
+}
+
+/// Two clusters with `publish.cluster` set and the default bucket on one NATS: east never loads
+/// west's checkpoint — it lists its own API server and announces its own pods — and west's state
+/// is still there for west's restart, which announces exactly the deletion made while it was down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clusters_sharing_the_bucket_never_load_each_others_state() {
+    use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions};
+    let west = Cluster::start(Mode::Core, 10_000).await;
+    let east = ApiServer::start(ApiServerOptions {
+        history_limit: 10_000,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_ne!(west.sim.cluster_uid(), east.cluster_uid());
+    for i in 0..3 {
+        west.sim
+            .create("pods", Some(NS), pod_named(&format!("p{i}"), 0));
+        east.create("pods", Some(NS), pod_named(&format!("e{i}"), 0));
+    }
+    let recording = Recording::start(&west.nats.url()).await;
+    let west_config = west.config(PODS_WATCH, "[publish]\ncluster = \"west\"\n");
+    let east_config = west_config
+        .replace("cluster = \"west\"", "cluster = \"east\"")
+        .replace(&west.sim.url(), &east.url())
+        .replace(
+            &west.sim.token_file().display().to_string(),
+            &east.token_file().display().to_string(),
+        );
+
+    let daemon = Process::spawn(&west_config);
+    converge(&west.sim, &recording).await;
+    saved_at_least(&west, PODS_KEY.into(), west.sim.resource_version()).await;
+    drop(daemon);
+    let west_len = recording.mark().await;
+    let west_seen = recording.all()[..west_len].to_vec();
+
+    let daemon = Process::spawn(&east_config);
+    let east_uids: Vec<String> = (0..3)
+        .map(|i| uid_in(&east, NS, &format!("e{i}")))
+        .collect();
+    eventually("east announces its own pods", || {
+        let all = recording.all();
+        east_uids.iter().all(|uid| {
+            all[west_len..]
+                .iter()
+                .any(|s| &s.uid == uid && s.kind == "ADDED")
+        })
+    })
+    .await;
+    recording.mark().await;
+    drop(daemon);
+    let east_len = recording.mark().await;
+    let mut east_published = kinds(&recording.all()[west_len..east_len]);
+    east_published.sort();
+    let mut expected: Vec<(String, String)> = east_uids
+        .iter()
+        .map(|uid| ("ADDED".to_owned(), uid.clone()))
+        .collect();
+    expected.sort();
+    assert_eq!(
+        east_published, expected,
+        "east announces its own pods once each, nothing of west's"
+    );
+
+    let w1 = uid_in(&west.sim, NS, "p1");
+    west.sim.delete("pods", Some(NS), "p1").unwrap();
+    let daemon = Process::spawn(&west_config);
+    let after = converge_after(&west.sim, &recording, &west_seen, east_len).await;
+    assert_eq!(
+        kinds(&after),
+        vec![("DELETED".to_owned(), w1)],
+        "west resumes from its own state\n--- log ---\n{}",
+        daemon.rest()
+    );
+}
+
+/// The resume versions of every manifest of the target `{watch}.{namespace}`, whoever owns it
+/// (whatever the key's owner prefix).
+async fn saved_versions(cluster: &Cluster, target: &str) -> Vec<u64> {
+    use futures_util::TryStreamExt;
+    let nc = async_nats::connect(cluster.nats.url()).await.unwrap();
+    let Ok(kv) = async_nats::jetstream::new(nc).get_key_value(BUCKET).await else {
+        return Vec::new(); // not created yet
+    };
+    let keys: Vec<String> = kv.keys().await.unwrap().try_collect().await.unwrap();
+    let mut versions = Vec::new();
+    let suffix = format!("{target}.manifest");
+    for key in keys.iter().filter(|k| k.ends_with(&suffix)) {
+        if let Some(m) = cluster
+            .manifest_at(&key[..key.len() - ".manifest".len()])
+            .await
+        {
+            versions.push(m.resume_version.parse().unwrap());
+        }
+    }
+    versions
+}
+
+/// Waits until some manifest of `target` covers `rv`.
+async fn saved_at_least(cluster: &Cluster, target: String, rv: u64) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !saved_versions(cluster, &target)
+        .await
+        .iter()
+        .any(|&v| v >= rv)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no checkpoint of {target} reached resourceVersion {rv}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Keys of the layout before owners (`{watch}.{namespace}.…`, no owner prefix) are neither loaded
+/// nor removed: the first start under owners starts fresh, and the old keys stay for removal by
+/// hand (docs/durable-state.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_of_the_layout_before_owners_are_neither_loaded_nor_removed() {
+    use futures_util::TryStreamExt;
+    let cluster = Cluster::start(Mode::Core, 10_000).await;
+    let rv: u64 = rv(&cluster.sim.create("pods", Some(NS), pod_named("p0", 0)))
+        .parse()
+        .unwrap();
+    let js = async_nats::jetstream::new(async_nats::connect(cluster.nats.url()).await.unwrap());
+    let kv = js
+        .create_key_value(async_nats::jetstream::kv::Config {
+            bucket: BUCKET.into(),
+            history: 1,
+            storage: async_nats::jetstream::stream::StorageType::File,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // What the old layout held: this watch's target, and a namespace it no longer watches.
+    let old = ["pods.default.manifest", "pods.other.manifest"];
+    for key in old {
+        kv.put(key, r#"{"format":1}"#.into()).await.unwrap();
+    }
+    let recording = Recording::start(&cluster.nats.url()).await;
+    let daemon = Process::spawn(&cluster.config(PODS_WATCH, ""));
+    daemon.line_with(&["started fresh: no saved state"]);
+    eventually("p0 announced", || {
+        recording
+            .all()
+            .iter()
+            .any(|s| s.name == "p0" && s.kind == "ADDED")
+    })
+    .await;
+    cluster.checkpoint_at_least(PODS_KEY, rv).await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let keys: Vec<String> = kv.keys().await.unwrap().try_collect().await.unwrap();
+    for key in old {
+        assert!(keys.iter().any(|k| k == key), "{key} kept: {keys:?}");
+    }
+    assert!(
+        keys.contains(&format!("{}.manifest", cluster.owned(PODS_KEY))),
+        "{keys:?}"
+    );
+}
