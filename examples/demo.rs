@@ -6,14 +6,17 @@
 //! subscriber prints every message that arrives on `kube.>`, with its headers, while a small
 //! scripted workload runs (a Deployment rolls out, its pods start, one goes away, then the rest);
 //! then a few lines of kube2nats' `/metrics`. Then it keeps going — a pod is created, started and
-//! deleted every few seconds, and it prints the `nats sub` command to watch from another terminal
-//! — until Ctrl-C, which stops everything cleanly. Exits non-zero if a message that should have
+//! deleted every few seconds, and it prints the command to watch from another terminal
+//! (`scripts/sub`, or the `nats` CLI) — until Ctrl-C, which stops everything cleanly. Exits non-zero if a message that should have
 //! arrived did not.
 //!
 //! `--once` stops after the scripted workload (what scripts/check-demo runs).
 //! `--binary PATH` runs that kube2nats binary as a process instead (stopped with SIGTERM, which
 //! must end it with status 0): scripts/check-deploy runs the demo so with the binary the
 //! container image ships.
+
+#[path = "shared/message_print.rs"]
+mod message_print;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -35,8 +38,6 @@ const WAIT: Duration = Duration::from_secs(15);
 const STEP: Duration = Duration::from_millis(150);
 /// After the scripted workload, one change every this long until Ctrl-C.
 const TICK: Duration = Duration::from_secs(3);
-/// Headers and payloads are wrapped or cut at this width.
-const WIDTH: usize = 100;
 
 /// What the command line asks for.
 struct Args {
@@ -141,10 +142,11 @@ async fn main() -> anyhow::Result<()> {
     if printer.is_some() && !args.once && counts.values().sum::<usize>() >= expected {
         println!(
             "\nkube2nats keeps running: a pod in namespace {NAMESPACE} changes every {}s.\n\
-             Watch from another terminal with the nats CLI: nats sub -s {} 'kube.>'\n\
+             Watch from another terminal: scripts/sub -s {url} 'kube.>'\n\
+             or with the nats CLI (https://github.com/nats-io/natscli/releases): nats sub -s {url} 'kube.>'\n\
              Press Ctrl-C to stop everything.\n",
             TICK.as_secs(),
-            nats.url()
+            url = nats.url()
         );
         keep_changing(&api, &mut arrived, &mut counts, &stop).await;
         println!();
@@ -179,55 +181,11 @@ async fn main() -> anyhow::Result<()> {
 /// Sends each message's `Kube-Event-Type` to `arrived`.
 async fn print_messages(mut sub: async_nats::Subscriber, arrived: mpsc::UnboundedSender<String>) {
     while let Some(msg) = sub.next().await {
-        let mut headers: Vec<(String, String)> = msg
-            .headers
-            .iter()
-            .flat_map(|h| h.iter())
-            .flat_map(|(name, values)| {
-                values
-                    .iter()
-                    .map(|v| (name.to_string(), v.as_str().to_owned()))
-            })
-            .collect();
-        headers.sort();
-        let event_type = headers
-            .iter()
-            .find(|(name, _)| name == "Kube-Event-Type")
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default();
-        println!("{}", msg.subject.as_str());
-        let fields: Vec<String> = headers.iter().map(|(n, v)| format!("{n}: {v}")).collect();
-        for line in wrap(&fields, WIDTH - 4) {
-            println!("    {line}");
-        }
-        let payload = String::from_utf8_lossy(&msg.payload);
-        let shown: String = payload.chars().take(WIDTH - 24).collect();
-        let more = if shown.len() < payload.len() {
-            "…"
-        } else {
-            ""
-        };
-        println!("    payload ({} bytes): {shown}{more}", msg.payload.len());
+        let event_type = message_print::print_message(&msg);
         if arrived.send(event_type).is_err() {
             return;
         }
     }
-}
-
-/// Joins `fields` with two spaces into lines of at most `width` characters (a longer field gets
-/// a line of its own).
-fn wrap(fields: &[String], width: usize) -> Vec<String> {
-    let mut lines: Vec<String> = Vec::new();
-    for field in fields {
-        match lines.last_mut() {
-            Some(line) if line.chars().count() + 2 + field.chars().count() <= width => {
-                line.push_str("  ");
-                line.push_str(field);
-            }
-            _ => lines.push(field.clone()),
-        }
-    }
-    lines
 }
 
 /// A few lines of kube2nats' own `/metrics`.

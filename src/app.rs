@@ -1,8 +1,9 @@
 //! Wiring: builds every stage from the validated configuration, runs them, and shuts them down in
 //! order.
 //!
-//! Start-up order: metrics and the HTTP endpoints first (so probes answer from the first second),
-//! then NATS (connecting in the background), then the API client, discovery (retried while the
+//! Start-up order: the API server's credentials first (no cluster found is an error before
+//! anything claims to serve), metrics and the HTTP endpoints (so probes answer from the first
+//! second), then NATS (connecting in the background), then the API client, discovery (retried while the
 //! API server is unreachable) and one task per watch target. Shutdown order: readiness goes false,
 //! watches stop at an event boundary and publish what is in flight, NATS is drained; all within
 //! the grace period.
@@ -115,6 +116,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
 
 /// Starts every stage; returns once the HTTP endpoints are bound.
 pub async fn start(config: Config) -> anyhow::Result<Daemon> {
+    // Before anything is served: without a cluster to watch, the one line that says so is all
+    // an operator should see (docs/troubleshooting.md, "Exit codes").
+    let endpoint = credentials::resolve(&config.kubernetes, |name| std::env::var(name).ok())
+        .context("resolving the Kubernetes API credentials")?;
     let metrics = Metrics::new().context("registering metrics")?;
     let stages = StageMetrics::register(&metrics.registry).context("registering metrics")?;
     let shutdown = CancellationToken::new();
@@ -152,8 +157,6 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
                     .join(",")
             )
         })?;
-    let endpoint = credentials::resolve(&config.kubernetes, |name| std::env::var(name).ok())
-        .context("resolving the Kubernetes API credentials")?;
     tracing::info!(api_server = %endpoint.base_url, "Kubernetes API server");
     let client = Arc::new(
         ApiClient::new(

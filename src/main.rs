@@ -74,11 +74,11 @@ fn main() -> ExitCode {
         print!("{}", raw.to_redacted_toml());
         return ExitCode::SUCCESS;
     }
+    let config_format = config.log.format;
     match run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!(error = format!("{e:#}"), "kube2nats stopped on an error");
-            eprintln!("kube2nats: error: {e:#}");
+            stopped_on(&e, config_format);
             if e.downcast_ref::<kube2nats::rbac::RbacDenied>().is_some() {
                 ExitCode::from(EXIT_RBAC)
             } else if e.downcast_ref::<kube2nats::leader::NoNamespace>().is_some() {
@@ -87,6 +87,21 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_RUNTIME)
             }
         }
+    }
+}
+
+/// Says, once, why kube2nats stopped: one JSON record for a log pipeline, else one sentence on
+/// stderr (a log line repeating it would say the same thing twice). Before logging is installed
+/// only the sentence can be seen.
+fn stopped_on(error: &anyhow::Error, format: LogFormat) {
+    match format {
+        LogFormat::Json if tracing::dispatcher::has_been_set() => {
+            tracing::error!(
+                error = format!("{error:#}"),
+                "kube2nats stopped on an error"
+            );
+        }
+        _ => eprintln!("kube2nats: error: {error:#}"),
     }
 }
 

@@ -258,6 +258,76 @@ fn reports_every_problem_in_one_run() {
     assert_config_error(&out, "watches[0].resource: invalid resource \"Pods\"");
 }
 
+/// A misspelt key, a value of the wrong type and a bad value (one from the environment) are all
+/// reported by the same run: fixing one does not reveal the next.
+#[test]
+fn unknown_key_wrong_type_and_bad_value_in_one_run() {
+    let f = config_file(&format!(
+        "[nats]\nurll = \"nats://nats:4222\"\nmode = \"fast\"\n\
+         [kubernetes]\nlist_page_size = \"many\"\n{WATCH}"
+    ));
+    let out = kube2nats()
+        .arg("--check-config")
+        .arg(f.path())
+        .env("KUBE2NATS__SHUTDOWN__GRACE_PERIOD", "forever")
+        .output()
+        .unwrap();
+    assert_config_error(&out, "nats.urll: unknown key (allowed here: ");
+    assert_config_error(
+        &out,
+        "kubernetes.list_page_size: invalid type: a string, expected an integer",
+    );
+    assert_config_error(
+        &out,
+        "nats.mode: invalid value \"fast\" (allowed: core, jetstream)",
+    );
+    assert_config_error(&out, "shutdown.grace_period: invalid duration \"forever\"");
+    let err = stderr(&out);
+    assert!(
+        err.lines().any(|l| l.starts_with("shutdown.grace_period: ")
+            && l.ends_with("(set by environment variable KUBE2NATS__SHUTDOWN__GRACE_PERIOD)")),
+        "{err}"
+    );
+    // The heading and one line per problem, nothing else.
+    assert_eq!(err.lines().count(), 5, "{err}");
+}
+
+/// Without a cluster (no service account, no kubeconfig) kube2nats says so in one line and exits
+/// 1, before it claims to serve anything.
+#[test]
+fn no_cluster_found_is_one_line_and_exit_1_before_serving() {
+    let home = tempfile::tempdir().unwrap();
+    let f = config_file(&format!(
+        "[nats]\nurl = \"nats://127.0.0.1:9\"\n[http]\nlisten = \"127.0.0.1:0\"\n{WATCH}"
+    ));
+    let out = kube2nats()
+        .arg("--config")
+        .arg(f.path())
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", home.path())
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!err.contains("serving"), "claims to serve:\n{err}");
+    let errors: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.contains("kube2nats starting"))
+        .collect();
+    assert_eq!(
+        errors.len(),
+        1,
+        "one line besides the start-up line:\n{err}"
+    );
+    assert!(
+        errors[0].starts_with("kube2nats: error: resolving the Kubernetes API credentials: ")
+            && errors[0].contains(".kube/config"),
+        "{err}"
+    );
+}
+
 /// A normal start logs, runs until SIGTERM, logs which signal stopped it and exits 0 — even while
 /// the API server is still unreachable and discovery is being retried.
 #[test]

@@ -8,11 +8,12 @@
 //! 1. [`load_raw`] reads the TOML file and the `KUBE2NATS__…` environment with the `config` crate
 //!    into [`RawConfig`], a mirror of the file in which every key has its default and meaningful
 //!    strings (durations, URLs, enum names, selectors, templates) are still strings. Unknown keys
-//!    and wrong types are reported here (every unknown key at once; a wrong type stops at the
-//!    first, since nothing after it can be read reliably).
+//!    and values of the wrong type are reported here, every one; each is left out (so it keeps
+//!    its default) and the rest is read.
 //! 2. `Config::try_from(RawConfig)` checks every value and builds the typed [`Config`] below,
 //!    collecting every problem ([`ConfigErrors`], one line each, naming the key) rather than
-//!    stopping at the first, so one run of `--check-config` shows every mistake.
+//!    stopping at the first. [`load`] runs it even when stage one found problems, so one run of
+//!    `--check-config` shows every mistake: a misspelt key and a bad value together.
 //!
 //! Every key can be overridden by `KUBE2NATS__<SECTION>__<KEY>` (see [`env_var_name`]); an error
 //! about a key set that way names the variable. Lists and `[[watches]]` come from the file only.
@@ -79,8 +80,35 @@ pub fn load_with_raw(
     env: Option<HashMap<String, String>>,
 ) -> Result<(RawConfig, Config), ConfigErrors> {
     let env = env.unwrap_or_else(process_environment);
-    let loaded = read_raw(file, &env).and_then(|raw| Ok((raw.clone(), Config::try_from(raw)?)));
-    loaded.map_err(|errors| name_env_sources(errors, &env))
+    let read = read_raw(file, &env).map_err(|errors| name_env_sources(errors, &env))?;
+    let checked = Config::try_from(read.raw.clone());
+    let mut errors = read.shape_errors;
+    match checked {
+        Ok(config) if errors.is_empty() => return Ok((read.raw, config)),
+        Ok(_) => {}
+        Err(values) => {
+            // A key left out for its shape was checked with its default: say nothing of that.
+            let shape_keys: Vec<String> = errors.iter().map(|e| e.key.clone()).collect();
+            errors.extend(
+                values
+                    .0
+                    .into_iter()
+                    .filter(|e| !concerns_any(&e.key, &shape_keys)),
+            );
+        }
+    }
+    Err(name_env_sources(ConfigErrors(errors), &env))
+}
+
+/// Whether an error about `key` (or several, `a, b`) concerns one of `reported` or a key inside it.
+fn concerns_any(key: &str, reported: &[String]) -> bool {
+    key.split(", ").any(|k| {
+        reported.iter().any(|r| {
+            k == r
+                || k.strip_prefix(r.as_str())
+                    .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
+        })
+    })
 }
 
 /// Stage one of [`load`]: reads the file and the environment, checks the shape (unknown keys,
@@ -90,7 +118,11 @@ pub fn load_raw(
     env: Option<HashMap<String, String>>,
 ) -> Result<RawConfig, ConfigErrors> {
     let env = env.unwrap_or_else(process_environment);
-    read_raw(file, &env).map_err(|errors| name_env_sources(errors, &env))
+    match read_raw(file, &env) {
+        Ok(read) if read.shape_errors.is_empty() => Ok(read.raw),
+        Ok(read) => Err(name_env_sources(ConfigErrors(read.shape_errors), &env)),
+        Err(errors) => Err(name_env_sources(errors, &env)),
+    }
 }
 
 #[cfg(test)]

@@ -105,10 +105,20 @@ pub(super) fn name_env_sources(
     errors
 }
 
+/// What reading the file and the environment found: the configuration with every key that was
+/// wrong (unknown, or of the wrong type) left out, so it holds its default, and the problems with
+/// those keys. The value checks of `Config::try_from` then still run on the rest, and one run
+/// reports the misspelt key and the bad value together.
+pub(super) struct Read {
+    pub(super) raw: RawConfig,
+    pub(super) shape_errors: Vec<ConfigError>,
+}
+
+/// Reads `file` and the environment; `Err` only when nothing can be read (not TOML, not a file).
 pub(super) fn read_raw(
     file: Option<&Path>,
     env: &HashMap<String, String>,
-) -> Result<RawConfig, ConfigErrors> {
+) -> Result<Read, ConfigErrors> {
     let mut builder = config::Config::builder();
     if let Some(path) = file {
         builder = builder.add_source(
@@ -130,18 +140,97 @@ pub(super) fn read_raw(
 
     // serde's deny_unknown_fields stops at the first unknown key and does not say where it is;
     // walking the tree against the schema names every one with its path.
-    let tree: serde_json::Value = merged
-        .clone()
+    let mut tree: serde_json::Value = merged
         .try_deserialize()
         .map_err(|e| from_source_error(e, file))?;
-    let mut errors = Vec::new();
-    unknown_keys(&tree, &schema(), "", &mut errors);
-    if !errors.is_empty() {
-        return Err(ConfigErrors(errors));
+    let mut shape_errors = Vec::new();
+    unknown_keys(&tree, &schema(), "", &mut shape_errors);
+    for e in &shape_errors {
+        remove_key(&mut tree, &e.key);
     }
-    merged
-        .try_deserialize::<RawConfig>()
+    // serde stops at the first value of the wrong type: leave it out and read again, until the
+    // rest reads. Each round removes one key, so this ends.
+    let mut type_errors = Vec::new();
+    let raw = loop {
+        match reread(&tree, file)?.try_deserialize::<RawConfig>() {
+            Ok(raw) => break raw,
+            Err(e) => {
+                let error = from_source_error(e, file);
+                let removed = remove_key(&mut tree, &error.key);
+                type_errors.push(error);
+                if !removed {
+                    shape_errors.append(&mut type_errors);
+                    return Err(ConfigErrors(shape_errors));
+                }
+            }
+        }
+    };
+    // serde meets a table's keys in no fixed order: sorted, the same file gives the same lines.
+    type_errors.sort_by(|a, b| a.key.cmp(&b.key));
+    shape_errors.append(&mut type_errors);
+    Ok(Read { raw, shape_errors })
+}
+
+/// The merged tree as the `config` crate's value again, so that typed fields convert as they do
+/// when read from the file and the environment (a variable's "42" reads as a number). Through
+/// TOML text: `config::Config::try_from` would drop empty tables and lists, which mean something
+/// (`subjects = []` is an error, `[nats.jetstream.stream]` asks for a stream).
+fn reread(tree: &serde_json::Value, file: Option<&Path>) -> Result<config::Config, ConfigErrors> {
+    let text = toml::to_string(tree).map_err(|e| {
+        let file = file.map(|p| p.display().to_string()).unwrap_or_default();
+        ConfigError::new(file, format!("cannot be read back: {e}"))
+    })?;
+    config::Config::builder()
+        .add_source(config::File::from_str(&text, config::FileFormat::Toml))
+        .build()
         .map_err(|e| from_source_error(e, file).into())
+}
+
+/// Removes `key` (`nats.url`, `watches[0].labels`) from `tree`; false if it is not there.
+fn remove_key(tree: &mut serde_json::Value, key: &str) -> bool {
+    let mut segments: Vec<Segment<'_>> = Vec::new();
+    for part in key.split('.') {
+        let (name, mut rest) = part.split_once('[').map_or((part, ""), |(n, r)| (n, r));
+        if !name.is_empty() {
+            segments.push(Segment::Key(name));
+        }
+        while let Some((index, after)) = rest.split_once(']') {
+            match index.parse() {
+                Ok(i) => segments.push(Segment::Index(i)),
+                Err(_) => return false,
+            }
+            rest = after.strip_prefix('[').unwrap_or(after);
+        }
+    }
+    let Some((last, parents)) = segments.split_last() else {
+        return false;
+    };
+    let mut node = tree;
+    for segment in parents {
+        let next = match (segment, node) {
+            (Segment::Key(k), serde_json::Value::Object(map)) => map.get_mut(*k),
+            (Segment::Index(i), serde_json::Value::Array(items)) => items.get_mut(*i),
+            _ => None,
+        };
+        match next {
+            Some(n) => node = n,
+            None => return false,
+        }
+    }
+    match (last, node) {
+        (Segment::Key(k), serde_json::Value::Object(map)) => map.remove(*k).is_some(),
+        (Segment::Index(i), serde_json::Value::Array(items)) if *i < items.len() => {
+            items.remove(*i);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// One step of a key path: a table's key or a list's index.
+enum Segment<'a> {
+    Key(&'a str),
+    Index(usize),
 }
 
 /// Every key a configuration may have, as a JSON tree with every optional part present.
@@ -361,6 +450,46 @@ mod tests {
             "[kubernetes]\nlist_page_size = \"many\"",
             "kubernetes.list_page_size: invalid type",
         );
+    }
+
+    #[test]
+    fn unknown_keys_wrong_types_and_bad_values_in_one_pass() {
+        let lines = errors(
+            "[nats]\nurll = \"x\"\nmode = \"sideways\"\nqueue_capacity = \"lots\"\n\
+             [kubernetes]\nlist_page_size = \"many\"\nrequest_timeout = \"soon\"",
+        );
+        let keys: Vec<&str> = lines
+            .iter()
+            .map(|l| l.split(':').next().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "nats.urll",
+                "kubernetes.list_page_size",
+                "nats.queue_capacity",
+                "kubernetes.request_timeout",
+                "nats.mode",
+            ],
+            "{lines:#?}"
+        );
+        // The same file gives the same lines, in the same order.
+        assert_eq!(
+            lines,
+            errors(
+                "[nats]\nurll = \"x\"\nmode = \"sideways\"\nqueue_capacity = \"lots\"\n\
+                 [kubernetes]\nlist_page_size = \"many\"\nrequest_timeout = \"soon\""
+            )
+        );
+    }
+
+    #[test]
+    fn a_key_of_the_wrong_type_is_not_also_reported_as_missing() {
+        let f = file("watches = \"pods\"\n");
+        let err = load(Some(f.path()), env(&[])).unwrap_err();
+        let lines: Vec<String> = err.iter().map(ToString::to_string).collect();
+        assert_eq!(lines.len(), 1, "{lines:#?}");
+        assert!(lines[0].starts_with("watches: invalid type"), "{lines:#?}");
     }
 
     #[test]
