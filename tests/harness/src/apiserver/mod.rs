@@ -291,6 +291,8 @@ struct Shared {
     server_address: String,
     unkind: Mutex<unkind::Settings>,
     connections: std::sync::atomic::AtomicUsize,
+    /// Bytes of response bodies sent, lists and watch streams alike: what clients cost the server.
+    response_bytes: Arc<std::sync::atomic::AtomicU64>,
     cut_off: partition::CutOff,
 }
 
@@ -413,6 +415,7 @@ impl ApiServer {
             server_address: addr.to_string(),
             unkind: Mutex::new(unkind::Settings::default()),
             connections: std::sync::atomic::AtomicUsize::new(0),
+            response_bytes: Arc::default(),
             cut_off: partition::CutOff::default(),
         });
 
@@ -710,9 +713,20 @@ impl ApiServer {
         lock(&self.shared.requests).clone()
     }
 
-    /// Forgets the recorded requests.
+    /// Forgets the recorded requests, and zeroes [`ApiServer::response_bytes`].
     pub fn clear_requests(&self) {
         lock(&self.shared.requests).clear();
+        self.shared
+            .response_bytes
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Bytes of response bodies sent so far (lists, watch streams, discovery, errors), as
+    /// they leave the handler: before HTTP framing and TLS.
+    pub fn response_bytes(&self) -> u64 {
+        self.shared
+            .response_bytes
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Number of watch streams currently open.

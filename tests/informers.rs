@@ -1,0 +1,225 @@
+//! The example informers of examples/subscribers/ (Python, Rust, Node), each a real process
+//! reading the object mirror (docs/subscribers.md) from a real nats-server: started after the
+//! bucket has its state, through churn, a NATS restart, a writer that is down while the cluster
+//! changes, and a second informer started after more changes, each ends with a cache equal to
+//! the API server's objects.
+//!
+//! Needs nats-server, and the informers' runtimes: `scripts/install-test-tools informers`.
+
+mod common;
+#[path = "common/mirror.rs"]
+mod mirror;
+
+use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions};
+use kube2nats_harness::nats::NatsServer;
+use mirror::{api_objects, Informer, Language, Mirror};
+use serde_json::{json, Value};
+
+const FILTER: &str = "core.v1.pods.>";
+
+/// The simulated cluster and the mirror of its pods. While the writer is down (kube2nats killed)
+/// changes reach the API server only; [`Cluster::writer_back`] catches the bucket up as a
+/// restarted kube2nats does.
+struct Cluster {
+    api: ApiServer,
+    mirror: Mirror,
+    writer_up: bool,
+}
+
+fn pod(name: &str, image: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "labels": {"app": "shop"}},
+        "spec": {"containers": [{"name": "main", "image": image}]}
+    })
+}
+
+/// `namespace/name rv` as an informer prints it.
+fn id(obj: &Value) -> String {
+    let m = &obj["metadata"];
+    format!(
+        "{}/{} {}",
+        m["namespace"].as_str().unwrap_or_default(),
+        m["name"].as_str().unwrap_or_default(),
+        m["resourceVersion"].as_str().unwrap_or_default()
+    )
+}
+
+impl Cluster {
+    async fn create(&self, ns: &str, name: &str) -> String {
+        let obj = self.api.create("pods", Some(ns), pod(name, "nginx:1.27"));
+        if self.writer_up {
+            self.mirror.put("pods", "Pod", &obj).await;
+        }
+        format!("ADDED {}", id(&obj))
+    }
+
+    async fn update(&self, ns: &str, name: &str, image: &str) -> String {
+        let obj = self.api.update("pods", Some(ns), name, |p| {
+            p["spec"]["containers"][0]["image"] = json!(image)
+        });
+        if self.writer_up {
+            self.mirror.put("pods", "Pod", &obj).await;
+        }
+        format!("MODIFIED {}", id(&obj))
+    }
+
+    /// Deletes a pod; the mirror deletes its key (`purge`: as a purge).
+    async fn delete(&self, ns: &str, name: &str, purge: bool) -> String {
+        // The informers print the last version they had, the one before the deletion.
+        let before = self
+            .api
+            .get("pods", Some(ns), name)
+            .expect("the pod exists");
+        let obj = self.api.delete("pods", Some(ns), name).expect("deleted");
+        if self.writer_up {
+            if purge {
+                self.mirror.purge("pods", &obj).await;
+            } else {
+                self.mirror.delete("pods", &obj).await;
+            }
+        }
+        format!("DELETED {}", id(&before))
+    }
+
+    async fn writer_back(&mut self) {
+        let (_, items) = api_objects(&self.api.url(), "pods").await;
+        self.mirror.resync("pods", "Pod", &items).await;
+        self.writer_up = true;
+    }
+}
+
+/// The informer's change lines after `synced`, up to and including `last`.
+fn changes_until(lines: &[String], from: usize, last: &str) -> Vec<String> {
+    let end = lines[from..]
+        .iter()
+        .position(|l| l == last)
+        .map(|i| from + i + 1)
+        .unwrap_or(lines.len());
+    lines[from..end].to_vec()
+}
+
+async fn informer_follows_the_cluster(language: Language) {
+    let mut nats = NatsServer::start().await.expect("nats-server starts");
+    let api = ApiServer::start(ApiServerOptions::default())
+        .await
+        .expect("the simulated API server starts");
+    let mirror = Mirror::create(&nats.url()).await;
+    let mut cluster = Cluster {
+        api,
+        mirror,
+        writer_up: true,
+    };
+
+    // The state before the informer starts: pods in two namespaces (one name with dots, escaped
+    // in its key), a pod deleted with a marker still in the bucket, one purged, and a config map
+    // that the key filter leaves out.
+    for i in 0..12 {
+        cluster.create("shop", &format!("web-{i}")).await;
+    }
+    for i in 0..6 {
+        cluster.create("default", &format!("db.v2-{i}")).await;
+    }
+    cluster.update("shop", "web-3", "nginx:1.28").await;
+    cluster.delete("shop", "web-11", false).await;
+    cluster.delete("shop", "web-10", true).await;
+    let cm = cluster.api.create(
+        "configmaps",
+        Some("shop"),
+        json!({"metadata": {"name": "web-0"}, "data": {"k": "v"}}),
+    );
+    cluster.mirror.put("configmaps", "ConfigMap", &cm).await;
+
+    let informer = Informer::start(language, &nats.url(), FILTER);
+    let synced = informer.wait_for("synced 16 objects").await;
+
+    // Churn: every change is one line, in order, and the markers the server leaves when a
+    // delete's TTL runs out make no line of their own.
+    let mut expected = Vec::new();
+    for i in 0..5 {
+        expected.push(
+            cluster
+                .update("shop", &format!("web-{i}"), "nginx:1.29")
+                .await,
+        );
+    }
+    expected.push(cluster.delete("shop", "web-5", false).await);
+    expected.push(cluster.delete("default", "db.v2-0", true).await);
+    expected.push(cluster.create("shop", "web-10").await);
+    expected.push(cluster.create("shop", "web-5").await);
+    expected.push(cluster.delete("shop", "web-6", false).await);
+    expected.push(cluster.update("default", "db.v2-1", "postgres:17").await);
+    let last = expected.last().cloned().unwrap_or_default();
+    informer.wait_for(&last).await;
+    // Past the markers' two TTLs: the server's markers have come and gone.
+    tokio::time::sleep(mirror::MARKER_TTL * 3).await;
+    let sentinel = cluster.update("shop", "web-0", "nginx:1.30").await;
+    expected.push(sentinel.clone());
+    informer.wait_for(&sentinel).await;
+    assert_eq!(
+        changes_until(&informer.lines(), synced + 1, &sentinel),
+        expected,
+        "the {language:?} informer's change lines\n{}",
+        informer.transcript()
+    );
+
+    // A NATS restart (the bucket is on disk), then changes: the informer reconnects and
+    // watches afresh.
+    nats.restart().await.expect("nats-server restarts");
+    let mirror = Mirror::create(&nats.url()).await;
+    cluster.mirror = mirror;
+    cluster.delete("shop", "web-7", false).await;
+    cluster.update("shop", "web-8", "nginx:1.31").await;
+    let after_restart = cluster.create("default", "db.v2-9").await;
+    informer.wait_for(&after_restart).await;
+
+    // kube2nats killed (-9) while the cluster changes, then back: it lists afresh and writes the
+    // difference.
+    cluster.writer_up = false;
+    cluster.delete("shop", "web-9", false).await;
+    cluster.update("shop", "web-1", "nginx:1.32").await;
+    cluster.create("default", "db.v2-10").await;
+    cluster.writer_back().await;
+    let sentinel = cluster.update("shop", "web-2", "nginx:1.33").await;
+    informer.wait_for(&sentinel).await;
+
+    let (want, _) = api_objects(&cluster.api.url(), "pods").await;
+    let transcript = informer.transcript();
+    let cache = informer.terminate().await;
+    assert_eq!(
+        cache, want,
+        "the {language:?} informer's cache against the API server\n{transcript}"
+    );
+
+    // Changes while no informer runs, then a new one: it starts from the bucket's state, where
+    // the deleted pods' markers have expired.
+    cluster.delete("default", "db.v2-2", false).await;
+    cluster.delete("default", "db.v2-3", true).await;
+    cluster.update("default", "db.v2-4", "postgres:18").await;
+    cluster.create("shop", "web-20").await;
+    tokio::time::sleep(mirror::MARKER_TTL * 3).await;
+    let (want, _) = api_objects(&cluster.api.url(), "pods").await;
+    let late = Informer::start(language, &nats.url(), FILTER);
+    late.wait_for(&format!("synced {} objects", want.len()))
+        .await;
+    let transcript = late.transcript();
+    assert_eq!(
+        late.terminate().await,
+        want,
+        "the late {language:?} informer's cache against the API server\n{transcript}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_informer_equals_the_api_server() {
+    informer_follows_the_cluster(Language::Python).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_informer_equals_the_api_server() {
+    informer_follows_the_cluster(Language::Rust).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_informer_equals_the_api_server() {
+    informer_follows_the_cluster(Language::Node).await;
+}
