@@ -13,6 +13,8 @@ mod mirror;
 use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions};
 use kube2nats_harness::nats::NatsServer;
 use mirror::{api_objects, Informer, Language, Mirror};
+use std::time::Duration;
+
 use serde_json::{json, Value};
 
 const FILTER: &str = "core.v1.pods.>";
@@ -222,4 +224,127 @@ async fn rust_informer_equals_the_api_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_informer_equals_the_api_server() {
     informer_follows_the_cluster(Language::Node).await;
+}
+
+/// The point of the mirror, measured: informers of one resource started through the mirror cost
+/// the API server kube2nats' one list and watch, where as many direct informers cost a list and
+/// a watch each. Counted by the simulated API server (requests, and bytes of response bodies)
+/// over the same work: the informers sync 100 pods, then follow 100 updates. The figures are in
+/// docs/subscribers.md; `--nocapture` prints them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn informers_through_the_mirror_cost_the_api_server_one_list_and_watch() {
+    const INFORMERS: usize = 20;
+    const PODS: usize = 100;
+    const UPDATES: usize = 100;
+    let nats = NatsServer::start().await.expect("nats-server starts");
+    let api = ApiServer::start(ApiServerOptions::default())
+        .await
+        .expect("the simulated API server starts");
+    for i in 0..PODS {
+        api.create(
+            "pods",
+            Some("default"),
+            pod(&format!("web-{i}"), "nginx:1.27"),
+        );
+    }
+    let update_all = |image: &str| {
+        let mut last = Value::Null;
+        for i in 0..UPDATES {
+            last = api.update("pods", Some("default"), &format!("web-{i}"), |p| {
+                p["spec"]["containers"][0]["image"] = json!(image)
+            });
+        }
+        last
+    };
+    let lists_and_watches = |api: &ApiServer| {
+        let pods: Vec<_> = api
+            .requests()
+            .into_iter()
+            .filter(|r| r.path.ends_with("/pods"))
+            .collect();
+        let watches = pods.iter().filter(|r| r.is_watch()).count();
+        (pods.len() - watches, watches, api.requests().len())
+    };
+
+    // Direct: each informer lists and watches the API server itself (kube2nats' watch machine,
+    // which does what client-go's reflector does).
+    api.clear_requests();
+    let mut direct = Vec::new();
+    for _ in 0..INFORMERS {
+        let client = common::client(&api, Some(api.token_file()), Duration::from_secs(60));
+        let mut rec =
+            common::Recorder::start(client, common::target(common::pods(), Some("default")));
+        rec.until("opened").await;
+        direct.push(rec);
+    }
+    let last = update_all("nginx:1.28");
+    let last_event = format!("MODIFIED {}", id(&last).replacen("default/", "", 1));
+    for rec in &mut direct {
+        rec.until(&last_event).await;
+    }
+    let (direct_lists, direct_watches, direct_requests) = lists_and_watches(&api);
+    let direct_bytes = api.response_bytes();
+    drop(direct);
+    assert!(api.wait_for_watches(0, Duration::from_secs(10)).await);
+
+    // Through the mirror: kube2nats lists and watches once; the informers read the bucket.
+    api.clear_requests();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = common::token_file(dir.path(), kube2nats_harness::apiserver::INITIAL_TOKEN);
+    let config = format!(
+        "{}\n[nats]\nurl = \"{}\"\n[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"default\"]\n",
+        common::kube_section(&api, &token),
+        nats.url()
+    );
+    let daemon = common::Process::spawn(&config);
+    assert!(
+        api.wait_for_watches(1, Duration::from_secs(30)).await,
+        "kube2nats opens its watch\n{}",
+        daemon.rest()
+    );
+    // The writer seam stands in for kube2nats' mirror, which writes what kube2nats' one watch
+    // already brings: it costs the API server nothing more.
+    let mirror = Mirror::create(&nats.url()).await;
+    let before_the_test_list = api.response_bytes();
+    let (_, items) = api_objects(&api.url(), "pods").await;
+    let bytes_of_the_test = api.response_bytes() - before_the_test_list;
+    for obj in &items {
+        mirror.put("pods", "Pod", obj).await;
+    }
+    let informers: Vec<Informer> = (0..INFORMERS)
+        .map(|_| Informer::start(Language::Rust, &nats.url(), FILTER))
+        .collect();
+    for informer in &informers {
+        informer.wait_for(&format!("synced {PODS} objects")).await;
+    }
+    let mut last = Value::Null;
+    for i in 0..UPDATES {
+        last = api.update("pods", Some("default"), &format!("web-{i}"), |p| {
+            p["spec"]["containers"][0]["image"] = json!("nginx:1.29")
+        });
+        mirror.put("pods", "Pod", &last).await;
+    }
+    for informer in &informers {
+        informer.wait_for(&format!("MODIFIED {}", id(&last))).await;
+    }
+    // The test's own list (to seed the bucket) is not kube2nats' cost.
+    let (lists, watches, requests) = lists_and_watches(&api);
+    let (lists, requests) = (lists - 1, requests - 1);
+    let mirror_bytes = api.response_bytes() - bytes_of_the_test;
+
+    eprintln!(
+        "{INFORMERS} direct informers: {direct_lists} lists, {direct_watches} watches, {direct_requests} requests, {direct_bytes} bytes\n\
+         {INFORMERS} informers through kube2nats' mirror: {lists} lists, {watches} watches, {requests} requests (discovery included), {mirror_bytes} bytes"
+    );
+    assert_eq!((direct_lists, direct_watches), (INFORMERS, INFORMERS));
+    // One list; its watch may be renewed when the watch timeout ends it, resuming without a list.
+    assert_eq!(lists, 1, "kube2nats lists once");
+    assert!(
+        (1..INFORMERS).contains(&watches),
+        "kube2nats watches: {watches}"
+    );
+    assert!(
+        mirror_bytes * 10 < direct_bytes,
+        "through the mirror the API server sends {mirror_bytes} bytes, directly {direct_bytes}"
+    );
 }

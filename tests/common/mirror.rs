@@ -267,6 +267,8 @@ pub struct Informer {
     child: Child,
     stdout: Arc<Mutex<Vec<String>>>,
     stderr: Arc<Mutex<Vec<String>>>,
+    /// The thread reading stdout: it ends at end of file, once the process has exited.
+    stdout_reader: Option<std::thread::JoinHandle<()>>,
 }
 
 /// How long an informer may take to show a change: generous, for a loaded machine and a NATS
@@ -283,13 +285,14 @@ impl Informer {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("starting the {language:?} informer: {e}; {INSTALL}"));
-        let stdout = collect(child.stdout.take().expect("piped stdout"));
-        let stderr = collect(child.stderr.take().expect("piped stderr"));
+        let (stdout, stdout_reader) = collect(child.stdout.take().expect("piped stdout"));
+        let (stderr, _) = collect(child.stderr.take().expect("piped stderr"));
         Informer {
             language,
             child,
             stdout,
             stderr,
+            stdout_reader: Some(stdout_reader),
         }
     }
 
@@ -336,8 +339,10 @@ impl Informer {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
-        // The reader threads may still hold the last lines.
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Every line the process printed, up to the end of its output.
+        if let Some(reader) = self.stdout_reader.take() {
+            let _ = reader.join();
+        }
         assert_eq!(
             status.code(),
             Some(0),
@@ -374,13 +379,16 @@ impl Drop for Informer {
     }
 }
 
-fn collect(pipe: impl std::io::Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
+/// The lines of `pipe`, collected by a thread until its end.
+fn collect(
+    pipe: impl std::io::Read + Send + 'static,
+) -> (Arc<Mutex<Vec<String>>>, std::thread::JoinHandle<()>) {
     let lines = Arc::new(Mutex::new(Vec::new()));
     let sink = lines.clone();
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         for line in BufReader::new(pipe).lines().map_while(Result::ok) {
             sink.lock().unwrap().push(line);
         }
     });
-    lines
+    (lines, reader)
 }
