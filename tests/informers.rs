@@ -348,3 +348,28 @@ async fn informers_through_the_mirror_cost_the_api_server_one_list_and_watch() {
         "through the mirror the API server sends {mirror_bytes} bytes, directly {direct_bytes}"
     );
 }
+
+/// The writer seam escapes keys as the contract's examples say (docs/subscribers.md); the
+/// informers undo it (their own unit tests and the names with dots above).
+#[test]
+fn keys_follow_the_contract() {
+    for (text, token) in [
+        ("nginx", "nginx"),
+        ("kube-root-ca.crt", "kube-root-ca_crt"),
+        ("system:node:w1", "system=3Anode=3Aw1"),
+        ("my_name", "my=5Fname"),
+        ("é", "=C3=A9"),
+        ("", "="),
+        ("50%", "50=25"),
+        ("a=b/c", "a=3Db=2Fc"),
+    ] {
+        assert_eq!(mirror::key_token(text), token, "{text:?}");
+    }
+    let web0 = json!({"metadata": {"namespace": "shop", "name": "web-0"}});
+    assert_eq!(mirror::core_key("pods", &web0), "core.v1.pods.shop.web-0");
+    let node = json!({"metadata": {"name": "system:node:w1"}});
+    assert_eq!(
+        mirror::core_key("nodes", &node),
+        "core.v1.nodes._.system=3Anode=3Aw1"
+    );
+}
