@@ -64,24 +64,34 @@ pub struct Mirror {
 }
 
 impl Mirror {
-    /// Creates the bucket as kube2nats does: one value per key, file storage (it outlives a
-    /// NATS restart), per-message TTLs and server markers.
+    /// Creates the bucket as kube2nats does (or opens it, after a NATS restart): one value per
+    /// key, file storage (it outlives a NATS restart), per-message TTLs and server markers.
     pub async fn create(nats_url: &str) -> Mirror {
         let client = async_nats::connect(nats_url)
             .await
             .expect("the mirror connects to NATS");
         let js = jetstream::new(client);
-        let kv = js
-            .create_key_value(kv::Config {
-                bucket: BUCKET.to_owned(),
-                history: 1,
-                storage: StorageType::File,
-                limit_markers: Some(MARKER_TTL),
-                ..Default::default()
-            })
-            .await
-            .expect("creating the bucket");
-        Mirror { js, kv }
+        // Just after a nats-server (re)start JetStream may not answer yet: try for a while.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let created = js
+                .create_key_value(kv::Config {
+                    bucket: BUCKET.to_owned(),
+                    history: 1,
+                    storage: StorageType::File,
+                    limit_markers: Some(MARKER_TTL),
+                    ..Default::default()
+                })
+                .await;
+            match created {
+                Ok(kv) => return Mirror { js, kv },
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    eprintln!("creating the bucket: {e}; again");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("creating the bucket: {e}"),
+            }
+        }
     }
 
     /// Writes an object's current state: the object as the event message carries it, with its

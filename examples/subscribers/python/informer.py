@@ -87,12 +87,19 @@ class Informer:
         """A fresh watch and the state it starts from: {key: (namespace, name, rv)}."""
         watcher = await self.kv.watch(self.key_filter)
         state = {}
-        while True:
-            # A bound per entry: a watch begun as NATS goes away must not hang.
-            entry = await watcher.updates(timeout=5)
-            if entry is None:  # the initial values are all in
-                return watcher, state
-            apply(state, entry)
+        try:
+            while True:
+                # A bound per entry: a watch begun as NATS goes away must not hang.
+                entry = await watcher.updates(timeout=5)
+                if entry is None:  # the initial values are all in
+                    return watcher, state
+                apply(state, entry)
+        except BaseException:
+            try:
+                await watcher.stop()
+            except Exception:
+                pass
+            raise
 
     def replace(self, fresh, announce):
         """Makes `fresh` the cache, printing the difference when `announce`."""
