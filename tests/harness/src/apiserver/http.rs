@@ -98,7 +98,21 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         expired: served.expired || response.status() == StatusCode::GONE,
         accept,
     });
-    response
+    count_body_bytes(response, shared.response_bytes.clone())
+}
+
+/// `response` with its body counted into `total` as it is sent. The body keeps its size hint,
+/// so a list still goes out with a `Content-Length`.
+fn count_body_bytes(response: Response, total: Arc<std::sync::atomic::AtomicU64>) -> Response {
+    use http_body_util::BodyExt as _;
+    let (parts, body) = response.into_parts();
+    let counted = body.map_frame(move |frame| {
+        if let Some(data) = frame.data_ref() {
+            total.fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        frame
+    });
+    Response::from_parts(parts, Body::new(counted))
 }
 
 fn bearer_token(headers: &HeaderMap) -> Option<String> {

@@ -292,6 +292,8 @@ struct Shared {
     server_address: String,
     unkind: Mutex<unkind::Settings>,
     connections: std::sync::atomic::AtomicUsize,
+    /// Bytes of response bodies sent, lists and watch streams alike: what clients cost the server.
+    response_bytes: Arc<std::sync::atomic::AtomicU64>,
     cut_off: partition::CutOff,
     slow_lease_reads: leases::SlowReads,
     /// The `kube-system` Namespace's uid: what tools use as the cluster's id, different for
@@ -418,6 +420,7 @@ impl ApiServer {
             server_address: addr.to_string(),
             unkind: Mutex::new(unkind::Settings::default()),
             connections: std::sync::atomic::AtomicUsize::new(0),
+            response_bytes: Arc::default(),
             cut_off: partition::CutOff::default(),
             slow_lease_reads: leases::SlowReads::default(),
             cluster_uid: uuid::Uuid::new_v4().to_string(),
@@ -735,9 +738,20 @@ impl ApiServer {
         lock(&self.shared.requests).clone()
     }
 
-    /// Forgets the recorded requests.
+    /// Forgets the recorded requests, and zeroes [`ApiServer::response_bytes`].
     pub fn clear_requests(&self) {
         lock(&self.shared.requests).clear();
+        self.shared
+            .response_bytes
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Bytes of response bodies sent so far (lists, watch streams, discovery, errors), as
+    /// they leave the handler: before HTTP framing and TLS.
+    pub fn response_bytes(&self) -> u64 {
+        self.shared
+            .response_bytes
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Number of watch streams currently open.
