@@ -28,6 +28,7 @@ mod check;
 mod coverage;
 mod error;
 mod leader;
+mod mirror;
 mod noise;
 mod raw;
 mod selector;
@@ -48,6 +49,7 @@ use crate::subject::SubjectTemplate;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use leader::{LeaderElectionConfig, RawLeaderElection, RETRY_JITTER_FACTOR};
+pub use mirror::{MirrorConfig, RawMirror};
 pub use noise::{Changes, NoiseConfig, DEFAULT_CHANGES};
 pub use raw::*;
 pub use selector::{check_field_selector, check_label_selector};
@@ -80,6 +82,7 @@ pub struct Config {
     pub shutdown: ShutdownConfig,
     pub state: StateConfig,
     pub leader_election: LeaderElectionConfig,
+    pub mirror: MirrorConfig,
     pub watches: Vec<WatchConfig>,
 }
 
@@ -498,6 +501,8 @@ pub struct WatchConfig {
     pub format: MessageFormat,
     /// Which MODIFIED events are published and which paths are stripped.
     pub noise: NoiseConfig,
+    /// Whether the watch's objects are kept in the `[mirror]` bucket (docs/mirror.md).
+    pub mirror: bool,
 }
 
 /// What the first list of a watch publishes.

@@ -1,0 +1,332 @@
+//! The mirror (docs/mirror.md) with the real binary, a real nats-server and the simulated API
+//! server: a KV watch of the bucket is a complete informer (initial values, the end-of-initial-
+//! values marker, then every change with the event's `Kube-*` headers), the bucket equals the API
+//! server's state after churn and after `kill -9` with changes while kube2nats was down (both
+//! event modes), and a writer with a stale view never overwrites a newer value.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_nats::jetstream::kv::{Operation, Store};
+use common::*;
+use futures_util::StreamExt;
+use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions, INITIAL_TOKEN};
+use kube2nats_harness::nats::NatsServer;
+use serde_json::Value;
+
+const BUCKET: &str = "kube-objects";
+const NS: &str = "shop";
+
+fn config(sim: &ApiServer, nats: &NatsServer, dir: &std::path::Path, mode: &str) -> String {
+    let token = token_file(dir, INITIAL_TOKEN);
+    let stream = if mode == "jetstream" {
+        "[nats.jetstream.stream]\n"
+    } else {
+        ""
+    };
+    format!(
+        "{}\n[nats]\nurl = \"{}\"\nmode = \"{mode}\"\n{stream}[state]\ncheckpoint_interval = \"200ms\"\n[mirror]\nenabled = true\ndelete_marker_ttl = \"30s\"\n[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"{NS}\"]\n",
+        kube_section(sim, &token),
+        nats.url()
+    )
+}
+
+async fn bucket(nats: &NatsServer) -> Store {
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Ok(store) = js.get_key_value(BUCKET).await {
+            return store;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no mirror bucket");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn key(name: &str) -> String {
+    format!("core.v1.pods.{NS}.{name}")
+}
+
+fn version(object: &Value) -> String {
+    object["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// What the bucket holds: key → the resourceVersion of its value.
+async fn contents(store: &Store) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut keys = store.keys().await.unwrap();
+    while let Some(key) = keys.next().await {
+        let key = key.unwrap();
+        if let Some(value) = store.get(&key).await.unwrap() {
+            let object: Value = serde_json::from_slice(&value).unwrap();
+            out.insert(key, version(&object));
+        }
+    }
+    out
+}
+
+/// What the API server holds: key → resourceVersion.
+fn expected(sim: &ApiServer, names: &[String]) -> BTreeMap<String, String> {
+    names
+        .iter()
+        .filter_map(|n| sim.get("pods", Some(NS), n).map(|o| (key(n), version(&o))))
+        .collect()
+}
+
+/// Waits until the bucket equals the API server's state.
+async fn converged(store: &Store, sim: &ApiServer, names: &[String], within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let (have, want) = (contents(store).await, expected(sim, names));
+        if have == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the bucket does not equal the API server:\nbucket {have:?}\napi    {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Creates, updates and deletes pods; `round` keeps names apart between rounds.
+fn churn(sim: &ApiServer, names: &mut Vec<String>, round: usize) {
+    for i in 0..10 {
+        let name = format!("r{round}-p{i}");
+        sim.create("pods", Some(NS), pod(&name));
+        names.push(name);
+    }
+    let live: Vec<String> = names
+        .iter()
+        .filter(|n| sim.get("pods", Some(NS), n).is_some())
+        .cloned()
+        .collect();
+    for (i, name) in live.iter().enumerate() {
+        match i % 3 {
+            0 => {
+                sim.update("pods", Some(NS), name, |o| {
+                    o["metadata"]["labels"]["round"] = Value::from(round);
+                });
+            }
+            1 => {
+                sim.delete("pods", Some(NS), name);
+            }
+            _ => {}
+        }
+    }
+}
+
+async fn watch_is_an_informer(mode: &str) {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let first = sim.create("pods", Some(NS), pod("web-0"));
+    sim.create("pods", Some(NS), pod("web-1"));
+    let nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Process::spawn(&config(&sim, &nats, dir.path(), mode));
+    daemon.line_with(&["mirror repaired"]);
+    let store = bucket(&nats).await;
+
+    let mut watch = store.watch_with_history(">").await.unwrap();
+    let mut initial = BTreeMap::new();
+    loop {
+        let entry = tokio::time::timeout(WAIT, watch.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(entry.operation, Operation::Put);
+        let object: Value = serde_json::from_slice(&entry.value).unwrap();
+        assert!(
+            object.get("type").is_none(),
+            "the value is the object, not the event"
+        );
+        initial.insert(entry.key.clone(), version(&object));
+        if entry.delta == 0 {
+            break;
+        }
+    }
+    assert_eq!(
+        initial,
+        BTreeMap::from([
+            (key("web-0"), version(&first)),
+            (
+                key("web-1"),
+                version(&sim.get("pods", Some(NS), "web-1").unwrap())
+            ),
+        ])
+    );
+
+    let updated = sim.update("pods", Some(NS), "web-0", |o| {
+        o["metadata"]["labels"]["tier"] = "front".into();
+    });
+    let entry = tokio::time::timeout(WAIT, watch.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (entry.key.as_str(), entry.operation),
+        (key("web-0").as_str(), Operation::Put)
+    );
+    let object: Value = serde_json::from_slice(&entry.value).unwrap();
+    assert_eq!(version(&object), version(&updated));
+    assert_eq!(object["metadata"]["labels"]["tier"], "front");
+    // The value carries the event's headers.
+    let stream = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap())
+        .get_stream(format!("KV_{BUCKET}"))
+        .await
+        .unwrap();
+    let raw = stream
+        .get_last_raw_message_by_subject(&format!("$KV.{BUCKET}.{}", key("web-0")))
+        .await
+        .unwrap();
+    let header = |name: &str| raw.headers.get(name).map(|v| v.as_str().to_owned());
+    assert_eq!(header("Kube-Resource-Version"), Some(version(&updated)));
+    assert_eq!(header("Kube-Name").as_deref(), Some("web-0"));
+    assert_eq!(header("Kube-Namespace").as_deref(), Some(NS));
+    assert_eq!(header("Kube-Kind").as_deref(), Some("Pod"));
+    assert_eq!(header("Kube-Event-Type").as_deref(), Some("MODIFIED"));
+    assert_eq!(header("Nats-Msg-Id"), None);
+
+    let deleted = sim.delete("pods", Some(NS), "web-1").unwrap();
+    let entry = tokio::time::timeout(WAIT, watch.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (entry.key.as_str(), entry.operation),
+        (key("web-1").as_str(), Operation::Delete)
+    );
+    let raw = stream
+        .get_last_raw_message_by_subject(&format!("$KV.{BUCKET}.{}", key("web-1")))
+        .await
+        .unwrap();
+    let header = |name: &str| raw.headers.get(name).map(|v| v.as_str().to_owned());
+    assert_eq!(
+        header("Nats-TTL").as_deref(),
+        Some("30s"),
+        "delete markers expire"
+    );
+    assert_eq!(header("Kube-Resource-Version"), Some(version(&deleted)));
+
+    let mut names: Vec<String> = vec!["web-0".into(), "web-1".into()];
+    for round in 0..3 {
+        churn(&sim, &mut names, round);
+    }
+    converged(&store, &sim, &names, WAIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kv_watch_is_an_informer_in_core_mode() {
+    watch_is_an_informer("core").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kv_watch_is_an_informer_in_jetstream_mode() {
+    watch_is_an_informer("jetstream").await;
+}
+
+/// kill -9, changes while down (creates, updates, deletes), a restart: the start's list repairs
+/// the bucket, which then equals the API server's state.
+async fn kill_and_restart_converge(mode: &str) {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&sim, &nats, dir.path(), mode);
+    let mut names = Vec::new();
+    churn(&sim, &mut names, 0);
+    let mut daemon = Process::spawn(&config);
+    daemon.line_with(&["mirror repaired"]);
+    let store = bucket(&nats).await;
+    for round in 1..4 {
+        churn(&sim, &mut names, round * 10);
+        // Killed at once: some of the round's writes are most likely not made.
+        daemon.kill();
+        churn(&sim, &mut names, round * 10 + 1);
+        daemon = Process::spawn(&config);
+        converged(&store, &sim, &names, WAIT).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_with_changes_while_down_converges_in_core_mode() {
+    kill_and_restart_converge("core").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_with_changes_while_down_converges_in_jetstream_mode() {
+    kill_and_restart_converge("jetstream").await;
+}
+
+/// A key written by another writer at a newer resourceVersion (a new leader, while this replica
+/// still believes its own revision current) is not overwritten by an older one: the write is
+/// refused by its expected revision, the key is read, and the older write is given up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_writer_never_overwrites_a_newer_value() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    sim.create("pods", Some(NS), pod("web-0"));
+    let nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = config(&sim, &nats, dir.path(), "jetstream").replace(
+        "listen = \"127.0.0.1:0\"",
+        &format!("listen = \"127.0.0.1:{port}\""),
+    );
+    let daemon = Process::spawn(&config);
+    daemon.line_with(&["mirror repaired"]);
+    let store = bucket(&nats).await;
+
+    // The newer value, from the writer that took over: far ahead of anything the API server
+    // sends this replica next.
+    let newer = sim.resource_version() + 1_000_000;
+    let mut object = sim.get("pods", Some(NS), "web-0").unwrap();
+    object["metadata"]["resourceVersion"] = Value::from(newer.to_string());
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Kube-Resource-Version", newer.to_string().as_str());
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    js.publish_with_headers(
+        format!("$KV.{BUCKET}.{}", key("web-0")),
+        headers,
+        serde_json::to_vec(&object).unwrap().into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+
+    // This replica's next write of the key is older.
+    let stale = sim.update("pods", Some(NS), "web-0", |o| {
+        o["metadata"]["labels"]["tier"] = "front".into();
+    });
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let metrics = scrape_metrics(port).await;
+        if metric_sum(
+            &metrics,
+            "kube2nats_mirror_writes_fenced_total",
+            &[("watch", "pods")],
+        ) >= 1.0
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stale write was not refused"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let held: Value =
+        serde_json::from_slice(&store.get(key("web-0")).await.unwrap().unwrap()).unwrap();
+    assert_eq!(
+        version(&held),
+        newer.to_string(),
+        "the newer value stays, not {}",
+        version(&stale)
+    );
+}
