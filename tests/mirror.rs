@@ -330,3 +330,27 @@ async fn a_stale_writer_never_overwrites_a_newer_value() {
         version(&stale)
     );
 }
+
+/// The mirror asked for and no JetStream on the server: one clear error naming the key, exit 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_without_jetstream_exits_2() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let nats = NatsServer::start_with(kube2nats_harness::nats::NatsOptions {
+        jetstream: false,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config =
+        config(&sim, &nats, dir.path(), "core").replace("[state]\n", "[state]\nenabled = false\n");
+    let mut daemon = Process::spawn(&config);
+    let (code, _) = daemon.wait_exit(WAIT);
+    assert_eq!(code, Some(2));
+    let log = daemon.rest();
+    let errors: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("mirror.enabled: the NATS server has no JetStream"))
+        .collect();
+    assert!(!errors.is_empty(), "no error naming mirror.enabled:\n{log}");
+}

@@ -138,7 +138,9 @@ async fn exercised_scrape() -> String {
     sim.create("pods", Some("default"), pod("a"));
     let nats = NatsServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let config = jetstream_pods_config(&sim, &nats, dir.path());
+    // Mirrored, so that the mirror's families are in the scrape too.
+    let config = jetstream_pods_config(&sim, &nats, dir.path())
+        .replace("[[watches]]", "[mirror]\nenabled = true\n[[watches]]");
     let daemon = kube2nats::app::start(config_from(&config)).await.unwrap();
     let synced = |daemon: &kube2nats::app::Daemon| {
         metric(
