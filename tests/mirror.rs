@@ -410,3 +410,97 @@ async fn a_takeover_between_replicas_keeps_the_mirror_in_step() {
     }
     assert!(last.len() >= 10, "the watch saw the writes: {last:?}");
 }
+
+/// The randomized mirror fault run: a stream of random creates, updates and deletes over a pool
+/// of names runs while kube2nats is killed (-9) at a random moment, stays down while the stream
+/// goes on, and starts again; before some restarts the history is compacted (a relist), before
+/// others nats-server restarts. After each restart the bucket must equal the API server's state.
+/// Seeded: `KUBE2NATS_FAULT_SEED=N` replays a run.
+async fn mirror_fault_run(mode: &str) {
+    use rand::{Rng, SeedableRng};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    const POOL: usize = 30;
+    const CYCLES: usize = 4;
+    let seed: u64 = std::env::var("KUBE2NATS_FAULT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("mirror fault run ({mode}): seed {seed} (replay with KUBE2NATS_FAULT_SEED={seed})");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let sim = Arc::new(ApiServer::start(ApiServerOptions::default()).await.unwrap());
+    let mut nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&sim, &nats, dir.path(), mode);
+    let names: Vec<String> = (0..POOL).map(|i| format!("f{i}")).collect();
+    let change = {
+        let names = names.clone();
+        move |sim: &ApiServer, rng: &mut rand::rngs::StdRng| {
+            let name = &names[rng.random_range(0..names.len())];
+            match sim.get("pods", Some(NS), name) {
+                None => {
+                    sim.create("pods", Some(NS), pod(name));
+                }
+                Some(_) if rng.random_bool(0.65) => {
+                    let n: u32 = rng.random();
+                    sim.update("pods", Some(NS), name, |o| {
+                        o["metadata"]["labels"]["n"] = Value::from(n);
+                    });
+                }
+                Some(_) => {
+                    sim.delete("pods", Some(NS), name);
+                }
+            }
+        }
+    };
+    for _ in 0..POOL {
+        change(&sim, &mut rng);
+    }
+    let mut daemon = Process::spawn(&config);
+    daemon.line_with(&["mirror repaired"]);
+    let store = bucket(&nats).await;
+    for cycle in 0..CYCLES {
+        // A busy stream while the daemon runs, is killed, and is down.
+        let stop = Arc::new(AtomicBool::new(false));
+        let producer = {
+            let (sim, stop, change) = (sim.clone(), stop.clone(), change.clone());
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (cycle as u64 + 1));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    change(&sim, &mut rng);
+                    std::thread::sleep(Duration::from_millis(rng.random_range(0..4)));
+                }
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(rng.random_range(50..600))).await;
+        daemon.kill();
+        tokio::time::sleep(Duration::from_millis(rng.random_range(50..300))).await;
+        stop.store(true, Ordering::Relaxed);
+        producer.join().unwrap();
+        let fault = match rng.random_range(0..3) {
+            0 => {
+                sim.compact();
+                "compaction (relist)"
+            }
+            1 => {
+                nats.stop().await;
+                nats.restart().await.unwrap();
+                "nats-server restart"
+            }
+            _ => "none",
+        };
+        daemon = Process::spawn(&config);
+        converged(&store, &sim, &names, Duration::from_secs(20)).await;
+        println!("cycle {cycle}: {fault}; converged");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn randomized_kill_9_fault_run_leaves_the_bucket_equal_to_the_api_server_core() {
+    mirror_fault_run("core").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn randomized_kill_9_fault_run_leaves_the_bucket_equal_to_the_api_server_jetstream() {
+    mirror_fault_run("jetstream").await;
+}
