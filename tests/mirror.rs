@@ -504,3 +504,72 @@ async fn randomized_kill_9_fault_run_leaves_the_bucket_equal_to_the_api_server_c
 async fn randomized_kill_9_fault_run_leaves_the_bucket_equal_to_the_api_server_jetstream() {
     mirror_fault_run("jetstream").await;
 }
+
+/// Delete markers do not pile up: objects created and deleted leave one marker per key, which
+/// the server removes after `mirror.delete_marker_ttl`; the bucket then holds nothing. The number
+/// of objects is `KUBE2NATS_MIRROR_CHURN` (default 2000); the bytes are printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_markers_expire_and_the_bucket_stays_bounded() {
+    let objects: usize = std::env::var("KUBE2NATS_MIRROR_CHURN")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2000);
+    let sim = ApiServer::start(ApiServerOptions {
+        history_limit: 4 * objects + 100,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&sim, &nats, dir.path(), "jetstream")
+        .replace("delete_marker_ttl = \"30s\"", "delete_marker_ttl = \"2s\"");
+    let daemon = Process::spawn(&config);
+    daemon.line_with(&["mirror repaired"]);
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    let state = || {
+        let js = js.clone();
+        async move {
+            let mut stream = js.get_stream(format!("KV_{BUCKET}")).await.unwrap();
+            let info = stream.info().await.unwrap();
+            (info.state.messages, info.state.bytes)
+        }
+    };
+    let started = tokio::time::Instant::now();
+    for i in 0..objects {
+        let name = format!("c{i}");
+        sim.create("pods", Some(NS), pod(&name));
+        sim.delete("pods", Some(NS), &name);
+    }
+    // Every key ends as a delete marker...
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let mut peak = (0, 0);
+    loop {
+        let (messages, bytes) = state().await;
+        peak = peak.max((messages, bytes));
+        if messages as usize >= objects || tokio::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // ...and the markers expire.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (messages, bytes) = state().await;
+        if messages == 0 {
+            println!(
+                "{objects} objects created and deleted in {:?}: the bucket held at most {} messages, {} bytes; {} messages, {bytes} bytes once the markers expired",
+                started.elapsed(),
+                peak.0,
+                peak.1,
+                messages
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{messages} messages ({bytes} bytes) still in the bucket"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
