@@ -219,7 +219,7 @@ async fn watch_is_an_informer(mode: &str) {
     for round in 0..3 {
         churn(&sim, &mut names, round);
     }
-    converged(&store, &sim, &names, WAIT).await;
+    converged(&store, &sim, &names, Duration::from_secs(30)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -250,7 +250,7 @@ async fn kill_and_restart_converge(mode: &str) {
         daemon.kill();
         churn(&sim, &mut names, round * 10 + 1);
         daemon = Process::spawn(&config);
-        converged(&store, &sim, &names, WAIT).await;
+        converged(&store, &sim, &names, Duration::from_secs(30)).await;
     }
 }
 
@@ -392,7 +392,7 @@ async fn a_takeover_between_replicas_keeps_the_mirror_in_step() {
     churn(&sim, &mut names, 2);
     b.line_with(&["acquired the Lease"]);
     churn(&sim, &mut names, 3);
-    converged(&store, &sim, &names, Duration::from_secs(20)).await;
+    converged(&store, &sim, &names, Duration::from_secs(30)).await;
     recorder.abort();
 
     let mut last: BTreeMap<String, u64> = BTreeMap::new();
@@ -490,7 +490,7 @@ async fn mirror_fault_run(mode: &str) {
             _ => "none",
         };
         daemon = Process::spawn(&config);
-        converged(&store, &sim, &names, Duration::from_secs(20)).await;
+        converged(&store, &sim, &names, Duration::from_secs(30)).await;
         println!("cycle {cycle}: {fault}; converged");
     }
 }

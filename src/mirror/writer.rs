@@ -16,8 +16,10 @@
 //!
 //! A list begins with [`Op::RepairBegin`]: the writer reads the revision and
 //! `Kube-Resource-Version` of every key under the target (headers only, last per key). Each
-//! listed object's put is then written only if the key differs, and [`Op::RepairEnd`] deletes the
-//! keys the list did not show. So after a crash, a NATS restart, a takeover or a 410 relist, the
+//! listed object's put is then written only if it is newer than the key, and [`Op::RepairEnd`]
+//! deletes the keys the list did not show, at the list's version (the deletions the list found
+//! are left to it: they carry the version kube2nats last checkpointed, which may be older than the
+//! key). So after a crash, a NATS restart, a takeover or a 410 relist, the
 //! bucket equals the list, whatever writes were lost.
 
 use std::collections::{HashMap, VecDeque};
@@ -176,6 +178,10 @@ impl Writer {
                 if self.snapshot.is_none() {
                     self.metrics.repairs.inc();
                 }
+                // Earlier writes first, so that the keys read show them.
+                while !self.in_flight.is_empty() {
+                    self.complete_oldest().await;
+                }
                 let found = self.read_keys().await;
                 for (key, found) in &found {
                     self.revisions.insert(hash(key), found.revision);
@@ -228,21 +234,20 @@ impl Writer {
     async fn write(&mut self, write: Write) {
         let hash = hash(&write.key);
         if let Some(snapshot) = &mut self.snapshot {
+            if matches!(write.kind, WriteKind::Delete { .. }) {
+                // A deletion a list found carries the object's last version kube2nats remembers,
+                // which may be older than the key (the key is written before a checkpoint): the
+                // list's end deletes every key it did not show, at the list's version.
+                self.metrics.pending.dec();
+                return;
+            }
             if let Some(found) = snapshot.remove(&write.key) {
-                let same = match &write.kind {
-                    WriteKind::Put { .. } => {
-                        found.live && found.version.as_deref() == Some(write.version.as_str())
-                    }
-                    WriteKind::Delete { .. } => !found.live,
-                };
-                if same {
+                // The key holds this version already, or a newer one (a list older than what
+                // another writer wrote): nothing to write.
+                if !supersedes(&write, Some(&found)) {
                     self.metrics.pending.dec();
                     return;
                 }
-            } else if matches!(write.kind, WriteKind::Delete { .. }) {
-                // Not in the bucket: nothing to delete.
-                self.metrics.pending.dec();
-                return;
             }
         }
         while self.in_flight.len() >= self.place.max_in_flight
@@ -251,7 +256,10 @@ impl Writer {
             self.complete_oldest().await;
         }
         let expected = self.revisions.get(&hash).copied().unwrap_or(0);
-        let ack = self.send(&write, expected).await;
+        let Some(ack) = self.send(&write, expected).await else {
+            self.metrics.pending.dec();
+            return;
+        };
         self.in_flight.push_back(Pending {
             write,
             hash,
@@ -260,8 +268,9 @@ impl Writer {
         });
     }
 
-    /// Publishes one write, retrying until the client takes it.
-    async fn send(&mut self, write: &Write, expected: u64) -> Ack {
+    /// Publishes one write, retrying until the client takes it; `None` for a write the server
+    /// can never take (larger than its `max_payload`: logged and counted).
+    async fn send(&mut self, write: &Write, expected: u64) -> Option<Ack> {
         let subject = format!("{}{}", self.place.subject_prefix, write.key);
         loop {
             let expected_text = expected.to_string();
@@ -295,7 +304,12 @@ impl Writer {
                 .send_publish(subject.clone(), publish)
                 .await
             {
-                Ok(ack) => return Box::pin(ack.into_future()),
+                Ok(ack) => return Some(Box::pin(ack.into_future())),
+                Err(e) if e.kind() == PublishErrorKind::MaxPayloadExceeded => {
+                    self.metrics.write_errors.inc();
+                    tracing::error!(watch = %self.watch, key = %write.key, error = %e, "mirror write larger than the NATS server's max_payload; not written");
+                    return None;
+                }
                 Err(e) => self.pause("bucket write failed", &e).await,
             }
         }
@@ -346,7 +360,10 @@ impl Writer {
                     self.pause("bucket write not acknowledged", &e).await;
                 }
             }
-            result = self.send(&write, expected).await.await;
+            match self.send(&write, expected).await {
+                Some(ack) => result = ack.await,
+                None => break,
+            }
         }
         self.metrics.pending.dec();
     }
@@ -472,25 +489,30 @@ fn is_live(operation: Option<&str>, marker: bool) -> bool {
     !marker && !matches!(operation, Some("DEL" | "PURGE"))
 }
 
-/// Whether `write` should replace what the key holds.
+/// Whether `write` should replace what the key holds. A put replaces an older version (or a
+/// deletion older than it); a delete removes a value not newer than the deletion (a deletion found
+/// by a list carries the object's last known version, which the key may hold).
 fn supersedes(write: &Write, found: Option<&Found>) -> bool {
     let Some(found) = found else {
         // No message: a put creates the key, a delete has nothing to do.
         return matches!(write.kind, WriteKind::Put { .. });
     };
-    if matches!(write.kind, WriteKind::Delete { .. }) && !found.live {
-        return false;
-    }
-    match &found.version {
-        None => true,
-        Some(current) => {
-            let current = ResourceVersion::new(current.as_str());
-            match write.version.newer_than(&current) {
+    let current = found.version.as_deref().map(ResourceVersion::new);
+    match write.kind {
+        WriteKind::Delete { .. } => {
+            found.live
+                && current
+                    .as_ref()
+                    .is_none_or(|current| current.newer_than(&write.version) != Some(true))
+        }
+        WriteKind::Put { .. } => match current {
+            None => true,
+            Some(current) => match write.version.newer_than(&current) {
                 Some(newer) => newer,
                 // Not integers: only equality is known.
                 None => write.version != current,
-            }
-        }
+            },
+        },
     }
 }
 
@@ -599,6 +621,24 @@ mod tests {
         assert!(supersedes(&put("10"), None));
         assert!(supersedes(&put("b"), Some(&found("a", true))));
         assert!(!supersedes(&put("a"), Some(&found("a", true))));
+        let delete = |version: &str| Write {
+            kind: WriteKind::Delete { headers: None },
+            ..put(version)
+        };
+        assert!(
+            supersedes(&delete("10"), Some(&found("10", true))),
+            "a vanished object"
+        );
+        assert!(supersedes(&delete("11"), Some(&found("10", true))));
+        assert!(
+            !supersedes(&delete("10"), Some(&found("11", true))),
+            "recreated since"
+        );
+        assert!(
+            !supersedes(&delete("12"), Some(&found("11", false))),
+            "deleted already"
+        );
+        assert!(!supersedes(&delete("12"), None));
     }
 
     #[test]
