@@ -35,6 +35,8 @@ use crate::kube::credentials;
 use crate::kube::discovery::Discovery;
 use crate::kube::ApiClient;
 use crate::leader::{Candidate, Elector, LeaderMetrics};
+use crate::mirror::metrics::{MirrorFamilies, MirrorMetrics};
+use crate::mirror::{Mirror, MirrorBucket};
 use crate::noise::NoiseControl;
 use crate::publish::metrics::{PublishFamilies, PublishMetrics};
 use crate::publish::{connect, MessageBuilder, Nats, Outbox};
@@ -87,6 +89,7 @@ struct StageMetrics {
     api_requests: prometheus::IntCounterVec,
     state: StateMetrics,
     leader: LeaderMetrics,
+    mirror: MirrorFamilies,
 }
 
 impl StageMetrics {
@@ -97,6 +100,7 @@ impl StageMetrics {
             api_requests: register_api_requests(registry)?,
             state: StateMetrics::register(registry)?,
             leader: LeaderMetrics::register(registry)?,
+            mirror: MirrorFamilies::register(registry)?,
         })
     }
 }
@@ -127,6 +131,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         stages.publish.nats_connected.clone(),
         shutdown.clone(),
     ));
+    readiness.set_mirror_repairs(stages.mirror.repairs.clone());
     let listener = http::bind(config.http.listen)
         .await
         .with_context(|| format!("binding the HTTP listener on {}", config.http.listen))?;
@@ -269,6 +274,20 @@ async fn run_watches(
     else {
         return Ok(());
     };
+    let mirror = match config.watches.iter().any(|w| w.mirror) {
+        false => None,
+        true => match crate::mirror::open(
+            &config.mirror,
+            &config.nats.jetstream_api_prefix(),
+            nats.client(),
+            &shutdown,
+        )
+        .await?
+        {
+            Some(bucket) => Some(bucket),
+            None => return Ok(()),
+        },
+    };
     let budget = Budget::new(
         config.nats.max_buffered_bytes,
         metrics.publish.buffered_bytes.clone(),
@@ -284,6 +303,7 @@ async fn run_watches(
         readiness: &readiness,
         state: &state,
         plans: &plans,
+        mirror: mirror.as_ref(),
     };
     match elector {
         None => {
@@ -344,6 +364,8 @@ struct Watches<'a> {
     readiness: &'a Readiness,
     state: &'a StateStore,
     plans: &'a [WatchPlan<'a>],
+    /// The mirror bucket, when a watch is mirrored.
+    mirror: Option<&'a MirrorBucket>,
 }
 
 /// One term's watch tasks and the metrics they report through.
@@ -454,6 +476,10 @@ impl Watches<'_> {
                     state: self.state,
                     plan,
                     selected: selected.clone(),
+                    mirror: self
+                        .mirror
+                        .filter(|_| plan.watch.mirror)
+                        .map(|bucket| (bucket, metrics.mirror.for_watch(name))),
                 };
                 let gauges = TargetGauges::new(
                     watch.sync.clone(),
@@ -510,6 +536,7 @@ impl Watches<'_> {
             selected: None,
             budget: self.budget,
             list_slots: self.list_slots,
+            mirror: None,
         }
         .target(None);
         let target = Arc::new(NamespaceWatcher::target(selector, &template));
@@ -551,6 +578,8 @@ struct TaskParts<'a> {
     plan: &'a WatchPlan<'a>,
     /// The matching namespaces of the watch's `namespace_selector`.
     selected: Option<watch::Receiver<scope::Selected>>,
+    /// The mirror bucket and the watch's mirror metrics, when the watch is mirrored.
+    mirror: Option<(&'a MirrorBucket, MirrorMetrics)>,
 }
 
 impl TaskParts<'_> {
@@ -601,7 +630,13 @@ impl TaskParts<'_> {
             NatsMode::Core => 1,
             NatsMode::JetStream(js) => js.max_ack_inflight,
         };
+        let mirror = self.mirror.as_ref().map(|(bucket, metrics)| MirrorParts {
+            bucket: (*bucket).clone(),
+            prefix: crate::mirror::key::watch_prefix(&watch.cluster, &self.plan.resource),
+            metrics: metrics.clone(),
+        });
         TaskFactory {
+            mirror,
             client: self.client.clone(),
             state: self.state.clone(),
             watch_name: watch.name.clone(),
@@ -627,6 +662,7 @@ impl TaskParts<'_> {
 /// Everything one target's task is made of, owned, so that its supervisor can build a fresh task
 /// after a crash.
 struct TaskFactory {
+    mirror: Option<MirrorParts>,
     client: Arc<ApiClient>,
     /// Each build loads the target's saved state afresh: a restarted task resumes from the last
     /// checkpoint, which only ever holds what was published.
@@ -677,7 +713,24 @@ impl TaskFactory {
             self.gauges.clone(),
             Scope::new(self.exclude.clone(), self.selected.clone()),
         )
+        .with_mirror(self.mirror.as_ref().map(|m| {
+            Mirror::start(
+                &m.bucket,
+                m.prefix.clone(),
+                self.target.namespace.as_deref(),
+                &self.watch_name,
+                m.metrics.clone(),
+            )
+        }))
     }
+}
+
+/// What a mirrored target's writer is made of.
+struct MirrorParts {
+    bucket: MirrorBucket,
+    /// The watch's keys: [`crate::mirror::key::watch_prefix`].
+    prefix: String,
+    metrics: MirrorMetrics,
 }
 
 /// Waits for the watch tasks, which publish what they hold and stop, within the grace period;

@@ -42,6 +42,7 @@ pub mod event;
 pub mod json_path;
 pub mod kube;
 pub mod leader;
+pub mod mirror;
 pub mod noise;
 pub mod publish;
 pub mod rbac;

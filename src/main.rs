@@ -81,7 +81,10 @@ fn main() -> ExitCode {
             stopped_on(&e, config_format);
             if e.downcast_ref::<kube2nats::rbac::RbacDenied>().is_some() {
                 ExitCode::from(EXIT_RBAC)
-            } else if e.downcast_ref::<kube2nats::leader::NoNamespace>().is_some() {
+            } else if e.downcast_ref::<kube2nats::leader::NoNamespace>().is_some()
+                || e.downcast_ref::<kube2nats::mirror::MirrorUnavailable>()
+                    .is_some()
+            {
                 ExitCode::from(EXIT_CONFIG)
             } else {
                 ExitCode::from(EXIT_RUNTIME)

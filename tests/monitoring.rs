@@ -57,7 +57,7 @@ fn alert_rules_pass_promtool_check_and_unit_tests() {
     )
     .unwrap();
     let report = promtool(&["check", "rules", "kube2nats.rules.yaml"], dir.path());
-    assert!(report.contains("SUCCESS: 8 rules found"), "{report}");
+    assert!(report.contains("SUCCESS: 9 rules found"), "{report}");
     promtool(&["test", "rules", "prometheusrule.test.yaml"], dir.path());
 
     // Every alert has a unit test.
@@ -138,7 +138,9 @@ async fn exercised_scrape() -> String {
     sim.create("pods", Some("default"), pod("a"));
     let nats = NatsServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let config = jetstream_pods_config(&sim, &nats, dir.path());
+    // Mirrored, so that the mirror's families are in the scrape too.
+    let config = jetstream_pods_config(&sim, &nats, dir.path())
+        .replace("[[watches]]", "[mirror]\nenabled = true\n[[watches]]");
     let daemon = kube2nats::app::start(config_from(&config)).await.unwrap();
     let synced = |daemon: &kube2nats::app::Daemon| {
         metric(

@@ -32,8 +32,10 @@
 //! `jetstream` scenarios alternate runs with state on and off and report each. `--noise` does the
 //! same for noise control: `any` (the default path), `content` (`changes = "content"`: every
 //! MODIFIED of the stream changes only its resourceVersion, so only ADDED and DELETED are
-//! published; CPU is still per event received) and `strip` (`strip_paths` names an annotation
-//! every object has, so every published object is trimmed, a copy each).
+//! published; CPU is still per event received), `strip` (`strip_paths` names an annotation
+//! every object has, so every published object is trimmed, a copy each) and `mirror` (the watch
+//! is mirrored into the key-value bucket, docs/mirror.md; needs JetStream, so core runs publish
+//! events to core NATS and the mirror to JetStream).
 //!
 //! Every scenario runs `--runs` times; the report gives the median (and min–max).
 
@@ -116,7 +118,7 @@ struct Args {
     /// `publish.format` of the daemons: native or cloudevents.
     #[arg(long, default_value = "native")]
     format: String,
-    /// Noise-control variants of core/jetstream, comma-separated, alternated: any, content, strip.
+    /// Variants of core/jetstream, comma-separated, alternated: any, content, strip, mirror.
     #[arg(long, default_value = "any")]
     noise: String,
     /// Watch events in JetStream mode (stored in a memory stream; default: --events).
@@ -873,7 +875,10 @@ async fn shaped_run(
             "strip_paths = ['metadata.annotations.\"prometheus.io/port\"']\n",
             received,
         ),
-        other => bail!("unknown --noise variant {other:?} (allowed: any, content, strip)"),
+        // The watch is mirrored into the key-value bucket (docs/mirror.md): CPU per event with the
+        // mirror on against `any`.
+        "mirror" => ("mirror = true\n", received),
+        other => bail!("unknown --noise variant {other:?} (allowed: any, content, strip, mirror)"),
     };
     let watch_extra = format!("{noise_extra}payload = \"{}\"\n", shape.payload);
     let (nats, nats_url) = start_nats(env, dir.path()).await?;

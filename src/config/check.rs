@@ -35,12 +35,14 @@ impl TryFrom<RawConfig> for Config {
             shutdown,
             state,
             leader_election,
+            mirror,
             watches,
         } = raw;
         let mut c = Checker::default();
         let log = check_log(&mut c, &log);
         let kubernetes = check_kubernetes(&mut c, &kubernetes);
         let nats = check_nats(&mut c, &nats);
+        let mirrored: Vec<Option<bool>> = watches.iter().map(|w| w.mirror).collect();
         let watches = check_watches(&mut c, &publish, &watches);
         if let (Some(NatsMode::JetStream(js)), Some(watches)) =
             (nats.as_ref().map(|n| &n.mode), &watches)
@@ -53,6 +55,7 @@ impl TryFrom<RawConfig> for Config {
         let grace_period = c.duration("shutdown.grace_period", &shutdown.grace_period);
         let state = super::state::check_state(&mut c, &state);
         let leader_election = super::leader::check_leader_election(&mut c, &leader_election);
+        let mirror = super::mirror::check_mirror(&mut c, &mirror);
         if let (Some(nats), Some(state), Some(election)) = (&nats, &state, &leader_election) {
             super::leader::check_replay_window(&mut c, &nats.mode, state, election);
         }
@@ -65,6 +68,7 @@ impl TryFrom<RawConfig> for Config {
             grace_period,
             state,
             leader_election,
+            mirror,
         ) {
             (
                 Some(log),
@@ -75,6 +79,7 @@ impl TryFrom<RawConfig> for Config {
                 Some(grace_period),
                 Some(state),
                 Some(leader_election),
+                Some(mirror),
             ) if c.errors.is_empty() => Ok(Config {
                 log,
                 kubernetes,
@@ -83,7 +88,8 @@ impl TryFrom<RawConfig> for Config {
                 shutdown: ShutdownConfig { grace_period },
                 state,
                 leader_election,
-                watches,
+                watches: super::mirror::resolve_watches(watches, &mirrored, &mirror),
+                mirror,
             }),
             _ => Err(ConfigErrors(c.errors)),
         }

@@ -31,6 +31,7 @@ mod coverage;
 mod error;
 mod http;
 mod leader;
+mod mirror;
 mod named;
 mod noise;
 mod raw;
@@ -49,6 +50,7 @@ use std::path::Path;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use leader::{LeaderElectionConfig, RawLeaderElection, RETRY_JITTER_FACTOR};
+pub use mirror::{MirrorConfig, RawMirror};
 pub use named::*;
 pub use noise::{Changes, NoiseConfig, DEFAULT_CHANGES};
 pub use raw::*;

@@ -154,6 +154,7 @@ pub struct RawConfig {
     pub shutdown: RawShutdown,
     pub state: super::RawState,
     pub leader_election: super::RawLeaderElection,
+    pub mirror: super::RawMirror,
     /// At least one.
     pub watches: Vec<RawWatch>,
 }
@@ -501,6 +502,9 @@ pub struct RawWatch {
     pub ignore_paths: Vec<String>,
     /// Paths removed from the published object.
     pub strip_paths: Vec<String>,
+    /// Keep the watch's objects in the `[mirror]` bucket; unset = `mirror.enabled`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<bool>,
 }
 
 impl Default for RawWatch {
@@ -521,6 +525,7 @@ impl Default for RawWatch {
             changes: String::new(),
             ignore_paths: Vec::new(),
             strip_paths: Vec::new(),
+            mirror: None,
         }
     }
 }

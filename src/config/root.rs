@@ -1,6 +1,7 @@
 //! The whole validated configuration: one field per section of the file.
 
 use super::leader::LeaderElectionConfig;
+use super::mirror::MirrorConfig;
 use super::state::StateConfig;
 use super::values::{
     HttpConfig, KubernetesConfig, LogConfig, NatsConfig, ShutdownConfig, WatchConfig,
@@ -16,5 +17,6 @@ pub struct Config {
     pub shutdown: ShutdownConfig,
     pub state: StateConfig,
     pub leader_election: LeaderElectionConfig,
+    pub mirror: MirrorConfig,
     pub watches: Vec<WatchConfig>,
 }

@@ -240,7 +240,10 @@ fn schema() -> serde_json::Value {
     sample.kubernetes.ca_file = Some(String::new());
     sample.kubernetes.namespace_file = Some(String::new());
     sample.nats.jetstream.stream = Some(RawStream::default());
-    sample.watches.push(RawWatch::default());
+    sample.watches.push(RawWatch {
+        mirror: Some(false),
+        ..RawWatch::default()
+    });
     serde_json::to_value(sample)
         .expect("RawConfig serializes to JSON: it has only strings, numbers, lists and maps")
 }
@@ -441,7 +444,7 @@ mod tests {
         );
         assert_error("[surprise]\nx = 1", "surprise: unknown key");
         let lines = errors("[[watches]]\nname = \"b\"\nresource = \"pods\"\nlabels = \"x\"");
-        assert_eq!(lines, ["watches[0].labels: unknown key (allowed here: changes, events, field_selector, format, ignore_paths, initial_state, label_selector, name, namespace_selector, namespaces, namespaces_exclude, payload, resource, strip_paths, subject)"]);
+        assert_eq!(lines, ["watches[0].labels: unknown key (allowed here: changes, events, field_selector, format, ignore_paths, initial_state, label_selector, mirror, name, namespace_selector, namespaces, namespaces_exclude, payload, resource, strip_paths, subject)"]);
     }
 
     #[test]

@@ -356,4 +356,6 @@ pub struct WatchConfig {
     pub format: MessageFormat,
     /// Which MODIFIED events are published and which paths are stripped.
     pub noise: NoiseConfig,
+    /// Whether the watch's objects are kept in the `[mirror]` bucket (docs/mirror.md).
+    pub mirror: bool,
 }

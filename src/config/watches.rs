@@ -144,6 +144,8 @@ fn check_watch(
         payload: payload?,
         format: format?,
         noise: noise?,
+        // Resolved against `mirror.enabled` once `[mirror]` is checked.
+        mirror: w.mirror.unwrap_or(false),
     })
 }
 

@@ -114,6 +114,9 @@ pub struct OutMessage {
     pub headers: SerializedHeaders,
     pub payload: Bytes,
     pub event_type: EventType,
+    /// The object as the message carries it (stripped or cut to its metadata as the payload
+    /// is), for the mirror (docs/mirror.md); shares the payload's bytes.
+    pub object: Bytes,
     /// Groups the messages of one name (namespace and name), so that two of them are never in
     /// flight at once: per-name order then holds through publish retries, also between a deleted
     /// object and its recreation under the same name (another uid), and per-object order with it.
@@ -263,6 +266,7 @@ impl MessageBuilder {
             headers: headers?.finish(),
             payload: self.payload(event),
             event_type: event.event_type,
+            object: event.object.clone(),
             object_key: name_key(meta),
         })
     }

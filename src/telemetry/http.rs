@@ -23,6 +23,8 @@ pub struct Readiness {
     nats_connected: IntGauge,
     phase: Mutex<Phase>,
     shutting_down: CancellationToken,
+    /// Watch targets repairing the mirror bucket after a list (docs/mirror.md).
+    mirror_repairs: Mutex<Option<IntGauge>>,
 }
 
 /// Where the watches stand, for readiness.
@@ -41,7 +43,16 @@ impl Readiness {
             nats_connected,
             phase: Mutex::new(Phase::Starting),
             shutting_down,
+            mirror_repairs: Mutex::new(None),
         }
+    }
+
+    /// Readiness also waits for the mirror's repairs: `repairs` counts the targets under way.
+    pub fn set_mirror_repairs(&self, repairs: IntGauge) {
+        *self
+            .mirror_repairs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(repairs);
     }
 
     /// Hands over the watches once they run.
@@ -79,6 +90,17 @@ impl Readiness {
                     .filter(|w| !w.is_synced())
                     .map(|w| format!("watch {}: not synced", w.watch)),
             ),
+        }
+        let repairs = self
+            .mirror_repairs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or(0, IntGauge::get);
+        if repairs > 0 {
+            not_ready.push(format!(
+                "mirror: {repairs} watch target(s) repairing the bucket"
+            ));
         }
         if not_ready.is_empty() {
             Ok(())

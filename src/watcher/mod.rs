@@ -29,9 +29,10 @@ use tokio_util::sync::CancellationToken;
 use crate::budget::Charge;
 use crate::config::{InitialState, PayloadMode};
 use crate::dedupe::{Dedupe, Listed, Vanished, Verdict};
-use crate::event::{EventType, ObjectEvent};
+use crate::event::{EventType, ObjectEvent, ResourceVersion};
 use crate::kube::client::Verb;
 use crate::kube::metadata;
+use crate::mirror::Mirror;
 use crate::noise::NoiseControl;
 use crate::publish::message::BuildError;
 use crate::publish::{MessageBuilder, OutMessage, Outbox};
@@ -78,6 +79,8 @@ pub struct WatchTask {
     scope: Scope,
     /// `payload = "metadata"` and the server sent a full object: said once per task.
     metadata_fallback_logged: bool,
+    /// The watch's side of the mirror bucket, when the watch is mirrored (docs/mirror.md).
+    mirror: Option<Mirror>,
 }
 
 /// How waiting for one step ended.
@@ -121,7 +124,15 @@ impl WatchTask {
             gauges,
             scope,
             metadata_fallback_logged: false,
+            mirror: None,
         }
+    }
+
+    /// Keeps the target's objects in the mirror bucket: every start then lists, so that the
+    /// list repairs the bucket.
+    pub fn with_mirror(mut self, mirror: Option<Mirror>) -> WatchTask {
+        self.mirror = mirror;
+        self
     }
 
     /// Runs until `shutdown` is cancelled, then publishes what is in flight and returns.
@@ -196,6 +207,9 @@ impl WatchTask {
         }
         self.checkpoint(&mut checkpoints).await;
         checkpoints.finish().await;
+        if let Some(mirror) = self.mirror.take() {
+            mirror.finish().await;
+        }
         tracing::debug!(watch = %self.metrics.watch, namespace = self.namespace(), "watch stopped");
     }
 
@@ -217,6 +231,13 @@ impl WatchTask {
         } = saved.load(shutdown).await?;
         self.staged.journal = journal;
         match start {
+            Start::Saved { dedupe, version } if self.mirror.is_some() => {
+                self.dedupe = *dedupe;
+                self.listed_once = true;
+                self.report_tracked();
+                tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %version, objects = self.dedupe.len(), "loaded saved state: relisting to diff it and to repair the mirror");
+                Some((self.machine.list(ListReason::Mirror), checkpoints))
+            }
             Start::Saved { dedupe, version } if self.scope.is_limited() => {
                 self.dedupe = *dedupe;
                 self.listed_once = true;
@@ -256,6 +277,9 @@ impl WatchTask {
                 if let Some(reason) = started {
                     checkpoints.list_started();
                     self.list_started(reason, size_hint);
+                    if let Some(mirror) = &self.mirror {
+                        mirror.repair_begin().await;
+                    }
                 }
                 for mut item in items {
                     if !self.in_scope(&mut item) {
@@ -323,7 +347,10 @@ impl WatchTask {
         }
         let mark = self.noise.mark(&item);
         let changed = match self.dedupe.listed(&item.meta, mark) {
-            Listed::New if !self.listed_once && self.initial_state == InitialState::Skip => true,
+            Listed::New if !self.listed_once && self.initial_state == InitialState::Skip => {
+                self.mirror_only(item, true, Fit::Whole).await;
+                true
+            }
             Listed::New => {
                 self.diff[0] += 1;
                 let recorded = self.staged.record(&item.meta);
@@ -341,13 +368,20 @@ impl WatchTask {
                 self.publish(item, true).await;
                 true
             }
-            Listed::Unchanged => false,
+            // The mirror is written for every listed object: the writer skips the keys that
+            // hold it already (or a newer version), and deletes the keys no listed object has.
+            Listed::Unchanged => {
+                self.mirror_only(item, true, Fit::Whole).await;
+                false
+            }
             Listed::SameMark => {
                 self.metrics.dropped_unchanged.inc();
+                self.mirror_only(item, true, Fit::Whole).await;
                 true
             }
             Listed::Stale => {
                 self.metrics.dropped_stale.inc();
+                self.mirror_only(item, true, Fit::Whole).await;
                 false
             }
         };
@@ -360,6 +394,9 @@ impl WatchTask {
         self.diff[2] += vanished.len();
         for gone in vanished {
             self.publish_vanished(gone).await;
+        }
+        if let Some(mirror) = &self.mirror {
+            mirror.repair_end(rv.clone()).await;
         }
         self.report_tracked();
         self.metrics.touch();
@@ -447,6 +484,7 @@ impl WatchTask {
             }
             Verdict::Unchanged => {
                 self.metrics.dropped_unchanged.inc();
+                self.mirror_only(event, false, fit).await;
                 true
             }
             Verdict::Duplicate => {
@@ -478,6 +516,7 @@ impl WatchTask {
     ) {
         if !self.events.contains(&event.event_type) {
             self.metrics.dropped_filtered.inc();
+            self.mirror_only(event, synthesized, fit).await;
             if self.staged.full() {
                 self.staged.flush(&mut self.outbox).await;
             }
@@ -486,6 +525,64 @@ impl WatchTask {
         if synthesized {
             self.metrics.synthesized(event.event_type);
         }
+        let key = self.mirror_key(&event);
+        let message = self.message(event, synthesized, fit);
+        if let Some(mut message) = message {
+            let object = std::mem::take(&mut message.object);
+            self.mirror(key, &message, object).await;
+            self.staged
+                .submit(message, recorded, &mut self.outbox)
+                .await;
+        }
+    }
+
+    /// The object's message, built as published, for the mirror alone: its event is not
+    /// published (filtered, or no news), but the bucket holds every object the watch sees.
+    async fn mirror_only(&mut self, event: ObjectEvent, synthesized: bool, fit: Fit) {
+        let Some(key) = self.mirror_key(&event) else {
+            return;
+        };
+        if let Some(mut message) = self.message(event, synthesized, fit) {
+            let object = std::mem::take(&mut message.object);
+            self.mirror(Some(key), &message, object).await;
+        }
+    }
+
+    /// The object's key in the mirror bucket and its version, when the watch is mirrored.
+    fn mirror_key(&self, event: &ObjectEvent) -> Option<(String, ResourceVersion)> {
+        let mirror = self.mirror.as_ref()?;
+        Some((mirror.key(&event.meta), event.meta.resource_version.clone()))
+    }
+
+    /// Hands the object of `message` to the mirror: a put, or for a deletion a delete. The
+    /// value gets bytes of its own, as held messages do ([`Staged::submit`]).
+    async fn mirror(
+        &mut self,
+        key: Option<(String, ResourceVersion)>,
+        message: &OutMessage,
+        object: bytes::Bytes,
+    ) {
+        let (Some(mirror), Some((key, version))) = (&self.mirror, key) else {
+            return;
+        };
+        match message.event_type {
+            EventType::Deleted => {
+                mirror
+                    .delete(key, version, Some(message.headers.clone()))
+                    .await
+            }
+            EventType::Added | EventType::Modified => {
+                let value = bytes::Bytes::copy_from_slice(&object);
+                mirror
+                    .put(key, version, message.headers.clone(), value)
+                    .await
+            }
+        }
+    }
+
+    /// The message of one event: stripped as configured, cut to its metadata where it does not
+    /// fit; `None` (logged and counted) when it cannot be built.
+    fn message(&mut self, event: ObjectEvent, synthesized: bool, fit: Fit) -> Option<OutMessage> {
         let (event, fit) = match self.noise.stripped(&event.object) {
             Ok(None) => (event, fit),
             Ok(Some(object)) => {
@@ -507,14 +604,11 @@ impl WatchTask {
             Fit::MetadataOnly => self.messages.truncated(&event, synthesized),
         };
         match message {
-            Ok(message) => {
-                self.staged
-                    .submit(message, recorded, &mut self.outbox)
-                    .await
-            }
+            Ok(message) => Some(message),
             Err(e) => {
                 self.metrics.dropped_subject_too_long.inc();
                 tracing::error!(watch = %self.metrics.watch, namespace = self.namespace(), name = ?event.meta.name, uid = ?event.meta.uid, error = %e, "event not published: its subject is longer than NATS accepts (shorten the subject template or the prefix)");
+                None
             }
         }
     }

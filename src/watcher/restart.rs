@@ -28,6 +28,8 @@ pub enum ListReason {
     /// The namespaces matching the watch's `namespace_selector` changed (or state was loaded):
     /// the list is diffed against the memory under the new scope.
     NamespaceScope,
+    /// Saved state was loaded for a mirrored watch: the list repairs the mirror bucket.
+    Mirror,
 }
 
 impl ListReason {
@@ -40,6 +42,7 @@ impl ListReason {
             ListReason::StreamingUnsupported => "streaming_unsupported",
             ListReason::LineTooLong => "line_too_long",
             ListReason::NamespaceScope => "namespace_scope",
+            ListReason::Mirror => "mirror",
         }
     }
 }

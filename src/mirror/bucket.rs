@@ -1,0 +1,152 @@
+//! Setting up the mirror's bucket at start: created with history 1, file storage and per-message
+//! TTLs (limit markers) when missing; an existing one is checked. Without JetStream on the server,
+//! or with a bucket whose delete markers would pile up, kube2nats refuses to start (exit 2,
+//! naming the key): the mirror was asked for and cannot be kept.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv, stream};
+use async_nats::Client;
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::Backoff;
+use crate::config::{BackoffConfig, MirrorConfig};
+
+/// JetStream API requests of the set-up.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+const RETRY_BACKOFF: BackoffConfig = BackoffConfig::checked(
+    Duration::from_millis(100),
+    Duration::from_secs(2),
+    2.0,
+    0.2,
+    Duration::from_secs(60),
+);
+
+/// The bucket, ready for the watch targets' writers.
+#[derive(Clone)]
+pub struct MirrorBucket {
+    pub name: String,
+    pub context: jetstream::Context,
+    pub stream: stream::Stream,
+    pub delete_marker_ttl: Duration,
+    pub max_in_flight: usize,
+}
+
+/// The mirror was asked for and cannot be kept: a configuration problem (exit code 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{key}: {reason}")]
+pub struct MirrorUnavailable {
+    key: &'static str,
+    reason: String,
+}
+
+/// Creates or checks the bucket, retrying while NATS does not answer; `Ok(None)` if shutdown
+/// came first. `api_prefix` is the JetStream API's (`$JS.API`, or a domain's).
+pub async fn open(
+    config: &MirrorConfig,
+    api_prefix: &str,
+    client: &Client,
+    shutdown: &CancellationToken,
+) -> Result<Option<MirrorBucket>, MirrorUnavailable> {
+    let context = jetstream::ContextBuilder::new()
+        .api_prefix(api_prefix)
+        .timeout(REQUEST_TIMEOUT)
+        .build(client.clone());
+    let wanted = kv::Config {
+        bucket: config.bucket.clone(),
+        description: "kube2nats: the current objects of the mirrored watches".into(),
+        history: 1,
+        max_bytes: config
+            .max_bytes
+            .map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX)),
+        storage: jetstream::stream::StorageType::File,
+        num_replicas: config.replicas,
+        limit_markers: Some(config.delete_marker_ttl),
+        ..Default::default()
+    };
+    let mut backoff = Backoff::new(RETRY_BACKOFF);
+    loop {
+        let attempt = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(None),
+            attempt = ensure(&context, &wanted) => attempt,
+        };
+        let error = match attempt {
+            Ok(store) => {
+                return Ok(Some(MirrorBucket {
+                    name: config.bucket.clone(),
+                    context,
+                    stream: store.stream,
+                    delete_marker_ttl: config.delete_marker_ttl,
+                    max_in_flight: config.max_in_flight,
+                }))
+            }
+            Err(Setup::Refused(refused)) => return Err(refused),
+            Err(Setup::Unavailable(e)) => e,
+        };
+        let delay = backoff.next_delay();
+        tracing::warn!(bucket = %config.bucket, error, retry_in = ?delay, "cannot set up the mirror bucket yet; retrying");
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(None),
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+enum Setup {
+    Refused(MirrorUnavailable),
+    Unavailable(String),
+}
+
+async fn ensure(context: &jetstream::Context, wanted: &kv::Config) -> Result<kv::Store, Setup> {
+    use jetstream::context::AccountErrorKind;
+    use jetstream::ErrorCode;
+    if let Err(e) = context.query_account().await {
+        let no_jetstream = match e.kind() {
+            AccountErrorKind::JetStreamUnavailable => true,
+            AccountErrorKind::JetStream(api) => {
+                api.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED
+                    || api.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT
+            }
+            _ => false,
+        };
+        return Err(if no_jetstream {
+            Setup::Refused(MirrorUnavailable {
+                key: "mirror.enabled",
+                reason: "the NATS server has no JetStream, which the mirror needs (enable JetStream on the server, or turn the mirror off)".into(),
+            })
+        } else {
+            Setup::Unavailable(e.to_string())
+        });
+    }
+    if let Ok(store) = context.get_key_value(&wanted.bucket).await {
+        check_existing(&store, wanted)?;
+        tracing::info!(bucket = %wanted.bucket, "using the existing mirror bucket");
+        return Ok(store);
+    }
+    let store = context
+        .create_key_value(wanted.clone())
+        .await
+        .map_err(|e| Setup::Unavailable(format!("creating the mirror bucket: {e}")))?;
+    tracing::info!(bucket = %wanted.bucket, replicas = wanted.num_replicas, "created the mirror bucket (file storage, history 1, per-message TTLs)");
+    Ok(store)
+}
+
+/// Refuses an existing bucket whose delete markers could not expire; warns about other
+/// differences (kube2nats does not change existing buckets).
+fn check_existing(store: &kv::Store, wanted: &kv::Config) -> Result<(), Setup> {
+    let config = &store.stream.cached_info().config;
+    if !config.allow_message_ttl {
+        return Err(Setup::Refused(MirrorUnavailable {
+            key: "mirror.bucket",
+            reason: format!("the existing bucket {:?} does not allow per-message TTLs, so its delete markers would pile up; recreate it (delete it and let kube2nats create it) or name another bucket", wanted.bucket),
+        }));
+    }
+    if config.max_messages_per_subject != 1 {
+        tracing::warn!(bucket = %wanted.bucket, history = config.max_messages_per_subject, "the existing mirror bucket keeps more than one revision per key (storage grows by that factor)");
+    }
+    if config.num_replicas != wanted.num_replicas {
+        tracing::warn!(bucket = %wanted.bucket, replicas = config.num_replicas, configured = wanted.num_replicas, "the existing mirror bucket has another replica count than mirror.replicas; kube2nats does not change existing buckets");
+    }
+    Ok(())
+}

@@ -1,0 +1,144 @@
+//! The mirror (docs/mirror.md): the current objects of the mirrored watches in a JetStream
+//! key-value bucket, kept in step with what kube2nats publishes, so that any NATS client's KV
+//! watch is a complete informer (docs/subscribers.md).
+//!
+//! Each watch target's task hands its puts and deletes, in the order it publishes the events, to
+//! a writer task of its own ([`writer`]), which writes them with per-key optimistic concurrency.
+//! Every list (the first one of each start included: with the mirror on, a start always lists)
+//! repairs the target's keys: what differs from the list is written, what the list did not show
+//! is deleted. So the bucket converges on the API server's state after any fault, and nothing in
+//! kube2nats holds an object body for it: the writer keeps one revision per key.
+
+pub mod bucket;
+pub mod key;
+pub mod metrics;
+mod writer;
+
+use async_nats::header::SerializedHeaders;
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::event::{ObjectMeta, ResourceVersion};
+pub use bucket::{open, MirrorBucket, MirrorUnavailable};
+use metrics::MirrorMetrics;
+use writer::{Op, Place, Write, WriteKind, Writer};
+
+/// Operations queued for a target's writer before the watch task waits.
+const QUEUE: usize = 256;
+
+/// One watch target's side of the mirror.
+pub struct Mirror {
+    ops: mpsc::Sender<Op>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    /// The target's keys: [`key::watch_prefix`].
+    prefix: String,
+    metrics: MirrorMetrics,
+}
+
+impl Drop for Mirror {
+    /// A watch task stopped without [`Mirror::finish`] (a lost term aborts it): its writer stops
+    /// too, so that nothing is written for it after another replica took over.
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+impl Mirror {
+    /// Starts the writer of one target: `namespace` is the target's (`None`: all namespaces).
+    pub fn start(
+        bucket: &MirrorBucket,
+        prefix: String,
+        namespace: Option<&str>,
+        watch: &str,
+        metrics: MirrorMetrics,
+    ) -> Mirror {
+        let namespace = namespace.map(|ns| {
+            let mut token = String::new();
+            key::escape_key_token(ns, &mut token);
+            token
+        });
+        let place = Place {
+            context: bucket.context.clone(),
+            stream: bucket.stream.clone(),
+            subject_prefix: format!("$KV.{}.", bucket.name),
+            key_prefix: prefix.clone(),
+            namespace,
+            delete_marker_ttl: bucket.delete_marker_ttl,
+            max_in_flight: bucket.max_in_flight,
+        };
+        let (ops, receiver) = mpsc::channel(QUEUE);
+        let writer = Writer::new(place, metrics.clone(), watch.to_owned());
+        let task = tokio::spawn(writer.run(receiver));
+        Mirror {
+            ops,
+            task: Some(task),
+            prefix,
+            metrics,
+        }
+    }
+
+    /// The object's key in the bucket.
+    pub fn key(&self, meta: &ObjectMeta) -> String {
+        key::object_key(&self.prefix, meta)
+    }
+
+    /// The object's new state at `version`: `headers` and `value` as its event message carries
+    /// them.
+    pub async fn put(
+        &self,
+        key: String,
+        version: ResourceVersion,
+        headers: SerializedHeaders,
+        value: Bytes,
+    ) {
+        self.write(key, version, WriteKind::Put { headers, value })
+            .await;
+    }
+
+    /// The object was deleted at `version`; `headers` of its DELETED message.
+    pub async fn delete(
+        &self,
+        key: String,
+        version: ResourceVersion,
+        headers: Option<SerializedHeaders>,
+    ) {
+        self.write(key, version, WriteKind::Delete { headers })
+            .await;
+    }
+
+    async fn write(&self, key: String, version: ResourceVersion, kind: WriteKind) {
+        self.metrics.pending.inc();
+        let write = Write {
+            key,
+            version,
+            kind,
+            queued_at: Instant::now(),
+        };
+        if self.ops.send(Op::Write(write)).await.is_err() {
+            self.metrics.pending.dec();
+        }
+    }
+
+    /// A list begins: the listed objects are compared with the bucket.
+    pub async fn repair_begin(&self) {
+        let _ = self.ops.send(Op::RepairBegin).await;
+    }
+
+    /// The list completed at `version`: keys it did not show are deleted.
+    pub async fn repair_end(&self, version: ResourceVersion) {
+        let _ = self.ops.send(Op::RepairEnd(version)).await;
+    }
+
+    /// Lets the writer complete what it was handed, then stops it.
+    pub async fn finish(mut self) {
+        let task = self.task.take();
+        let (closed, _) = mpsc::channel(1);
+        drop(std::mem::replace(&mut self.ops, closed));
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+}

@@ -1,0 +1,661 @@
+//! One watch target's bucket writer: a task that takes the target's puts and deletes in order and
+//! writes them to the bucket with per-key optimistic concurrency, pipelined across keys.
+//!
+//! # Fencing (docs/mirror.md, "Exactly in step")
+//!
+//! Every write carries `Nats-Expected-Last-Subject-Sequence`: the revision of the key this writer
+//! last saw (0: the key must not exist). The server refuses a write whose key moved on since; the
+//! writer then reads the key and writes again over it only if what it writes is newer (its
+//! resourceVersion compared numerically where both are integers, as everywhere in kube2nats): a
+//! deposed leader, or a restarted replica, therefore never puts an older version over a newer one.
+//! Two writes of one key are never in flight together (the second needs the first's revision);
+//! writes of different keys are, up to `mirror.max_in_flight`. The writer keeps one revision
+//! (a `u64`) per key, under a hash of the key; a collision only costs a refused write and a read.
+//!
+//! # Repair
+//!
+//! A list begins with [`Op::RepairBegin`]: the writer reads the revision and
+//! `Kube-Resource-Version` of every key under the target (headers only, last per key). Each
+//! listed object's put is then written only if it is newer than the key, and [`Op::RepairEnd`]
+//! deletes the keys the list did not show, at the list's version (the deletions the list found
+//! are left to it: they carry the version kube2nats last checkpointed, which may be older than the
+//! key). So after a crash, a NATS restart, a takeover or a 410 relist, the
+//! bucket equals the list, whatever writes were lost.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::time::Duration;
+
+use async_nats::header::{SerializedHeaders, SerializedHeadersBuilder};
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+use async_nats::jetstream::publish::PublishAck;
+use async_nats::jetstream::{self, consumer, stream};
+use async_nats::HeaderName;
+use bytes::Bytes;
+use futures_util::future::MaybeDone;
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::metrics::MirrorMetrics;
+use crate::backoff::Backoff;
+use crate::config::BackoffConfig;
+use crate::event::ResourceVersion;
+use crate::publish::message::header;
+
+/// Pauses between retries of a failed bucket write or read.
+const RETRY_BACKOFF: BackoffConfig = BackoffConfig::checked(
+    Duration::from_millis(100),
+    Duration::from_secs(5),
+    2.0,
+    0.2,
+    Duration::from_secs(30),
+);
+
+const KV_OPERATION: HeaderName = HeaderName::from_static("KV-Operation");
+const NATS_TTL: HeaderName = HeaderName::from_static("Nats-TTL");
+const EXPECTED_LAST_SUBJECT_SEQUENCE: HeaderName =
+    HeaderName::from_static("Nats-Expected-Last-Subject-Sequence");
+
+/// What the watch task hands the writer, in the order it sees the objects.
+pub(crate) enum Op {
+    Write(Write),
+    /// A list begins: read the keys under the target.
+    RepairBegin,
+    /// The list is complete at this version: delete the keys it did not show.
+    RepairEnd(ResourceVersion),
+}
+
+/// One key's new state.
+pub(crate) struct Write {
+    pub key: String,
+    /// The object's version (a deletion's: the version of the deletion).
+    pub version: ResourceVersion,
+    pub kind: WriteKind,
+    /// When the event was handed over, for `mirror_write_lag_seconds`.
+    pub queued_at: Instant,
+}
+
+pub(crate) enum WriteKind {
+    /// The value and the event message's header block.
+    Put {
+        headers: SerializedHeaders,
+        value: Bytes,
+    },
+    /// A delete marker; the event message's header block when there was a message.
+    Delete { headers: Option<SerializedHeaders> },
+}
+
+/// The key as it is in the bucket.
+#[derive(Debug, Clone)]
+struct Found {
+    revision: u64,
+    /// `Kube-Resource-Version` of the last write (a put's object, a deletion's version).
+    version: Option<String>,
+    live: bool,
+}
+
+type Ack = Pin<Box<dyn Future<Output = Result<PublishAck, PublishError>> + Send>>;
+
+struct Pending {
+    write: Write,
+    hash: u64,
+    expected: u64,
+    ack: MaybeDone<Ack>,
+}
+
+/// Where the writer writes, and what it owns there.
+pub(crate) struct Place {
+    pub context: jetstream::Context,
+    pub stream: stream::Stream,
+    /// `$KV.{bucket}.`
+    pub subject_prefix: String,
+    /// The target's keys: [`super::key::watch_prefix`].
+    pub key_prefix: String,
+    /// The escaped namespace token of a namespaced target; `None`: every key under the prefix.
+    pub namespace: Option<String>,
+    pub delete_marker_ttl: Duration,
+    pub max_in_flight: usize,
+}
+
+pub(crate) struct Writer {
+    place: Place,
+    /// `Nats-TTL` of delete markers, as the server reads it.
+    ttl: String,
+    revisions: HashMap<u64, u64, rustc_hash::FxBuildHasher>,
+    in_flight: VecDeque<Pending>,
+    /// During a repair: the keys found at its start and not yet listed.
+    snapshot: Option<HashMap<String, Found>>,
+    metrics: MirrorMetrics,
+    retry: Backoff,
+    watch: String,
+}
+
+impl Writer {
+    pub(crate) fn new(place: Place, metrics: MirrorMetrics, watch: String) -> Writer {
+        Writer {
+            ttl: format!("{}s", place.delete_marker_ttl.as_secs().max(1)),
+            place,
+            revisions: HashMap::default(),
+            in_flight: VecDeque::new(),
+            snapshot: None,
+            metrics,
+            retry: Backoff::new(RETRY_BACKOFF),
+            watch,
+        }
+    }
+
+    /// Runs until the watch task drops its sender, then completes what is in flight.
+    pub(crate) async fn run(mut self, mut ops: mpsc::Receiver<Op>) {
+        loop {
+            let has_oldest = !self.in_flight.is_empty();
+            let next = tokio::select! {
+                biased;
+                () = oldest_done(&mut self.in_flight), if has_oldest => None,
+                op = ops.recv() => match op {
+                    Some(op) => Some(op),
+                    None => break,
+                },
+            };
+            match next {
+                None => self.complete_oldest().await,
+                Some(op) => self.handle(op).await,
+            }
+        }
+        while !self.in_flight.is_empty() {
+            self.complete_oldest().await;
+        }
+        if self.snapshot.take().is_some() {
+            self.metrics.repairs.dec();
+        }
+    }
+
+    async fn handle(&mut self, op: Op) {
+        match op {
+            Op::Write(write) => self.write(write).await,
+            Op::RepairBegin => {
+                if self.snapshot.is_none() {
+                    self.metrics.repairs.inc();
+                }
+                // Earlier writes first, so that the keys read show them.
+                while !self.in_flight.is_empty() {
+                    self.complete_oldest().await;
+                }
+                let found = self.read_keys().await;
+                for (key, found) in &found {
+                    self.revisions.insert(hash(key), found.revision);
+                }
+                self.snapshot = Some(found);
+            }
+            Op::RepairEnd(version) => {
+                let Some(snapshot) = self.snapshot.take() else {
+                    return;
+                };
+                let mut gone: Vec<(String, Found)> = snapshot
+                    .into_iter()
+                    .filter(|(key, found)| found.live && self.owns(key))
+                    .collect();
+                gone.sort_by(|a, b| a.0.cmp(&b.0));
+                let repaired = gone.len();
+                for (key, _) in gone {
+                    self.metrics.pending.inc();
+                    self.write(Write {
+                        key,
+                        version: version.clone(),
+                        kind: WriteKind::Delete { headers: None },
+                        queued_at: Instant::now(),
+                    })
+                    .await;
+                }
+                while !self.in_flight.is_empty() {
+                    self.complete_oldest().await;
+                }
+                self.metrics.repairs.dec();
+                tracing::info!(watch = %self.watch, deleted = repaired, "mirror repaired: the bucket holds the listed objects");
+            }
+        }
+    }
+
+    /// Whether a key under the prefix belongs to this target.
+    fn owns(&self, key: &str) -> bool {
+        match (
+            &self.place.namespace,
+            super::key::namespace_token(&self.place.key_prefix, key),
+        ) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(namespace), Some(token)) => token == namespace,
+        }
+    }
+
+    /// Queues one write once no earlier write of its key is in flight and the window has room;
+    /// during a repair, only if the key differs from it.
+    async fn write(&mut self, write: Write) {
+        let hash = hash(&write.key);
+        if let Some(snapshot) = &mut self.snapshot {
+            if matches!(write.kind, WriteKind::Delete { .. }) {
+                // A deletion a list found carries the object's last version kube2nats remembers,
+                // which may be older than the key (the key is written before a checkpoint): the
+                // list's end deletes every key it did not show, at the list's version.
+                self.metrics.pending.dec();
+                return;
+            }
+            if let Some(found) = snapshot.remove(&write.key) {
+                // The key holds this version already, or a newer one (a list older than what
+                // another writer wrote): nothing to write.
+                if !supersedes(&write, Some(&found)) {
+                    self.metrics.pending.dec();
+                    return;
+                }
+            }
+        }
+        while self.in_flight.len() >= self.place.max_in_flight
+            || self.in_flight.iter().any(|p| p.hash == hash)
+        {
+            self.complete_oldest().await;
+        }
+        let expected = self.revisions.get(&hash).copied().unwrap_or(0);
+        let Some(ack) = self.send(&write, expected).await else {
+            self.metrics.pending.dec();
+            return;
+        };
+        self.in_flight.push_back(Pending {
+            write,
+            hash,
+            expected,
+            ack: MaybeDone::Future(ack),
+        });
+    }
+
+    /// Publishes one write, retrying until the client takes it; `None` for a write the server
+    /// can never take (larger than its `max_payload`: logged and counted).
+    async fn send(&mut self, write: &Write, expected: u64) -> Option<Ack> {
+        let subject = format!("{}{}", self.place.subject_prefix, write.key);
+        loop {
+            let expected_text = expected.to_string();
+            let (headers, payload) = match &write.kind {
+                WriteKind::Put { headers, value } => (
+                    mirror_headers(
+                        Some(headers),
+                        &[(&EXPECTED_LAST_SUBJECT_SEQUENCE, &expected_text)],
+                    ),
+                    value.clone(),
+                ),
+                WriteKind::Delete { headers } => (
+                    mirror_headers(
+                        headers.as_ref(),
+                        &[
+                            (&KV_OPERATION, "DEL"),
+                            (&NATS_TTL, &self.ttl),
+                            (&header::RESOURCE_VERSION, write.version.as_str()),
+                            (&EXPECTED_LAST_SUBJECT_SEQUENCE, &expected_text),
+                        ],
+                    ),
+                    Bytes::new(),
+                ),
+            };
+            let publish = jetstream::message::PublishMessage::build()
+                .payload(payload)
+                .serialized_headers(headers);
+            match self
+                .place
+                .context
+                .send_publish(subject.clone(), publish)
+                .await
+            {
+                Ok(ack) => return Some(Box::pin(ack.into_future())),
+                Err(e) if e.kind() == PublishErrorKind::MaxPayloadExceeded => {
+                    self.metrics.write_errors.inc();
+                    tracing::error!(watch = %self.watch, key = %write.key, error = %e, "mirror write larger than the NATS server's max_payload; not written");
+                    return None;
+                }
+                Err(e) => self.pause("bucket write failed", &e).await,
+            }
+        }
+    }
+
+    /// Takes the oldest write out of the window once acknowledged; a refused one is read and
+    /// written again over an older value, or given up over a newer one.
+    async fn complete_oldest(&mut self) {
+        oldest_done(&mut self.in_flight).await;
+        let Some(Pending {
+            write,
+            hash,
+            mut expected,
+            mut ack,
+        }) = self.in_flight.pop_front()
+        else {
+            return;
+        };
+        let mut result = Pin::new(&mut ack)
+            .take_output()
+            .unwrap_or_else(|| Err(PublishError::new(PublishErrorKind::Other)));
+        loop {
+            match result {
+                Ok(ack) => {
+                    self.revisions.insert(hash, ack.sequence);
+                    match write.kind {
+                        WriteKind::Put { .. } => self.metrics.puts.inc(),
+                        WriteKind::Delete { .. } => self.metrics.deletes.inc(),
+                    }
+                    self.metrics
+                        .write_lag
+                        .observe(write.queued_at.elapsed().as_secs_f64());
+                    self.retry.reset();
+                    break;
+                }
+                Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+                    let found = self.read_key(&write.key).await;
+                    if !supersedes(&write, found.as_ref()) {
+                        self.revisions.insert(hash, found.map_or(0, |f| f.revision));
+                        self.metrics.fenced.inc();
+                        tracing::debug!(watch = %self.watch, key = %write.key, version = %write.version, "mirror write not made: the key holds the same or a newer version");
+                        break;
+                    }
+                    expected = found.map_or(0, |f| f.revision);
+                }
+                Err(e) => {
+                    self.metrics.write_errors.inc();
+                    self.pause("bucket write not acknowledged", &e).await;
+                }
+            }
+            match self.send(&write, expected).await {
+                Some(ack) => result = ack.await,
+                None => break,
+            }
+        }
+        self.metrics.pending.dec();
+    }
+
+    /// The key's last message (headers only matter); `None` when the key has none.
+    async fn read_key(&mut self, key: &str) -> Option<Found> {
+        use jetstream::stream::LastRawMessageErrorKind;
+        let subject = format!("{}{}", self.place.subject_prefix, key);
+        loop {
+            match self
+                .place
+                .stream
+                .get_last_raw_message_by_subject(&subject)
+                .await
+            {
+                Ok(message) => {
+                    let headers = &message.headers;
+                    let get = |name: &str| headers.get(name).map(|v| v.as_str().to_owned());
+                    return Some(Found {
+                        revision: message.sequence,
+                        version: get("Kube-Resource-Version"),
+                        live: is_live(
+                            get("KV-Operation").as_deref(),
+                            get("Nats-Marker-Reason").is_some(),
+                        ),
+                    });
+                }
+                Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return None,
+                Err(e) => self.pause("reading a mirror key failed", &e).await,
+            }
+        }
+    }
+
+    /// Every key under the target: revision, version, whether live (a last-per-subject,
+    /// headers-only consumer, as a KV client lists keys).
+    async fn read_keys(&mut self) -> HashMap<String, Found> {
+        loop {
+            match read_keys(&self.place).await {
+                Ok(found) => return found,
+                Err(e) => self.pause("reading the mirror's keys failed", &*e).await,
+            }
+        }
+    }
+}
+
+/// [`Writer::read_keys`], once.
+async fn read_keys(
+    place: &Place,
+) -> Result<HashMap<String, Found>, Box<dyn std::error::Error + Send + Sync>> {
+    {
+        let mut found = HashMap::new();
+        let filter = match &place.namespace {
+            Some(namespace) => format!("{}{}{namespace}.>", place.subject_prefix, place.key_prefix),
+            None => format!("{}{}>", place.subject_prefix, place.key_prefix),
+        };
+        let consumer = place
+            .stream
+            .create_consumer(consumer::push::OrderedConfig {
+                deliver_subject: place.context.client().new_inbox(),
+                filter_subject: filter,
+                headers_only: true,
+                replay_policy: consumer::ReplayPolicy::Instant,
+                deliver_policy: consumer::DeliverPolicy::LastPerSubject,
+                ..Default::default()
+            })
+            .await?;
+        if consumer.cached_info().num_pending == 0 {
+            return Ok(found);
+        }
+        let mut messages = consumer.messages().await?;
+        while let Some(message) = tokio::time::timeout(Duration::from_secs(10), messages.next())
+            .await
+            .map_err(|_| "timed out reading the mirror's keys")?
+        {
+            let message = message?;
+            let info = message.info()?;
+            let (revision, pending) = (info.stream_sequence, info.pending);
+            let Some(key) = message.subject.strip_prefix(&place.subject_prefix) else {
+                continue;
+            };
+            let headers = message.headers.as_ref();
+            let get = |name: &str| {
+                headers
+                    .and_then(|h| h.get(name))
+                    .map(|v| v.as_str().to_owned())
+            };
+            found.insert(
+                key.to_owned(),
+                Found {
+                    revision,
+                    version: get("Kube-Resource-Version"),
+                    live: is_live(
+                        get("KV-Operation").as_deref(),
+                        get("Nats-Marker-Reason").is_some(),
+                    ),
+                },
+            );
+            if pending == 0 {
+                break;
+            }
+        }
+        Ok(found)
+    }
+}
+
+impl Writer {
+    async fn pause(&mut self, what: &str, error: &(dyn std::error::Error + Send + Sync)) {
+        let delay = self.retry.next_delay();
+        tracing::warn!(watch = %self.watch, error = %error, retry_in = ?delay, "{what}; retrying");
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// Waits until the oldest write's acknowledgement (or failure) is in; cancel-safe.
+async fn oldest_done(in_flight: &mut VecDeque<Pending>) {
+    if let Some(oldest) = in_flight.front_mut() {
+        (&mut oldest.ack).await;
+    }
+}
+
+/// A key holds a value unless its last message is a delete, a purge or a server's marker.
+fn is_live(operation: Option<&str>, marker: bool) -> bool {
+    !marker && !matches!(operation, Some("DEL" | "PURGE"))
+}
+
+/// Whether `write` should replace what the key holds. A put replaces an older version (or a
+/// deletion older than it); a delete removes a value not newer than the deletion (a deletion found
+/// by a list carries the object's last known version, which the key may hold).
+fn supersedes(write: &Write, found: Option<&Found>) -> bool {
+    let Some(found) = found else {
+        // No message: a put creates the key, a delete has nothing to do.
+        return matches!(write.kind, WriteKind::Put { .. });
+    };
+    let current = found.version.as_deref().map(ResourceVersion::new);
+    match write.kind {
+        WriteKind::Delete { .. } => {
+            found.live
+                && current
+                    .as_ref()
+                    .is_none_or(|current| current.newer_than(&write.version) != Some(true))
+        }
+        WriteKind::Put { .. } => match current {
+            None => true,
+            Some(current) => match write.version.newer_than(&current) {
+                Some(newer) => newer,
+                // Not integers: only equality is known.
+                None => write.version != current,
+            },
+        },
+    }
+}
+
+fn hash(key: &str) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = rustc_hash::FxBuildHasher.build_hasher();
+    h.write(key.as_bytes());
+    h.finish()
+}
+
+/// The event message's header block without its `Nats-Msg-Id` (a KV key may be written with
+/// the same version again after a delete, which the bucket's duplicate window would drop), plus
+/// `extra`.
+fn mirror_headers(
+    event: Option<&SerializedHeaders>,
+    extra: &[(&HeaderName, &str)],
+) -> SerializedHeaders {
+    let size = event.map_or(0, SerializedHeaders::len)
+        + extra
+            .iter()
+            .map(|(n, v)| AsRef::<str>::as_ref(*n).len() + v.len() + 4)
+            .sum::<usize>();
+    let mut block = SerializedHeaders::builder(size);
+    if let Some(event) = event {
+        for (name, value) in event.iter() {
+            if name == "Nats-Msg-Id" || extra.iter().any(|(n, _)| AsRef::<str>::as_ref(*n) == name)
+            {
+                continue;
+            }
+            append(&mut block, name, value);
+        }
+    }
+    for (name, value) in extra {
+        // Values made here or already accepted in the event's block: never refused.
+        let _ = block.append(name, value);
+    }
+    block.finish()
+}
+
+/// Appends a header line copied from another block.
+fn append(block: &mut SerializedHeadersBuilder, name: &str, value: &str) {
+    const KNOWN: [HeaderName; 10] = [
+        header::EVENT_TYPE,
+        header::RESOURCE_VERSION,
+        header::UID,
+        header::NAMESPACE,
+        header::NAME,
+        header::KIND,
+        header::API_VERSION,
+        header::SYNTHESIZED,
+        header::PAYLOAD,
+        header::CLUSTER,
+    ];
+    match KNOWN
+        .iter()
+        .find(|known| AsRef::<str>::as_ref(known) == name)
+    {
+        Some(known) => {
+            let _ = block.append(known, value);
+        }
+        None => {
+            if let Ok(parsed) = name.parse::<HeaderName>() {
+                let _ = block.append(&parsed, value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(version: &str) -> Write {
+        Write {
+            key: "core.v1.pods.a.b".into(),
+            version: ResourceVersion::new(version),
+            kind: WriteKind::Put {
+                headers: SerializedHeaders::builder(0).finish(),
+                value: Bytes::new(),
+            },
+            queued_at: Instant::now(),
+        }
+    }
+
+    fn found(version: &str, live: bool) -> Found {
+        Found {
+            revision: 7,
+            version: Some(version.into()),
+            live,
+        }
+    }
+
+    #[test]
+    fn only_a_newer_version_replaces_a_key() {
+        assert!(supersedes(&put("10"), Some(&found("9", true))));
+        assert!(!supersedes(&put("10"), Some(&found("10", true))));
+        assert!(!supersedes(&put("10"), Some(&found("11", true))));
+        assert!(
+            !supersedes(&put("10"), Some(&found("11", false))),
+            "a newer deletion stays"
+        );
+        assert!(
+            supersedes(&put("12"), Some(&found("11", false))),
+            "a recreation replaces it"
+        );
+        assert!(supersedes(&put("10"), None));
+        assert!(supersedes(&put("b"), Some(&found("a", true))));
+        assert!(!supersedes(&put("a"), Some(&found("a", true))));
+        let delete = |version: &str| Write {
+            kind: WriteKind::Delete { headers: None },
+            ..put(version)
+        };
+        assert!(
+            supersedes(&delete("10"), Some(&found("10", true))),
+            "a vanished object"
+        );
+        assert!(supersedes(&delete("11"), Some(&found("10", true))));
+        assert!(
+            !supersedes(&delete("10"), Some(&found("11", true))),
+            "recreated since"
+        );
+        assert!(
+            !supersedes(&delete("12"), Some(&found("11", false))),
+            "deleted already"
+        );
+        assert!(!supersedes(&delete("12"), None));
+    }
+
+    #[test]
+    fn the_mirror_block_drops_the_message_id_and_adds_its_own() {
+        let mut event = SerializedHeaders::builder(64);
+        event.append(&header::RESOURCE_VERSION, "5").unwrap();
+        event.append(&header::MSG_ID, "w:u:5").unwrap();
+        event.append(&header::NAME, "web").unwrap();
+        let block = mirror_headers(Some(&event.finish()), &[(&KV_OPERATION, "DEL")]);
+        let lines: Vec<_> = block.iter().collect();
+        assert_eq!(
+            lines,
+            [
+                ("Kube-Resource-Version", "5"),
+                ("Kube-Name", "web"),
+                ("KV-Operation", "DEL")
+            ]
+        );
+    }
+}
