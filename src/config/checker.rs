@@ -114,6 +114,20 @@ impl Checker {
         };
         self.fail(key, format!("{value} is out of range (allowed: {allowed})"))
     }
+    /// A JetStream bucket name: `[A-Za-z0-9_-]`, not empty.
+    pub(super) fn bucket_name(&mut self, key: &str, value: &str) -> Option<String> {
+        let valid = !value.is_empty()
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if valid {
+            return Some(value.to_owned());
+        }
+        self.fail(
+            key,
+            format!("invalid bucket name {value:?} (allowed: [A-Za-z0-9_-], not empty)"),
+        )
+    }
 }
 
 pub(super) fn non_empty(v: &str) -> Option<&str> {

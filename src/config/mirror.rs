@@ -69,22 +69,7 @@ impl Default for RawMirror {
 }
 
 pub(super) fn check_mirror(c: &mut Checker, raw: &RawMirror) -> Option<MirrorConfig> {
-    let bucket_ok = !raw.bucket.is_empty()
-        && raw
-            .bucket
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    let bucket = if bucket_ok {
-        Some(raw.bucket.clone())
-    } else {
-        c.fail(
-            "mirror.bucket",
-            format!(
-                "invalid bucket name {:?} (allowed: [A-Za-z0-9_-], not empty)",
-                raw.bucket
-            ),
-        )
-    };
+    let bucket = c.bucket_name("mirror.bucket", &raw.bucket);
     let replicas = c.range("mirror.replicas", raw.replicas, 1, Some(5));
     let max_bytes = match raw.max_bytes {
         -1 => Some(None),

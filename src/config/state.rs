@@ -65,22 +65,7 @@ impl Default for RawState {
 }
 
 pub(super) fn check_state(c: &mut Checker, raw: &RawState) -> Option<StateConfig> {
-    let bucket_ok = !raw.bucket.is_empty()
-        && raw
-            .bucket
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    let bucket = if bucket_ok {
-        Some(raw.bucket.clone())
-    } else {
-        c.fail(
-            "state.bucket",
-            format!(
-                "invalid bucket name {:?} (allowed: [A-Za-z0-9_-], not empty)",
-                raw.bucket
-            ),
-        )
-    };
+    let bucket = c.bucket_name("state.bucket", &raw.bucket);
     let cluster_id = owner_part(c, "state.cluster_id", &raw.cluster_id);
     let instance = owner_part(c, "state.instance", &raw.instance);
     let replicas = c.range("state.replicas", raw.replicas, 1, Some(5));

@@ -117,28 +117,11 @@ impl Candidate {
         env: impl Fn(&str) -> Option<String>,
         read: impl Fn(&str) -> Option<String>,
     ) -> Result<Candidate, NoNamespace> {
-        let non_empty =
-            |v: Option<String>| v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
         let election = &config.leader_election;
-        // Only in-cluster credentials come with the pod's namespace file; elsewhere (a kubeconfig,
-        // an explicit URL) the namespace must be configured or given by POD_NAMESPACE.
-        let in_pod = non_empty(env("KUBERNETES_SERVICE_HOST")).is_some();
-        let namespace_file = match &config.kubernetes.source {
-            // The credentials resolve to the service account only in a pod, with no context named.
-            ApiSource::Auto {
-                in_cluster,
-                context: None,
-            } if in_pod => Some(in_cluster.namespace_file.display().to_string()),
-            _ => None,
+        let namespace = match &election.namespace {
+            Some(namespace) => namespace.clone(),
+            None => pod_namespace(config, &env, &read)?,
         };
-        let namespace = election
-            .namespace
-            .clone()
-            .or_else(|| non_empty(env(POD_NAMESPACE_ENV)))
-            .or_else(|| non_empty(read(namespace_file.as_deref()?)))
-            .ok_or(NoNamespace {
-                file: namespace_file.unwrap_or_else(|| "an in-cluster service account".to_owned()),
-            })?;
         let name = non_empty(env(POD_NAME_ENV))
             .or_else(|| non_empty(env("HOSTNAME")))
             .or_else(|| non_empty(read(HOSTNAME_FILE)))
@@ -150,6 +133,35 @@ impl Candidate {
             lease_name: election.lease_name.clone(),
         })
     }
+}
+
+/// A value from the environment or a file, trimmed; `None` when absent or blank.
+fn non_empty(v: Option<String>) -> Option<String> {
+    v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty())
+}
+
+/// The namespace kube2nats runs in: `POD_NAMESPACE`, else the service account's namespace file.
+/// Only in-cluster credentials come with that file; elsewhere (a kubeconfig, an explicit URL) the
+/// namespace must be configured or given by `POD_NAMESPACE`.
+pub(crate) fn pod_namespace(
+    config: &Config,
+    env: impl Fn(&str) -> Option<String>,
+    read: impl Fn(&str) -> Option<String>,
+) -> Result<String, NoNamespace> {
+    let in_pod = non_empty(env("KUBERNETES_SERVICE_HOST")).is_some();
+    let namespace_file = match &config.kubernetes.source {
+        // The credentials resolve to the service account only in a pod, with no context named.
+        ApiSource::Auto {
+            in_cluster,
+            context: None,
+        } if in_pod => Some(in_cluster.namespace_file.display().to_string()),
+        _ => None,
+    };
+    non_empty(env(POD_NAMESPACE_ENV))
+        .or_else(|| non_empty(read(namespace_file.as_deref()?)))
+        .ok_or(NoNamespace {
+            file: namespace_file.unwrap_or_else(|| "an in-cluster service account".to_owned()),
+        })
 }
 
 /// The record as this replica last saw it, and when (by the local monotonic clock) it saw it

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::backoff::Backoff;
 use crate::config::is_key_token as is_token;
-use crate::config::{ApiSource, Config};
+use crate::config::Config;
 use crate::kube::client::ApiClient;
 use crate::kube::error::ApiError;
 use tokio_util::sync::CancellationToken;
@@ -60,18 +60,7 @@ pub(crate) fn instance(
     if let Some((namespace, name)) = lease {
         return format!("{namespace}_{}", name.replace('.', "_"));
     }
-    let non_empty = |v: Option<String>| v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
-    let in_pod = non_empty(env("KUBERNETES_SERVICE_HOST")).is_some();
-    let namespace_file = match &config.kubernetes.source {
-        ApiSource::Auto {
-            in_cluster,
-            context: None,
-        } if in_pod => Some(in_cluster.namespace_file.display().to_string()),
-        _ => None,
-    };
-    non_empty(env(crate::leader::POD_NAMESPACE_ENV))
-        .or_else(|| non_empty(read(namespace_file.as_deref()?)))
-        .unwrap_or_else(|| "_".to_owned())
+    crate::leader::pod_namespace(config, env, read).unwrap_or_else(|_| "_".to_owned())
 }
 
 /// The cluster id: `state.cluster_id`, else the `kube-system` Namespace's uid, retrying while
