@@ -1,12 +1,10 @@
-//! The two sides of the object mirror (docs/subscribers.md) for the informer tests: the writer,
-//! which keeps the `kube-objects` KV bucket equal to the API server's objects, and the example
-//! informers of examples/subscribers/, run as real processes.
+//! The two sides of the object mirror (docs/subscribers.md) for the informer tests: the example
+//! informers of examples/subscribers/, run as real processes, and a stand-in writer.
 //!
-//! The writer is one seam, [`Mirror`]: the test applies each change to the simulated API server
-//! and hands the resulting object to the mirror, which writes it to the bucket exactly as the key
-//! contract says (key, value, `Kube-*` headers, deletes with a per-message TTL that leave server
-//! markers behind). kube2nats' own mirror replaces it by starting kube2nats with the mirror on
-//! and making [`Mirror`]'s write methods do nothing: the test's changes and its assertions stay.
+//! kube2nats' own mirror (docs/mirror.md) writes the bucket in the informer tests; it deletes with
+//! TTL'd delete markers and never purges. [`Mirror`] writes the contract's other deletion, a
+//! purge, which kube2nats does not produce: the key, value and `Kube-*` headers as kube2nats
+//! writes them, and purges with a per-message TTL.
 
 #![allow(dead_code)]
 
@@ -23,8 +21,8 @@ use serde_json::Value;
 /// The bucket's default name.
 pub const BUCKET: &str = "kube-objects";
 
-/// How long a delete marker lives before it expires, and then how long the marker the server
-/// leaves in its place lives. Short, so that the tests see markers come and go.
+/// How long a purge's marker lives before it expires, and then how long the marker the server
+/// leaves in its place lives.
 pub const MARKER_TTL: Duration = Duration::from_secs(1);
 
 /// One token of a key, escaped into the KV key alphabet `[-/_=.A-Za-z0-9]` (docs/subscribers.md):
@@ -57,15 +55,14 @@ pub fn core_key(resource: &str, obj: &Value) -> String {
     )
 }
 
-/// The writer side of the mirror: the bucket and what kube2nats writes into it.
+/// The stand-in writer: the bucket, and puts and purges written into it.
 pub struct Mirror {
     js: jetstream::Context,
-    kv: kv::Store,
 }
 
 impl Mirror {
-    /// Creates the bucket as kube2nats does (or opens it, after a NATS restart): one value per
-    /// key, file storage (it outlives a NATS restart), per-message TTLs and server markers.
+    /// Creates the bucket as kube2nats does: one value per key, file storage, per-message TTLs
+    /// and server markers.
     pub async fn create(nats_url: &str) -> Mirror {
         let client = async_nats::connect(nats_url)
             .await
@@ -84,7 +81,7 @@ impl Mirror {
                 })
                 .await;
             match created {
-                Ok(kv) => return Mirror { js, kv },
+                Ok(_) => return Mirror { js },
                 Err(e) if tokio::time::Instant::now() < deadline => {
                     eprintln!("creating the bucket: {e}; again");
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -114,16 +111,6 @@ impl Mirror {
             .await;
     }
 
-    /// A deletion as a KV delete whose marker expires after [`MARKER_TTL`]; the server then
-    /// leaves a marker of its own (`Nats-Marker-Reason: MaxAge`), which expires in turn.
-    pub async fn delete(&self, resource: &str, obj: &Value) {
-        let mut headers = HeaderMap::new();
-        headers.insert("KV-Operation", "DEL");
-        headers.insert("Nats-TTL", format!("{}s", MARKER_TTL.as_secs()).as_str());
-        self.publish(core_key(resource, obj), headers, Vec::new())
-            .await;
-    }
-
     /// A deletion as a purge (which also drops the key's older values), with a TTL.
     pub async fn purge(&self, resource: &str, obj: &Value) {
         let mut headers = HeaderMap::new();
@@ -142,39 +129,6 @@ impl Mirror {
             .expect("publishing to the bucket")
             .await
             .expect("the bucket acknowledges");
-    }
-
-    /// What a restarted kube2nats does after a fresh list: writes every object whose version
-    /// the bucket does not hold, and deletes every key of `resource` the list no longer has.
-    pub async fn resync(&self, resource: &str, kind: &str, listed: &[Value]) {
-        use futures_util::StreamExt as _;
-        let prefix = format!("core.v1.{resource}.");
-        let mut keys = self.kv.keys().await.expect("listing the bucket's keys");
-        let mut held = Vec::new();
-        while let Some(key) = keys.next().await {
-            let key = key.expect("a key");
-            if key.starts_with(&prefix) {
-                held.push(key);
-            }
-        }
-        for obj in listed {
-            let key = core_key(resource, obj);
-            let stored = self.kv.get(&key).await.expect("reading the bucket");
-            let rv = stored
-                .and_then(|v| serde_json::from_slice::<Value>(&v).ok())
-                .map(|v| v["metadata"]["resourceVersion"].clone());
-            if rv.as_ref() != Some(&obj["metadata"]["resourceVersion"]) {
-                self.put(resource, kind, obj).await;
-            }
-        }
-        for key in held {
-            if !listed.iter().any(|o| core_key(resource, o) == key) {
-                let mut headers = HeaderMap::new();
-                headers.insert("KV-Operation", "DEL");
-                headers.insert("Nats-TTL", format!("{}s", MARKER_TTL.as_secs()).as_str());
-                self.publish(key, headers, Vec::new()).await;
-            }
-        }
     }
 }
 
