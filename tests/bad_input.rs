@@ -191,9 +191,7 @@ url = "{nats}"
 subject_prefix = "{prefix}"
 [state]
 bucket = "{prefix}"
-# The scripted server answers only lists and watches, not the kube-system Namespace that
-# names the cluster (docs/durable-state.md), so the cluster id is given.
-cluster_id = "raw-server"
+cluster_id = "raw-server" # the scripted server does not serve the kube-system Namespace
 [http]
 listen = "127.0.0.1:0"
 [[watches]]
