@@ -5,7 +5,7 @@ Writes the rendered variants to OUT/helm-*.yaml (check-deploy then validates the
 kubernetes-validate and checkov like the kustomize output) and each rendered ConfigMap's TOML to
 OUT/helm-*.toml (checked with kube2nats --check-config). Checks here: `helm lint --strict`, every
 watch of the rendered configuration has its RBAC rule in the rendered Role/ClusterRole, with
-leader election the Lease's rules, downward-API identity, PodDisruptionBudget and anti-affinity
+leader election the Lease's rules, downward-API identity, durable state's instance per release, PodDisruptionBudget and anti-affinity
 agree with the configuration, values that kube2nats cannot honour are refused at render time, and
 the chart's copy of the alerts is deploy/monitoring/prometheusrule.yaml.
 
@@ -176,6 +176,16 @@ def check_leader_election(name, docs, config):
             fail(f"{name}: no pod anti-affinity spreading the replicas")
 
 
+def check_state_owner(name, docs, config):
+    """Durable state's instance is the release's own (namespace and full name), so two releases
+    sharing a state bucket never share state."""
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    expected = f"{NAMESPACE}_{deployment['metadata']['name']}"
+    instance = config.get("state", {}).get("instance")
+    if instance != expected:
+        fail(f"{name}: state.instance is {instance!r}, not the release's {expected!r}")
+
+
 def main(out):
     out = pathlib.Path(out)
     report = lint(CHART, strict=True, namespace=NAMESPACE)
@@ -196,6 +206,7 @@ def main(out):
         check_rbac(name, docs, config)
         check_hardening(name, docs)
         check_leader_election(name, docs, config)
+        check_state_owner(name, docs, config)
         kinds = ",".join(d["kind"] for d in docs)
         print(f"{name}: {len(docs)} objects ({kinds})", file=sys.stderr)
 

@@ -791,7 +791,8 @@ fn plan<'a>(config: &'a Config, discovery: &Discovery) -> anyhow::Result<Vec<Wat
         .collect()
 }
 
-/// The start-up RBAC self-check (the watches, and the Lease when leader election is on); with
+/// The start-up RBAC self-check (the watches, the Lease when leader election is on, the cluster id
+/// when durable state reads it from the API server); with
 /// `rbac_check = "fail"` a refusal stops kube2nats.
 async fn check_rbac(
     client: &ApiClient,
@@ -815,6 +816,9 @@ async fn check_rbac(
         .find(|p| p.resource.namespaced && p.watch.namespace_selector.is_some());
     if let Some(p) = selecting {
         accesses.push(rbac::Access::watch(&p.watch.name, &namespaces, None));
+    }
+    if config.state.enabled && config.state.cluster_id.is_none() {
+        accesses.push(rbac::Access::cluster_id(&namespaces));
     }
     if let Some(elector) = elector {
         let (namespace, name) = elector.lease();

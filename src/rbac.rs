@@ -4,7 +4,8 @@
 //! Before its watches start, kube2nats asks the API server (SelfSubjectAccessReview, which every
 //! authenticated identity may create) whether it may `list` and `watch` each watched resource in
 //! each namespace, and, with leader election on, `get` and `update` its Lease and `create` leases
-//! in the Lease's namespace. A refusal is logged with the exact rule to add; depending on
+//! in the Lease's namespace, and, when durable state takes its cluster id from the API server,
+//! `get` the `kube-system` Namespace. A refusal is logged with the exact rule to add; depending on
 //! `kubernetes.rbac_check` kube2nats then keeps running (the watch or the election retries until
 //! the Role is fixed) or exits with code 3.
 
@@ -17,17 +18,18 @@ use crate::kube::{ApiClient, ApiError};
 
 const ACCESS_REVIEW_PATH: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
 
-/// Who needs a permission: one watch, or leader election.
+/// Who needs a permission: one watch, leader election, or durable state's cluster id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Purpose<'a> {
     Watch(&'a str),
     LeaderElection,
+    ClusterId,
 }
 
 /// One permission kube2nats needs and does not have.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
-    /// The watch's name, or `leader election`.
+    /// The watch's name, `leader election` or `state cluster id`.
     pub needed_by: String,
     pub verb: Verb,
     pub resource: ResourceInfo,
@@ -104,6 +106,25 @@ impl<'a> Access<'a> {
     }
 }
 
+impl<'a> Access<'a> {
+    /// Durable state keys its saved state by the cluster's id, the `kube-system` Namespace's uid
+    /// (see docs/durable-state.md): one `get` on that Namespace. `namespaces` comes from
+    /// `scope::namespaces_resource`.
+    pub fn cluster_id(namespaces: &'a ResourceInfo) -> Self {
+        Access {
+            purpose: Purpose::ClusterId,
+            resource: namespaces,
+            namespace: None,
+            name: Some(CLUSTER_ID_NAMESPACE),
+            check: &[Verb::Get],
+            grant: &[Verb::Get],
+        }
+    }
+}
+
+/// The Namespace whose uid is the cluster's id.
+pub const CLUSTER_ID_NAMESPACE: &str = "kube-system";
+
 /// `leases.coordination.k8s.io/v1`, the resource leader election uses.
 pub fn lease_resource() -> ResourceInfo {
     ResourceInfo {
@@ -155,6 +176,7 @@ fn refused(access: &Access<'_>, verb: Verb) -> Refusal {
         needed_by: match access.purpose {
             Purpose::Watch(watch) => watch.to_owned(),
             Purpose::LeaderElection => "leader election".to_owned(),
+            Purpose::ClusterId => "state cluster id".to_owned(),
         },
         verb,
         resource: access.resource.clone(),
@@ -186,6 +208,13 @@ fn log_refusal(access: &Access<'_>, refusal: &Refusal) {
             name = access.name.unwrap_or("*"),
             rule = %rule,
             "RBAC does not allow leader election's request on its Lease (the replica cannot acquire or renew it); add the rule"
+        ),
+        Purpose::ClusterId => tracing::error!(
+            verb = refusal.verb.as_str(),
+            resource = %resource.plural,
+            name = access.name.unwrap_or("*"),
+            rule = %rule,
+            "RBAC does not allow reading the kube-system Namespace, whose uid keys durable state as the cluster id; add the rule or set state.cluster_id"
         ),
     }
 }
@@ -272,6 +301,16 @@ mod tests {
         assert_eq!(
             rule(&create),
             r#"add to a Role in namespace "ops" (bound to kube2nats' ServiceAccount): {apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["create"]}"#
+        );
+    }
+
+    #[test]
+    fn the_cluster_id_rule_names_the_kube_system_namespace() {
+        let namespaces = ResourceInfo::core("namespaces", "Namespace", false);
+        let access = Access::cluster_id(&namespaces);
+        assert_eq!(
+            refused(&access, Verb::Get).rule(),
+            r#"add to a ClusterRole (bound with a ClusterRoleBinding): {apiGroups: [""], resources: ["namespaces"], verbs: ["get"], resourceNames: ["kube-system"]}"#
         );
     }
 }

@@ -349,8 +349,9 @@ async fn eventually_ready(daemon: &kube2nats::app::Daemon) {
     }
 }
 
-/// The start-up RBAC self-check reports a refused `watch` with the rule to add; with
-/// `rbac_check = "fail"` kube2nats exits with code 3.
+/// The start-up RBAC self-check reports a refused `watch` with the rule to add, and a refused read
+/// of the kube-system Namespace (durable state's cluster id); with `rbac_check = "fail"` kube2nats
+/// exits with code 3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rbac_self_check_names_the_rule_to_add() {
     let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
@@ -373,6 +374,8 @@ async fn rbac_self_check_names_the_rule_to_add() {
         "{line}"
     );
     assert!(line.contains(r#"add to a Role in namespace "default" (bound to kube2nats' ServiceAccount): {apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"]}"#), "{line}");
+    let line = process.line_with(&["RBAC does not allow reading the kube-system Namespace"]);
+    assert!(line.contains(r#"add to a ClusterRole (bound with a ClusterRoleBinding): {apiGroups: [""], resources: ["namespaces"], verbs: ["get"], resourceNames: ["kube-system"]}"#), "{line}");
     assert!(
         !process.rest().contains("RBAC does not allow"),
         "list is allowed"
@@ -382,7 +385,11 @@ async fn rbac_self_check_names_the_rule_to_add() {
         .into_iter()
         .filter(|r| r.path.ends_with("selfsubjectaccessreviews"))
         .collect();
-    assert_eq!(reviews.len(), 2, "list and watch asked once each");
+    assert_eq!(
+        reviews.len(),
+        3,
+        "list and watch asked once each, and get on the kube-system Namespace"
+    );
     drop(process);
 
     let fail = warn.replace("[kubernetes]", "[kubernetes]\nrbac_check = \"fail\"");
@@ -401,7 +408,9 @@ async fn rbac_self_check_covers_the_lease_when_leader_election_is_on() {
     let leases =
         |verbs: &[&str]| Rule::new(verbs, &["coordination.k8s.io"], &["leases"], &["default"]);
     let lease_by_name = || leases(&["get", "update"]).named(&["kube2nats"]);
-    sim.set_rules(INITIAL_TOKEN, vec![pods(), lease_by_name()]);
+    // Durable state reads the cluster id, the kube-system Namespace's uid.
+    let cluster_id = || Rule::new(&["get"], &[""], &["namespaces"], &[]).named(&["kube-system"]);
+    sim.set_rules(INITIAL_TOKEN, vec![pods(), lease_by_name(), cluster_id()]);
     let nats = NatsServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let election = "[leader_election]\nenabled = true\nnamespace = \"default\"\n";
@@ -421,8 +430,8 @@ async fn rbac_self_check_covers_the_lease_when_leader_election_is_on() {
         .collect();
     assert_eq!(
         reviews.len(),
-        5,
-        "list and watch of pods, get, update and create of the Lease"
+        6,
+        "list and watch of pods, get, update and create of the Lease, get of the kube-system Namespace"
     );
     assert!(
         !process.rest().contains("RBAC does not allow"),
@@ -431,11 +440,9 @@ async fn rbac_self_check_covers_the_lease_when_leader_election_is_on() {
     drop(process);
 
     // With the rule the line names added, the replica creates the Lease and holds it.
-    // Durable state reads the cluster id, the kube-system Namespace's uid.
-    let cluster_id = Rule::new(&["get"], &[""], &["namespaces"], &[]).named(&["kube-system"]);
     sim.set_rules(
         INITIAL_TOKEN,
-        vec![pods(), lease_by_name(), leases(&["create"]), cluster_id],
+        vec![pods(), lease_by_name(), leases(&["create"]), cluster_id()],
     );
     let process = Process::spawn_env(&warn, &[], &[("POD_NAME", "k2n-0")]);
     process.line_with(&["acquired the Lease"]);

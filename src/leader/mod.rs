@@ -182,6 +182,16 @@ enum Attempt {
     Deleted,
 }
 
+/// Why a term ended.
+enum TermEnd {
+    /// No renewal succeeded within `renew_deadline`.
+    RenewDeadline,
+    /// Another replica was found holding the Lease.
+    HeldBy(String),
+    /// The Lease was deleted while this replica held it.
+    Deleted,
+}
+
 /// One replica's side of the election.
 pub struct Elector {
     api: LeaseApi,
@@ -244,11 +254,11 @@ impl Elector {
                     self.release().await;
                     return ended;
                 }
-                () = self.hold(acquired_at) => {
+                end = self.hold(acquired_at) => {
                     lost.cancel();
                     let ended = term.await;
                     self.metrics.leader.set(0);
-                    tracing::warn!(lease = %self.api.describe(), renew_deadline = ?self.config.renew_deadline, "could not renew the Lease within the renew deadline: stopped publishing; back to standby");
+                    self.log_term_end(&end);
                     ended?;
                     if shutdown.is_cancelled() {
                         return Ok(());
@@ -295,10 +305,26 @@ impl Elector {
         }
     }
 
+    /// The one line that says why a term ended, once publishing has stopped.
+    fn log_term_end(&self, end: &TermEnd) {
+        let lease = self.api.describe();
+        match end {
+            TermEnd::RenewDeadline => {
+                tracing::warn!(lease = %lease, renew_deadline = ?self.config.renew_deadline, "could not renew the Lease within the renew deadline: stopped publishing; back to standby")
+            }
+            TermEnd::HeldBy(holder) => {
+                tracing::warn!(lease = %lease, holder = %holder, "another replica holds the Lease: stopped publishing; back to standby")
+            }
+            TermEnd::Deleted => {
+                tracing::warn!(lease = %lease, "the Lease was deleted: stopped publishing; back to standby")
+            }
+        }
+    }
+
     /// A term: renews every `retry_period`; returns when `renew_deadline` has passed since the
     /// last successful renewal (an attempt in flight is abandoned at the deadline), or at once
-    /// when another replica is found holding the Lease.
-    async fn hold(&mut self, acquired_at: Instant) {
+    /// when another replica is found holding the Lease or the Lease is gone.
+    async fn hold(&mut self, acquired_at: Instant) -> TermEnd {
         let mut renewed_at = acquired_at;
         loop {
             let deadline = renewed_at + self.config.renew_deadline;
@@ -306,19 +332,17 @@ impl Elector {
                 .await;
             let started = Instant::now();
             if started >= deadline {
-                return;
+                return TermEnd::RenewDeadline;
             }
             match tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await {
                 Ok(Ok(Attempt::Held)) => renewed_at = started,
                 Ok(Ok(Attempt::HeldBy(holder))) => {
                     self.metrics.renew_failures.inc();
-                    tracing::warn!(lease = %self.api.describe(), holder = %holder, "another replica holds the Lease");
-                    return;
+                    return TermEnd::HeldBy(holder);
                 }
                 Ok(Ok(Attempt::Deleted)) => {
                     self.metrics.renew_failures.inc();
-                    tracing::warn!(lease = %self.api.describe(), "the Lease was deleted: ending the term at once");
-                    return;
+                    return TermEnd::Deleted;
                 }
                 Ok(Err(e)) => {
                     self.metrics.renew_failures.inc();
@@ -326,7 +350,7 @@ impl Elector {
                 }
                 Err(_elapsed) => {
                     self.metrics.renew_failures.inc();
-                    return;
+                    return TermEnd::RenewDeadline;
                 }
             }
         }

@@ -67,6 +67,12 @@ numbers as integers.
 {{- $_ := set $http "listen" (printf "0.0.0.0:%d" (int .Values.metricsPort)) -}}
 {{- $_ := set $cfg "http" $http -}}
 {{- $_ := set $cfg "watches" (fromYaml (include "kube2nats.watches" .)).watches -}}
+{{- /* Durable state's owner: one instance per release, so two releases sharing a bucket in one namespace never share state (docs/durable-state.md). */ -}}
+{{- $state := deepCopy (default dict $cfg.state) -}}
+{{- if not $state.instance -}}
+{{- $_ := set $state "instance" (printf "%s_%s" .Release.Namespace (include "kube2nats.fullname" .)) -}}
+{{- end -}}
+{{- $_ := set $cfg "state" $state -}}
 {{- if .Values.leaderElection.enabled -}}
 {{- $election := dict "enabled" true "lease_name" (include "kube2nats.leaseName" .) "lease_duration" .Values.leaderElection.leaseDuration "renew_deadline" .Values.leaderElection.renewDeadline "retry_period" .Values.leaderElection.retryPeriod -}}
 {{- $_ := set $cfg "leader_election" $election -}}
