@@ -17,7 +17,7 @@ use kube2nats::config::{MessageFormat, PayloadMode};
 use kube2nats::event::{ObjectEvent, ResourceInfo};
 use kube2nats::kube::decode::{decode_line, WatchLine};
 use kube2nats::publish::message::headermap_reference;
-use kube2nats::publish::MessageBuilder;
+use kube2nats::publish::{MessageBuilder, MessageSpec};
 use kube2nats::subject::SubjectTemplate;
 
 #[path = "../examples/loadtest/pods.rs"]
@@ -67,15 +67,15 @@ fn pod_event() -> ObjectEvent {
 }
 
 fn builder(cluster: &str, format: MessageFormat) -> MessageBuilder {
-    MessageBuilder::new(
-        "pods".into(),
-        SubjectTemplate::default_for(cluster),
-        "kube".into(),
-        cluster.into(),
-        ResourceInfo::core("pods", "Pod", true),
-        PayloadMode::Event,
+    MessageBuilder::new(MessageSpec {
+        watch: "pods".into(),
+        subject: SubjectTemplate::default_for(cluster),
+        prefix: "kube".into(),
+        cluster: cluster.into(),
+        resource: ResourceInfo::core("pods", "Pod", true),
+        payload: PayloadMode::Event,
         format,
-    )
+    })
 }
 
 fn build(c: &mut Criterion) {

@@ -39,7 +39,7 @@ use crate::mirror::metrics::{MirrorFamilies, MirrorMetrics};
 use crate::mirror::{Mirror, MirrorBucket};
 use crate::noise::NoiseControl;
 use crate::publish::metrics::{PublishFamilies, PublishMetrics};
-use crate::publish::{connect, MessageBuilder, Nats, Outbox};
+use crate::publish::{connect, MessageBuilder, MessageSpec, Nats, Outbox};
 use crate::rbac;
 use crate::scope::{self, Scope};
 use crate::state::{target_key, StateMetrics, StateStore};
@@ -617,15 +617,15 @@ impl TaskParts<'_> {
             ),
             false => (Arc::from([]), None),
         };
-        let messages = MessageBuilder::new(
-            watch.name.clone(),
-            watch.subject.clone(),
-            watch.subject_prefix.clone(),
-            watch.cluster.clone(),
-            self.plan.resource.clone(),
-            watch.payload,
-            watch.format,
-        );
+        let messages = MessageBuilder::new(MessageSpec {
+            watch: watch.name.clone(),
+            subject: watch.subject.clone(),
+            prefix: watch.subject_prefix.clone(),
+            cluster: watch.cluster.clone(),
+            resource: self.plan.resource.clone(),
+            payload: watch.payload,
+            format: watch.format,
+        });
         let max_in_flight = match &config.nats.mode {
             NatsMode::Core => 1,
             NatsMode::JetStream(js) => js.max_ack_inflight,

@@ -480,24 +480,26 @@ pub struct HostileMeta {
 pub fn check_message(meta: &HostileMeta) {
     use kube2nats::config::{MessageFormat, PayloadMode};
     use kube2nats::event::{EventType, ObjectEvent, ObjectMeta, ResourceInfo, ResourceVersion};
-    use kube2nats::publish::message::{header, BuildError, MessageBuilder, MAX_SUBJECT_BYTES};
+    use kube2nats::publish::message::{
+        header, BuildError, MessageBuilder, MessageSpec, MAX_SUBJECT_BYTES,
+    };
     use kube2nats::subject::SubjectTemplate;
 
-    let builder = MessageBuilder::new(
-        "widgets".into(),
-        SubjectTemplate::default(),
-        "kube".into(),
-        String::new(),
-        ResourceInfo {
+    let builder = MessageBuilder::new(MessageSpec {
+        watch: "widgets".into(),
+        subject: SubjectTemplate::default(),
+        prefix: "kube".into(),
+        cluster: String::new(),
+        resource: ResourceInfo {
             group: meta.group.clone(),
             version: "v1".into(),
             plural: "widgets".into(),
             kind: meta.kind.clone(),
             namespaced: meta.namespace.is_some(),
         },
-        PayloadMode::Object,
-        MessageFormat::CloudEvents,
-    );
+        payload: PayloadMode::Object,
+        format: MessageFormat::CloudEvents,
+    });
     let event = ObjectEvent {
         event_type: EventType::Modified,
         meta: ObjectMeta {

@@ -130,6 +130,22 @@ impl OutMessage {
     }
 }
 
+/// What a watch's messages are made from: its configuration and its resolved resource.
+#[derive(Debug, Clone)]
+pub struct MessageSpec {
+    /// The watch's name.
+    pub watch: String,
+    /// `subject`, parsed.
+    pub subject: SubjectTemplate,
+    /// `subject_prefix`.
+    pub prefix: String,
+    /// `publish.cluster`; empty when not set.
+    pub cluster: String,
+    pub resource: ResourceInfo,
+    pub payload: PayloadMode,
+    pub format: MessageFormat,
+}
+
 /// How one watch names and shapes its messages; built once per watch.
 #[derive(Debug, Clone)]
 pub struct MessageBuilder {
@@ -187,15 +203,16 @@ impl fmt::Debug for Scratch {
 }
 
 impl MessageBuilder {
-    pub fn new(
-        watch: String,
-        template: SubjectTemplate,
-        prefix: String,
-        cluster: String,
-        resource: ResourceInfo,
-        payload: PayloadMode,
-        format: MessageFormat,
-    ) -> MessageBuilder {
+    pub fn new(spec: MessageSpec) -> MessageBuilder {
+        let MessageSpec {
+            watch,
+            subject: template,
+            prefix,
+            cluster,
+            resource,
+            payload,
+            format,
+        } = spec;
         let api_version = resource.api_version();
         let cloudevents = match format {
             MessageFormat::Native => None,
@@ -499,18 +516,22 @@ mod tests {
     }
 
     fn builder_as(payload: PayloadMode, format: MessageFormat) -> MessageBuilder {
-        MessageBuilder::new(
-            "pods".into(),
-            SubjectTemplate::parse(
+        MessageBuilder::new(spec(payload, format))
+    }
+
+    fn spec(payload: PayloadMode, format: MessageFormat) -> MessageSpec {
+        MessageSpec {
+            watch: "pods".into(),
+            subject: SubjectTemplate::parse(
                 "{prefix}.{group}.{version}.{resource}.{namespace}.{name}.{type}",
             )
             .unwrap(),
-            "kube".into(),
-            String::new(),
-            ResourceInfo::core("pods", "Pod", true),
+            prefix: "kube".into(),
+            cluster: String::new(),
+            resource: ResourceInfo::core("pods", "Pod", true),
             payload,
             format,
-        )
+        }
     }
 
     /// The lines of a header block, sorted, without `ce-time` (the time of the call).
@@ -554,14 +575,8 @@ mod tests {
             synthesized in proptest::bool::ANY,
             deleted in proptest::bool::ANY,
         ) {
-            let mut b = builder_as(
-                PayloadMode::Event,
-                if cloudevents { MessageFormat::CloudEvents } else { MessageFormat::Native },
-            );
-            b = MessageBuilder::new(
-                b.watch, b.template, b.prefix, cluster, b.resource, b.payload,
-                if cloudevents { MessageFormat::CloudEvents } else { MessageFormat::Native },
-            );
+            let format = if cloudevents { MessageFormat::CloudEvents } else { MessageFormat::Native };
+            let b = MessageBuilder::new(MessageSpec { cluster, ..spec(PayloadMode::Event, format) });
             let mut e = event(None);
             e.meta.name = name.as_str().into();
             e.meta.namespace = namespace.as_deref().map(Into::into);

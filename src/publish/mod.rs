@@ -8,5 +8,5 @@ pub mod message;
 pub mod metrics;
 pub mod outbox;
 
-pub use message::{MessageBuilder, OutMessage};
+pub use message::{MessageBuilder, MessageSpec, OutMessage};
 pub use outbox::{Nats, Outbox};
