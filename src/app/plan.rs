@@ -72,11 +72,12 @@ fn resolved(watch: &WatchConfig, resource: ResourceInfo) -> WatchPlan<'_> {
 }
 
 /// How often discovery runs again while a watch waits for its resource: a CRD established is
-/// picked up within about a second at first, and within 10 s however long it took. Discovery
-/// needs no RBAC beyond what every service account has (docs/deploy.md).
+/// picked up within about a second at first, and within 8 s (plus one discovery) however long it
+/// took, its objects published within 10 s (docs/troubleshooting.md). Discovery needs no RBAC
+/// beyond what every service account has (docs/deploy.md).
 const WAITING_BACKOFF: BackoffConfig = BackoffConfig::checked(
     Duration::from_secs(1),
-    Duration::from_secs(10),
+    Duration::from_secs(8),
     2.0,
     0.2,
     Duration::from_secs(600),

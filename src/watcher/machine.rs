@@ -38,10 +38,10 @@ const WATCH_DEADLINE_MARGIN: Duration = Duration::from_secs(30);
 /// term): something is wrong, so back off before the next one instead of spinning.
 const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
 /// The pace of the lists that look for a resource no longer served: soon at first (a CRD is
-/// created again, or comes back at another version, within seconds), every 10 s at most.
+/// created again, or comes back at another version, within seconds), every 8 s at most.
 const UNSERVED_BACKOFF: BackoffConfig = BackoffConfig::checked(
     Duration::from_secs(1),
-    Duration::from_secs(10),
+    Duration::from_secs(8),
     2.0,
     0.2,
     Duration::from_secs(60),

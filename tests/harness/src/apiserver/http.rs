@@ -697,8 +697,8 @@ fn start_watch(
             lines
         }
         None | Some(0) => snapshot(&store),
-        Some(n) if n < store.history_start() => {
-            let status = ApiError::too_old(n, store.history_start()).body;
+        Some(n) if n < store.watch_start(rt) => {
+            let status = ApiError::too_old(n, store.watch_start(rt)).body;
             let line = event_line("ERROR", &status);
             let mut response =
                 stream_response(Body::from_stream(futures_util::stream::once(async move {

@@ -644,7 +644,8 @@ impl ApiServer {
     }
 
     /// Creates the CustomResourceDefinition of `resource_name` again, established at once: the
-    /// resource is in discovery and served, with no objects.
+    /// resource is in discovery and served, with no objects; its watch cache starts now, so a
+    /// watch from an older resourceVersion gets 410 Expired.
     ///
     /// # Panics
     /// If `resource_name` is not a custom resource.

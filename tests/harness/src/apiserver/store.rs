@@ -12,7 +12,7 @@
 //! the store's lock, so the order on each watch is the revision order and a watch that registers
 //! under the same lock it used to read history can neither miss nor repeat a change.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -130,6 +130,9 @@ pub struct Store {
     terminated_watches: usize,
     /// Custom resources whose CRD is deleted.
     unserved: Unserved,
+    /// The revision at which each CRD created again was established: its watch cache starts
+    /// there, so a watch from an older version gets 410, as from kube-apiserver.
+    established: HashMap<&'static str, u64>,
 }
 
 /// Current UTC time as RFC 3339 with second precision, like `metav1.Time`.
@@ -183,6 +186,7 @@ impl Store {
             watchers: Vec::new(),
             terminated_watches: 0,
             unserved: Unserved::new(),
+            established: HashMap::new(),
         }
     }
 
@@ -223,6 +227,14 @@ impl Store {
     /// Creates the CRD of `rt` again: the resource is served (empty) from now on.
     pub fn create_crd(&mut self, rt: &'static ResourceType) {
         self.unserved.remove(rt.plural);
+        self.established.insert(rt.plural, self.revision);
+    }
+
+    /// The oldest revision a watch of `rt` can start from: the history's start, or for a CRD
+    /// created again the revision it was established at (its watch cache is new).
+    pub fn watch_start(&self, rt: &'static ResourceType) -> u64 {
+        let established = self.established.get(rt.plural).copied().unwrap_or(0);
+        self.history_start.max(established)
     }
 
     /// Forgets all history: only the current revision can be watched or paged from.
