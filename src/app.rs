@@ -424,7 +424,7 @@ impl Watches<'_> {
                 }
                 plans = waiting.resolved(self.client), if !waiting.is_empty() => {
                     for plan in &plans {
-                        check_rbac_late(self.client, plan).await;
+                        term.tasks.spawn(check_rbac_late(self.client, plan));
                         let name = &*plan.watch.name;
                         term.syncs.retain(|sync| &*sync.watch != name);
                         self.spawn(plan, &mut term, shutdown);

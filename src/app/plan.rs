@@ -2,6 +2,8 @@
 //! API server does not serve its resource (a CRD not installed yet), waiting for it while the
 //! other watches run (docs/troubleshooting.md, "A watch waits for its resource").
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backoff::Backoff;
@@ -159,16 +161,30 @@ pub(super) async fn check_rbac(
     }
 }
 
-/// The RBAC self-check of a watch that starts late, its resource served only now: a refusal is
-/// logged with the rule to add, never fatal (other watches run; `rbac_check = "fail"` applies at
-/// start), and the watch reports the refusals itself as it retries.
-pub(super) async fn check_rbac_late(client: &ApiClient, plan: &WatchPlan<'_>) {
-    let namespaces = scope::namespaces_resource();
-    let mut accesses = watch_accesses(std::slice::from_ref(plan));
-    if plan.resource.namespaced && plan.watch.namespace_selector.is_some() {
-        accesses.push(rbac::Access::watch(&plan.watch.name, &namespaces, None));
+/// The RBAC self-check of a watch that starts late, its resource served only now, to run as a
+/// task of the term (so that a lost term stops it with the watches): a refusal is logged with
+/// the rule to add, never fatal (other watches run; `rbac_check = "fail"` applies at start), and
+/// the watch reports the refusals itself as it retries.
+pub(super) fn check_rbac_late(
+    client: &Arc<ApiClient>,
+    plan: &WatchPlan<'_>,
+) -> impl Future<Output = ()> + Send + 'static {
+    let client = client.clone();
+    let watch = plan.watch.name.clone();
+    let resource = plan.resource.clone();
+    let namespaces = plan.namespaces.clone();
+    let selecting = resource.namespaced && plan.watch.namespace_selector.is_some();
+    async move {
+        let namespaces_resource = scope::namespaces_resource();
+        let mut accesses: Vec<rbac::Access<'_>> = namespaces
+            .iter()
+            .map(|ns| rbac::Access::watch(&watch, &resource, ns.as_deref()))
+            .collect();
+        if selecting {
+            accesses.push(rbac::Access::watch(&watch, &namespaces_resource, None));
+        }
+        rbac::self_check(&client, &accesses).await;
     }
-    rbac::self_check(client, &accesses).await;
 }
 
 fn watch_accesses<'p>(plans: &'p [WatchPlan<'_>]) -> Vec<rbac::Access<'p>> {
