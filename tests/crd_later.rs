@@ -178,9 +178,13 @@ async fn a_deleted_crd_deletes_each_object_then_comes_back() {
         .line_with(&["resource no longer served", "\"deleted\":0"]);
 
     sim.create_crd("widgets");
+    let created = Instant::now();
     sim.create("widgets", Some("default"), widget("w1"));
     let back = widgets.next().await;
+    let took = created.elapsed();
     assert_eq!(back.short(), "ADDED w1");
+    println!("w1 was ADDED again {took:?} after the CRD was created again");
+    assert!(took < SERVED_WITHIN, "published {took:?} after the CRD");
     daemon.served_becomes("widgets", 1.0).await;
     daemon.readyz(200, "ready").await;
     widgets.quiet_for(QUIET).await;
