@@ -4,7 +4,8 @@
 //! Start-up order: the API server's credentials first (no cluster found is an error before
 //! anything claims to serve), metrics and the HTTP endpoints (so probes answer from the first
 //! second), then NATS (connecting in the background), then the API client, discovery (retried while the
-//! API server is unreachable) and one task per watch target. Shutdown order: readiness goes false,
+//! API server is unreachable) and one task per watch target; a watch whose resource discovery does
+//! not list waits for it (docs/troubleshooting.md) while the others run. Shutdown order: readiness goes false,
 //! watches stop at an event boundary and publish what is in flight, NATS is drained; all within
 //! the grace period.
 //!
@@ -26,10 +27,8 @@ use tracing::Instrument;
 
 use crate::backoff::Backoff;
 use crate::budget::Budget;
-use crate::config::{
-    BackoffConfig, Config, InitialState, NatsMode, PayloadMode, RbacCheck, WatchConfig,
-};
-use crate::event::{EventType, ResourceInfo};
+use crate::config::{BackoffConfig, Config, InitialState, NatsMode, PayloadMode, WatchConfig};
+use crate::event::EventType;
 use crate::kube::client::register_api_requests;
 use crate::kube::credentials;
 use crate::kube::discovery::Discovery;
@@ -40,7 +39,6 @@ use crate::mirror::{Mirror, MirrorBucket};
 use crate::noise::NoiseControl;
 use crate::publish::metrics::{PublishFamilies, PublishMetrics};
 use crate::publish::{connect, MessageBuilder, MessageSpec, Nats, Outbox};
-use crate::rbac;
 use crate::scope::{self, Scope};
 use crate::state::{target_key, StateMetrics, StateStore};
 use crate::telemetry::http::{self, Readiness};
@@ -51,6 +49,9 @@ use crate::watcher::metrics::{WatchFamilies, WatchMetrics};
 use crate::watcher::supervise::supervise;
 use crate::watcher::NamespaceWatcher;
 use crate::watcher::{ListSlots, WatchTask};
+use plan::{check_rbac, check_rbac_late, plan, Plans, Waiting, WatchPlan};
+
+mod plan;
 
 /// How long the NATS connection may take to drain at shutdown, after the watches' grace period
 /// and [`WATCHES_STOP_MARGIN`]: enough for a reachable server, and keeps the whole shutdown, the
@@ -106,7 +107,7 @@ impl StageMetrics {
 }
 
 /// Runs kube2nats until `shutdown` resolves (SIGTERM in production, anything in tests), or until
-/// a fatal error (an unknown resource, a refused RBAC check with `rbac_check = "fail"`) stops it.
+/// a fatal error (a refused RBAC check with `rbac_check = "fail"`) stops it.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let mut daemon = start(config).await?;
     tokio::select! {
@@ -251,8 +252,8 @@ async fn run_watches(
     let Some(discovery) = discover(&client, &config, &shutdown).await? else {
         return Ok(());
     };
-    let plans = plan(&config, &discovery)?;
-    check_rbac(&client, &config, &plans, elector.as_ref()).await?;
+    let Plans { resolved, waiting } = plan(&config, &discovery);
+    check_rbac(&client, &config, &resolved, elector.as_ref()).await?;
     if !ensure_stream(&config, &nats, &shutdown).await {
         return Ok(());
     }
@@ -302,7 +303,8 @@ async fn run_watches(
         metrics: &metrics,
         readiness: &readiness,
         state: &state,
-        plans: &plans,
+        plans: &resolved,
+        waiting: &waiting,
         mirror: mirror.as_ref(),
     };
     match elector {
@@ -364,6 +366,8 @@ struct Watches<'a> {
     readiness: &'a Readiness,
     state: &'a StateStore,
     plans: &'a [WatchPlan<'a>],
+    /// The watches whose resource was not served when discovery ran: each term looks for them.
+    waiting: &'a [&'a WatchConfig],
     /// The mirror bucket, when a watch is mirrored.
     mirror: Option<&'a MirrorBucket>,
 }
@@ -377,6 +381,8 @@ struct Term {
     publish_metrics: Vec<PublishMetrics>,
     /// Each target's share of its watch's gauges, for the abandoned count at shutdown.
     targets: Vec<TargetGauges>,
+    /// The namespace watcher of each `namespace_selector`, shared by the watches that use it.
+    selectors: HashMap<String, watch::Receiver<scope::Selected>>,
 }
 
 impl Watches<'_> {
@@ -388,28 +394,42 @@ impl Watches<'_> {
         shutdown: &CancellationToken,
         lost: CancellationToken,
     ) -> anyhow::Result<()> {
-        let mut term = self.spawn(shutdown);
+        let mut term = Term::default();
+        for plan in self.plans {
+            self.spawn(plan, &mut term, shutdown);
+        }
+        let mut waiting = Waiting::new(self.waiting);
+        for watch in self.waiting {
+            let placeholder = self.metrics.watch.for_watch(&watch.name, 1);
+            if let Some(served) = placeholder.sync.served() {
+                served.set(0);
+            }
+            term.syncs.push(placeholder.sync.clone());
+            term.watch_metrics.push(placeholder);
+        }
         self.readiness.set_watches(term.syncs.clone());
-        let targets = self
-            .plans
-            .iter()
-            .flat_map(|p| {
-                p.namespaces
-                    .iter()
-                    .map(|ns| target_key(&p.watch.name, ns.as_deref()))
-            })
-            .collect();
-        tokio::spawn(self.state.clone().purge_removed(targets));
-        tokio::select! {
-            _ = lost.cancelled() => {}
-            _ = shutdown.cancelled() => {
-                let tasks = std::mem::take(&mut term.tasks);
-                let grace_period = self.config.shutdown.grace_period;
-                // Losing the Lease while draining drops the drain, and with it the JoinSet,
-                // which aborts every task.
-                tokio::select! {
-                    _ = lost.cancelled() => {}
-                    drained = drain(tasks, grace_period, &term.targets) => return drained,
+        tokio::spawn(self.state.clone().purge_removed(self.targets()));
+        loop {
+            tokio::select! {
+                _ = lost.cancelled() => break,
+                _ = shutdown.cancelled() => {
+                    let tasks = std::mem::take(&mut term.tasks);
+                    let grace_period = self.config.shutdown.grace_period;
+                    // Losing the Lease while draining drops the drain, and with it the JoinSet,
+                    // which aborts every task.
+                    tokio::select! {
+                        _ = lost.cancelled() => break,
+                        drained = drain(tasks, grace_period, &term.targets) => return drained,
+                    }
+                }
+                plans = waiting.resolved(self.client), if !waiting.is_empty() => {
+                    for plan in &plans {
+                        term.tasks.spawn(check_rbac_late(self.client, plan));
+                        let name = &*plan.watch.name;
+                        term.syncs.retain(|sync| &*sync.watch != name);
+                        self.spawn(plan, &mut term, shutdown);
+                    }
+                    self.readiness.set_watches(term.syncs.clone());
                 }
             }
         }
@@ -444,67 +464,78 @@ impl Watches<'_> {
         }
     }
 
-    fn spawn(&self, shutdown: &CancellationToken) -> Term {
-        let mut term = Term::default();
-        let mut selectors = HashMap::new();
-        for plan in self.plans {
-            let name = &plan.watch.name;
-            let metrics = self.metrics;
-            let watch = metrics.watch.for_watch(name, plan.namespaces.len());
-            let publish = metrics
-                .publish
-                .for_watch(name, metrics.watch.dropped_too_large(name));
-            term.syncs.push(watch.sync.clone());
-            term.watch_metrics.push(watch.clone());
-            term.publish_metrics.push(publish.clone());
-            let selected = self.namespace_watcher(
-                plan,
-                (&watch, &publish),
-                &mut selectors,
-                &mut term,
-                shutdown,
-            );
-            for namespace in &plan.namespaces {
-                // Every line a watch task logs (its publishes included) carries these fields.
-                let span = tracing::info_span!("watch", watch = %name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
-                let parts = TaskParts {
-                    config: self.config,
-                    client: self.client,
-                    nats: self.nats,
-                    budget: self.budget,
-                    list_slots: self.list_slots,
-                    state: self.state,
-                    plan,
-                    selected: selected.clone(),
-                    mirror: self
-                        .mirror
-                        .filter(|_| plan.watch.mirror)
-                        .map(|bucket| (bucket, metrics.mirror.for_watch(name))),
-                };
-                let gauges = TargetGauges::new(
-                    watch.sync.clone(),
-                    watch.tracked_objects.clone(),
-                    publish.queue_depth.clone(),
-                );
-                term.targets.push(gauges.clone());
-                let factory = parts.watch_task(
-                    namespace.clone(),
-                    watch.clone(),
-                    publish.clone(),
-                    gauges.clone(),
-                );
-                let start = move |stop| factory.build().run(stop).instrument(span.clone());
-                let namespace = namespace.as_deref().unwrap_or("*").to_owned();
-                term.tasks.spawn(supervise(
-                    start,
-                    watch.clone(),
-                    gauges,
-                    namespace,
-                    shutdown.clone(),
-                ));
-            }
+    /// The keys of every target the configuration has, the waiting watches' in each scope
+    /// they may turn out to have: the state of any other target of these watches is removed.
+    fn targets(&self) -> Vec<String> {
+        let resolved = self.plans.iter().flat_map(|p| {
+            p.namespaces
+                .iter()
+                .map(|ns| target_key(&p.watch.name, ns.as_deref()))
+        });
+        let waiting = self.waiting.iter().flat_map(|w| {
+            let namespaces = w.namespaces.iter().map(|ns| Some(ns.as_str()));
+            std::iter::once(None)
+                .chain(namespaces)
+                .map(|ns| target_key(&w.name, ns))
+        });
+        resolved.chain(waiting).collect()
+    }
+
+    /// Starts the tasks of `plan`'s targets (and the namespace watcher of its selector, unless
+    /// running) in `term`.
+    fn spawn(&self, plan: &WatchPlan<'_>, term: &mut Term, shutdown: &CancellationToken) {
+        let name = &plan.watch.name;
+        let metrics = self.metrics;
+        let watch = metrics.watch.for_watch(name, plan.namespaces.len());
+        let publish = metrics
+            .publish
+            .for_watch(name, metrics.watch.dropped_too_large(name));
+        term.syncs.push(watch.sync.clone());
+        term.watch_metrics.push(watch.clone());
+        term.publish_metrics.push(publish.clone());
+        if let Some(served) = watch.sync.served() {
+            served.set(1);
         }
-        term
+        let selected = self.namespace_watcher(plan, (&watch, &publish), term, shutdown);
+        for namespace in &plan.namespaces {
+            // Every line a watch task logs (its publishes included) carries these fields.
+            let span = tracing::info_span!("watch", watch = %name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
+            let parts = TaskParts {
+                config: self.config,
+                client: self.client,
+                nats: self.nats,
+                budget: self.budget,
+                list_slots: self.list_slots,
+                state: self.state,
+                plan,
+                selected: selected.clone(),
+                mirror: self
+                    .mirror
+                    .filter(|_| plan.watch.mirror)
+                    .map(|bucket| (bucket, metrics.mirror.for_watch(name))),
+            };
+            let gauges = TargetGauges::new(
+                watch.sync.clone(),
+                watch.tracked_objects.clone(),
+                publish.queue_depth.clone(),
+            );
+            term.targets.push(gauges.clone());
+            let factory = parts.watch_task(
+                namespace.clone(),
+                watch.clone(),
+                publish.clone(),
+                gauges.clone(),
+            );
+            let start = move |stop| factory.build().run(stop).instrument(span.clone());
+            let namespace = namespace.as_deref().unwrap_or("*").to_owned();
+            term.tasks.spawn(supervise(
+                start,
+                watch.clone(),
+                gauges,
+                namespace,
+                shutdown.clone(),
+            ));
+        }
     }
 }
 
@@ -516,7 +547,6 @@ impl Watches<'_> {
         &self,
         plan: &WatchPlan<'_>,
         metrics: (&WatchMetrics, &PublishMetrics),
-        running: &mut HashMap<String, watch::Receiver<scope::Selected>>,
         term: &mut Term,
         shutdown: &CancellationToken,
     ) -> Option<watch::Receiver<scope::Selected>> {
@@ -524,7 +554,7 @@ impl Watches<'_> {
         if !plan.resource.namespaced {
             return None;
         }
-        if let Some(receiver) = running.get(selector) {
+        if let Some(receiver) = term.selectors.get(selector) {
             return Some(receiver.clone());
         }
         let template = TaskParts {
@@ -562,7 +592,7 @@ impl Watches<'_> {
             "namespaces".to_owned(),
             shutdown.clone(),
         ));
-        running.insert(selector.clone(), receiver.clone());
+        term.selectors.insert(selector.clone(), receiver.clone());
         Some(receiver)
     }
 }
@@ -693,7 +723,8 @@ impl TaskFactory {
             Backoff::new(self.backoff),
         )
         .with_budget(self.budget.clone())
-        .with_list_slots(self.list_slots.clone());
+        .with_list_slots(self.list_slots.clone())
+        .with_served(self.watch_metrics.sync.served().cloned());
         let outbox = Outbox::new(
             self.nats.clone(),
             self.max_in_flight,
@@ -756,79 +787,6 @@ async fn drain(
     }
     tracing::info!("all watches stopped; in-flight messages published");
     Ok(())
-}
-
-/// One configured watch, resolved: what it watches and in which namespaces (`None`: all, or
-/// cluster-scoped).
-struct WatchPlan<'a> {
-    watch: &'a WatchConfig,
-    resource: ResourceInfo,
-    namespaces: Vec<Option<String>>,
-}
-
-/// Resolves every watch through discovery; an unknown resource is fatal (a configuration error
-/// the server revealed).
-fn plan<'a>(config: &'a Config, discovery: &Discovery) -> anyhow::Result<Vec<WatchPlan<'a>>> {
-    config
-        .watches
-        .iter()
-        .map(|watch| {
-            let resource = discovery.resolve(&watch.resource).with_context(|| format!("watch {:?}", watch.name))?;
-            if !resource.namespaced && !watch.namespaces.is_empty() {
-                tracing::warn!(watch = %watch.name, resource = %resource.plural, "resource is cluster-scoped; ignoring the configured namespaces");
-            }
-            if !resource.namespaced && (!watch.namespaces_exclude.is_empty() || watch.namespace_selector.is_some()) {
-                tracing::warn!(watch = %watch.name, resource = %resource.plural, "resource is cluster-scoped; ignoring namespaces_exclude and namespace_selector");
-            }
-            let namespaces = if !resource.namespaced || watch.namespaces.is_empty() {
-                vec![None]
-            } else {
-                watch.namespaces.iter().cloned().map(Some).collect()
-            };
-            tracing::info!(watch = %watch.name, group = %resource.group, version = %resource.version, resource = %resource.plural, kind = %resource.kind, namespaced = resource.namespaced, "resolved");
-            Ok(WatchPlan { watch, resource, namespaces })
-        })
-        .collect()
-}
-
-/// The start-up RBAC self-check (the watches, the Lease when leader election is on, the cluster id
-/// when durable state reads it from the API server); with
-/// `rbac_check = "fail"` a refusal stops kube2nats.
-async fn check_rbac(
-    client: &ApiClient,
-    config: &Config,
-    plans: &[WatchPlan<'_>],
-    elector: Option<&Elector>,
-) -> anyhow::Result<()> {
-    let leases = rbac::lease_resource();
-    let mut accesses: Vec<rbac::Access> = plans
-        .iter()
-        .flat_map(|p| {
-            p.namespaces
-                .iter()
-                .map(move |ns| rbac::Access::watch(&p.watch.name, &p.resource, ns.as_deref()))
-        })
-        .collect();
-    // A namespace selector lists and watches namespaces (asked once, for the first such watch).
-    let namespaces = scope::namespaces_resource();
-    let selecting = plans
-        .iter()
-        .find(|p| p.resource.namespaced && p.watch.namespace_selector.is_some());
-    if let Some(p) = selecting {
-        accesses.push(rbac::Access::watch(&p.watch.name, &namespaces, None));
-    }
-    if config.state.enabled && config.state.cluster_id.is_none() {
-        accesses.push(rbac::Access::cluster_id(&namespaces));
-    }
-    if let Some(elector) = elector {
-        let (namespace, name) = elector.lease();
-        accesses.extend(rbac::Access::lease(&leases, namespace, name));
-    }
-    let refusals = rbac::self_check(client, &accesses).await;
-    match config.kubernetes.rbac_check {
-        RbacCheck::Fail if !refusals.is_empty() => Err(rbac::RbacDenied(refusals).into()),
-        _ => Ok(()),
-    }
 }
 
 /// Creates (or checks) the JetStream stream when kube2nats manages it, before any watch publishes:

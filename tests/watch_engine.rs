@@ -705,3 +705,63 @@ async fn a_list_that_backs_off_lets_the_others_list() {
     assert!(listed.iter().any(|l| l.contains("b0")), "{listed:?}");
     assert_eq!(refused.next().await, "restart forbidden", "still retrying");
 }
+
+/// A CRD deleted: the API server's DELETED events, the watch ends, and the 404 that follows is
+/// reported once as `unserved` (`watch_served` 0); the lists that look for the resource again
+/// stay quiet until the CRD is back, and the first that succeeds lists what exists
+/// (`watch_served` 1). docs/troubleshooting.md.
+#[tokio::test]
+async fn a_resource_no_longer_served_is_reported_once_and_listed_when_back() {
+    let sim = sim().await;
+    let w1 = sim.create(
+        "widgets",
+        Some("default"),
+        serde_json::json!({"metadata": {"name": "w1"}}),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let token = token_file(dir.path(), INITIAL_TOKEN);
+    let widgets = kube2nats::event::ResourceInfo {
+        group: "example.com".into(),
+        version: "v1".into(),
+        plural: "widgets".into(),
+        kind: "Widget".into(),
+        namespaced: true,
+    };
+    let served = prometheus::IntGauge::new("served", "served").unwrap();
+    served.set(1);
+    let machine = Machine::new(
+        client(&sim, Some(token), Duration::from_secs(60)),
+        Arc::new(target(widgets, Some("default"))),
+        Backoff::new(FAST_BACKOFF),
+    )
+    .with_served(Some(served.clone()));
+    let mut rec = Recorder::machine(machine);
+    assert_eq!(
+        rec.next().await,
+        format!("list start:initial [w1] complete:{}", rv(&w1))
+    );
+    rec.until("opened").await;
+
+    assert_eq!(sim.delete_crd("widgets"), 1);
+    let deleted = sim.resource_version();
+    assert_eq!(rec.next().await, format!("DELETED w1 {deleted}"));
+    assert_eq!(rec.next().await, "restart stream_ended");
+    assert_eq!(rec.next().await, "unserved");
+    assert_eq!(served.get(), 0);
+    // Lists at 1 s, then 2 s: 404 each, reported no more.
+    rec.quiet_for(Duration::from_millis(3500)).await;
+    assert_eq!(served.get(), 0);
+
+    sim.create_crd("widgets");
+    let w2 = sim.create(
+        "widgets",
+        Some("default"),
+        serde_json::json!({"metadata": {"name": "w2"}}),
+    );
+    assert_eq!(
+        rec.next().await,
+        format!("list start:initial [w2] complete:{}", rv(&w2))
+    );
+    assert_eq!(served.get(), 1);
+    assert_eq!(rec.next().await, format!("opened {}", rv(&w2)));
+}

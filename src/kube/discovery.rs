@@ -1,8 +1,10 @@
 //! Resolving a resource named the way kubectl names it (`pods`, `deploy`, `deployments.apps`,
 //! `deployments.v1.apps`, `widgets.example.com`) through API discovery.
 //!
-//! Discovery runs once at start. The answer fixes the request paths, whether the resource is
-//! namespaced, and the `kind`/`apiVersion` that kube2nats puts on list items and headers.
+//! Discovery runs at start, and again while a watch waits for a resource it does not list (a
+//! CRD not installed yet: docs/troubleshooting.md). The answer fixes the request paths, whether
+//! the resource is namespaced, and the `kind`/`apiVersion` that kube2nats puts on list items
+//! and headers.
 
 use serde::Deserialize;
 

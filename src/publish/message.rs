@@ -64,6 +64,10 @@ pub const PAYLOAD_TRUNCATED: &str = "truncated";
 /// The value of `Kube-Synthesized` on events derived from a list rather than received.
 pub const SYNTHESIZED_RELIST: &str = "relist";
 
+/// The value of `Kube-Synthesized` on the DELETED events of the objects a watch held when its
+/// resource stopped being served (its CRD deleted): docs/messages.md.
+pub const SYNTHESIZED_UNSERVED: &str = "unserved";
+
 /// A header value NATS accepts, by the rule in the module docs: verbatim unless it holds `%` or
 /// an ASCII control character, then escaped whole as a subject token.
 pub fn header_value(raw: &str) -> Cow<'_, str> {
@@ -167,6 +171,9 @@ pub struct MessageBuilder {
     subject_scratch: Scratch,
     /// Where each message's `Nats-Msg-Id` is written before it goes into the header block.
     id_scratch: Scratch,
+    /// The value of `Kube-Synthesized` on synthesized events: [`SYNTHESIZED_RELIST`] but while
+    /// [`Self::synthesize_as`] says otherwise.
+    synthesized_as: &'static str,
 }
 
 /// A string kept from one message to the next, so that writing into it allocates only while it
@@ -243,7 +250,13 @@ impl MessageBuilder {
             cloudevents,
             subject_scratch: Scratch::default(),
             id_scratch: Scratch::default(),
+            synthesized_as: SYNTHESIZED_RELIST,
         }
+    }
+
+    /// Marks the synthesized events built from now on with `Kube-Synthesized: value`.
+    pub(crate) fn synthesize_as(&mut self, value: &'static str) {
+        self.synthesized_as = value;
     }
 
     /// The message for `event`; `synthesized` marks events derived from a list. Refused when its
@@ -338,7 +351,7 @@ impl MessageBuilder {
             (&header::CLUSTER, cluster),
             (
                 &header::SYNTHESIZED,
-                optional(synthesized, SYNTHESIZED_RELIST),
+                optional(synthesized, self.synthesized_as),
             ),
             (&header::PAYLOAD, optional(truncated, PAYLOAD_TRUNCATED)),
         ];

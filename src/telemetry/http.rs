@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 use super::metrics::{Metrics, WatchSync};
 use super::server;
 
-/// What `/readyz` checks: NATS is connected and every watch has completed its list — or, for a
-/// standby replica with leader election, that it is warm (discovery done, NATS connected), since
+/// What `/readyz` checks: NATS is connected and every watch has completed its list (a watch
+/// whose resource is not served has not: docs/troubleshooting.md) — or, for a standby replica with leader election, that it is warm (discovery done, NATS connected), since
 /// a standby that is not ready would block rollouts and nothing routes traffic to kube2nats.
 pub struct Readiness {
     nats_connected: IntGauge,
@@ -84,12 +84,14 @@ impl Readiness {
                 not_ready.push("watches: not started (API discovery pending)".to_owned())
             }
             Phase::Standby => {}
-            Phase::Watching(watches) => not_ready.extend(
-                watches
-                    .iter()
-                    .filter(|w| !w.is_synced())
-                    .map(|w| format!("watch {}: not synced", w.watch)),
-            ),
+            Phase::Watching(watches) => not_ready.extend(watches.iter().filter_map(|w| match () {
+                () if !w.is_served() => Some(format!(
+                    "watch {}: resource not served (CRD not installed or deleted?); waiting for it",
+                    w.watch
+                )),
+                () if !w.is_synced() => Some(format!("watch {}: not synced", w.watch)),
+                () => None,
+            })),
         }
         let repairs = self
             .mirror_repairs

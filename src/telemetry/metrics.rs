@@ -118,6 +118,8 @@ pub struct WatchSync {
     pub watch: Arc<str>,
     synced: IntGauge,
     unsynced_targets: Arc<AtomicUsize>,
+    /// `watch_served`: 0 while the watch's resource is not served (docs/troubleshooting.md).
+    served: Option<IntGauge>,
 }
 
 impl WatchSync {
@@ -128,7 +130,24 @@ impl WatchSync {
             watch,
             synced,
             unsynced_targets: Arc::new(AtomicUsize::new(targets)),
+            served: None,
         }
+    }
+
+    /// Reports in `served` whether the watch's resource is served; readiness reads it.
+    pub fn with_served(mut self, served: IntGauge) -> WatchSync {
+        self.served = Some(served);
+        self
+    }
+
+    /// `watch_served`, where the watch reports it.
+    pub fn served(&self) -> Option<&IntGauge> {
+        self.served.as_ref()
+    }
+
+    /// False while the watch's resource is not served (its CRD not installed, or deleted).
+    pub fn is_served(&self) -> bool {
+        self.served.as_ref().is_none_or(|s| s.get() == 1)
     }
 
     /// One target of this watch finished its list (`true`) or lost its sync (`false`).

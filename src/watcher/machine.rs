@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use prometheus::IntGauge;
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -16,6 +17,7 @@ use super::list_slots::{ListSlot, ListSlots};
 pub use super::restart::{ListReason, Restart, RestartError, RestartReason, StreamingRefusal};
 use crate::backoff::Backoff;
 use crate::budget::{Budget, Charge};
+use crate::config::BackoffConfig;
 use crate::event::{EventType, ObjectEvent, ObjectMeta, ResourceVersion};
 use crate::kube::client::{collection_path, Verb};
 use crate::kube::decode::{decode_line, decode_line_prefix, WatchLine};
@@ -35,6 +37,15 @@ const WATCH_DEADLINE_MARGIN: Duration = Duration::from_secs(30);
 /// A watch that ends sooner than this without a single line is a "very short watch" (client-go's
 /// term): something is wrong, so back off before the next one instead of spinning.
 const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
+/// The pace of the lists that look for a resource no longer served: soon at first (a CRD is
+/// created again, or comes back at another version, within seconds), every 8 s at most.
+const UNSERVED_BACKOFF: BackoffConfig = BackoffConfig::checked(
+    Duration::from_secs(1),
+    Duration::from_secs(8),
+    2.0,
+    0.2,
+    Duration::from_secs(60),
+);
 
 /// What one step saw.
 #[derive(Debug)]
@@ -61,8 +72,18 @@ pub enum Outcome {
     /// A watch opened from this version.
     WatchOpened(ResourceVersion),
     Restart(Restart),
+    /// The collection answered 404: the resource is no longer served (its CRD deleted, or not
+    /// installed yet). Reported once; the lists that look for it again stay quiet.
+    Unserved(Unserved),
     /// Nothing to report (a backoff elapsed).
     Idle,
+}
+
+/// A collection that answered 404, and when it is listed again.
+#[derive(Debug)]
+pub struct Unserved {
+    pub error: ApiError,
+    pub retry_in: Duration,
 }
 
 /// Where one watch target stands.
@@ -158,6 +179,10 @@ pub struct Machine {
     list_slots: ListSlots,
     /// Held from the first request of a list until it completes or backs off.
     list_slot: Option<ListSlot>,
+    /// While the resource is not served: the pace of the lists that look for it.
+    unserved: Option<Backoff>,
+    /// `kube2nats_watch_served` of the target's watch: 0 while its collection answers 404.
+    served: Option<IntGauge>,
 }
 
 impl Machine {
@@ -176,7 +201,15 @@ impl Machine {
             metadata_only,
             list_slots: ListSlots::unlimited(),
             list_slot: None,
+            unserved: None,
+            served: None,
         }
+    }
+
+    /// Reports in `served` whether the resource is served (`kube2nats_watch_served`).
+    pub fn with_served(mut self, served: Option<IntGauge>) -> Machine {
+        self.served = served;
+        self
     }
 
     fn accept(&self, verb: Verb) -> &'static str {
@@ -265,7 +298,10 @@ impl Machine {
         continue_token: Option<String>,
     ) -> (Outcome, State) {
         let body = match self.request_page(continue_token.as_deref()).await {
-            Ok(body) => body,
+            Ok(body) => {
+                self.served_again();
+                body
+            }
             Err(ApiError::Gone { message }) if continue_token.is_some() => {
                 return self.continue_expired(message)
             }
@@ -390,18 +426,22 @@ impl Machine {
             .watch_as(&self.path, &query, self.accept(Verb::Watch))
             .await
         {
-            Ok(response) => (
-                Outcome::ListPage {
-                    started: Some(reason),
-                    size_hint: None,
-                    items: Vec::new(),
-                    complete: None,
-                },
-                State::ReceivingInitialEvents {
-                    reason,
-                    watching: Box::new(self.watching(ResourceVersion::new(""), response, timeout)),
-                },
-            ),
+            Ok(response) => {
+                self.served_again();
+                let watching = self.watching(ResourceVersion::new(""), response, timeout);
+                (
+                    Outcome::ListPage {
+                        started: Some(reason),
+                        size_hint: None,
+                        items: Vec::new(),
+                        complete: None,
+                    },
+                    State::ReceivingInitialEvents {
+                        reason,
+                        watching: Box::new(watching),
+                    },
+                )
+            }
             Err(e @ (ApiError::Status { .. } | ApiError::UnexpectedBody(_))) => {
                 self.streaming_unsupported(StreamingRefusal::Rejected(e))
             }
@@ -443,6 +483,7 @@ impl Machine {
             .await
         {
             Ok(response) => {
+                self.served_again();
                 let mut watching = self.watching(rv.clone(), response, timeout);
                 watching.stream.hold_resume_slot(resume_slot);
                 (
@@ -699,6 +740,9 @@ impl Machine {
     /// Maps a failed request to the next state: a relist for an outdated watch version, else
     /// `retry` after a pause (the server's `Retry-After`, where it sent one).
     fn failed(&mut self, verb: Verb, error: ApiError, retry: State) -> (Outcome, State) {
+        if let ApiError::NotFound { .. } = error {
+            return self.not_served(error);
+        }
         if self.metadata_only && matches!(error, ApiError::Status { code: 406, .. }) {
             self.metadata_only = false;
             let restart = Restart {
@@ -744,6 +788,43 @@ impl Machine {
                 retry,
             ),
             _ => self.back_off(reason, Some(verb), error, retry_after, retry),
+        }
+    }
+
+    /// The collection is not found: the resource is not served (its CRD deleted with every
+    /// object, or not installed yet; docs/troubleshooting.md). Every request is on the
+    /// collection's path, where kube-apiserver answers 404 for nothing else. A list follows
+    /// after a pause, until one succeeds: the resource is served again, and that list announces
+    /// what it holds.
+    fn not_served(&mut self, error: ApiError) -> (Outcome, State) {
+        let first = self.unserved.is_none();
+        let retry_in = self
+            .unserved
+            .get_or_insert_with(|| Backoff::new(UNSERVED_BACKOFF))
+            .next_delay();
+        if let Some(served) = &self.served {
+            served.set(0);
+        }
+        let outcome = match first {
+            true => Outcome::Unserved(Unserved { error, retry_in }),
+            false => Outcome::Idle,
+        };
+        let then = Box::new(self.list(ListReason::Initial));
+        (
+            outcome,
+            State::Backoff {
+                delay: retry_in,
+                then,
+            },
+        )
+    }
+
+    /// A request on the collection succeeded: it is served (again).
+    fn served_again(&mut self) {
+        if self.unserved.take().is_some() {
+            if let Some(served) = &self.served {
+                served.set(1);
+            }
         }
     }
 

@@ -18,6 +18,7 @@ pub struct WatchFamilies {
     relists: IntCounterVec,
     decode_errors: IntCounterVec,
     watch_synced: IntGaugeVec,
+    watch_served: IntGaugeVec,
     tracked_objects: IntGaugeVec,
     last_event_timestamp: GaugeVec,
     events_truncated: IntCounterVec,
@@ -35,7 +36,7 @@ impl WatchFamilies {
         let events_synthesized = counter(
             registry,
             "events_synthesized_total",
-            "Events derived from a list rather than received from a watch, by event type.",
+            "Events derived from a list rather than received from a watch (and the DELETED of the objects left when the resource stopped being served), by event type.",
             &["watch", "type"],
         )?;
         let watch_restarts = counter(
@@ -47,7 +48,7 @@ impl WatchFamilies {
         let relists = counter(
             registry,
             "relists_total",
-            "Lists started, by reason: initial (a namespace's first list: at start, after taking over the Lease, after a task restart; not a relist, so alerts exclude it), expired, too_large_resource_version, continue_expired, streaming_unsupported.",
+            "Lists started, by reason: initial (a namespace's first list: at start, after taking over the Lease, after a task restart, once its resource is served again; not a relist, so alerts exclude it), expired, too_large_resource_version, continue_expired, streaming_unsupported.",
             &["watch", "reason"],
         )?;
         let decode_errors = counter(
@@ -60,6 +61,12 @@ impl WatchFamilies {
             registry,
             "watch_synced",
             "1 when every namespace of the watch has completed its list and is watching.",
+            &["watch"],
+        )?;
+        let watch_served = gauge(
+            registry,
+            "watch_served",
+            "1 while the API server serves the watch's resource; 0 while it does not (its CRD not installed yet, or deleted): the watch waits for it.",
             &["watch"],
         )?;
         let tracked_objects = gauge(
@@ -82,6 +89,7 @@ impl WatchFamilies {
             relists,
             decode_errors,
             watch_synced,
+            watch_served,
             tracked_objects,
             last_event_timestamp,
             events_truncated,
@@ -116,7 +124,8 @@ impl WatchFamilies {
                 name.clone(),
                 self.watch_synced.with_label_values(&[watch]),
                 targets,
-            ),
+            )
+            .with_served(self.watch_served.with_label_values(&[watch])),
             tracked_objects: self.tracked_objects.with_label_values(&[watch]),
             last_event_timestamp: self.last_event_timestamp.with_label_values(&[watch]),
             restarts: self.watch_restarts.clone(),

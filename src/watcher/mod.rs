@@ -20,6 +20,7 @@ pub mod machine;
 pub mod metrics;
 pub mod namespaces;
 pub mod restart;
+mod served;
 pub mod supervise;
 
 use std::collections::VecDeque;
@@ -322,6 +323,7 @@ impl WatchTask {
                 }
             }
             Outcome::Restart(restart) => self.restarted(restart),
+            Outcome::Unserved(unserved) => self.unserved(unserved, checkpoints).await,
             Outcome::Idle => {}
         }
     }

@@ -99,7 +99,10 @@ impl NamespaceWatcher {
                 });
             }
             Outcome::Restart(restart) => self.restarted(&restart),
-            Outcome::Bookmark(_) | Outcome::WatchOpened(_) | Outcome::Idle => {}
+            Outcome::Bookmark(_)
+            | Outcome::WatchOpened(_)
+            | Outcome::Unserved(_)
+            | Outcome::Idle => {}
         }
     }
 

@@ -77,7 +77,8 @@ pub enum RestartReason {
     BufferFull,
     /// An ERROR event other than 410 inside the stream.
     ErrorEvent,
-    /// A response kube2nats cannot use (404, 4xx, a non-JSON body).
+    /// A response kube2nats cannot use (a 4xx other than 404, which means the resource is not
+    /// served: [`super::machine::Outcome::Unserved`]; a non-JSON body).
     UnexpectedResponse,
 }
 

@@ -217,6 +217,7 @@ pub fn describe(outcome: &Outcome) -> String {
         Outcome::Bookmark(rv) => format!("bookmark {rv}"),
         Outcome::WatchOpened(rv) => format!("opened {rv}"),
         Outcome::Restart(r) => format!("restart {}", r.reason.as_str()),
+        Outcome::Unserved(_) => "unserved".into(),
         Outcome::Idle => "idle".into(),
     }
 }

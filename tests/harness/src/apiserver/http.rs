@@ -144,26 +144,41 @@ fn parse_route(shared: &Shared, path: &str) -> Result<Route, ApiError> {
         ["api"] => Ok(Route::Document(resources::api_versions(
             &shared.server_address,
         ))),
-        ["apis"] => Ok(Route::Document(resources::api_group_list())),
+        ["apis"] => Ok(Route::Document(resources::api_group_list(
+            shared.store().unserved(),
+        ))),
         ["version"] => Ok(Route::Document(json!({
             "major": "1", "minor": "33", "gitVersion": "v1.33.0-kube2nats-harness",
             "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
             "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24.0", "compiler": "gc",
             "platform": "linux/amd64"
         }))),
-        ["api", version] => doc(resources::api_resource_list("", version)),
-        ["apis", group] => doc(resources::api_group(group)),
-        ["apis", group, version] => doc(resources::api_resource_list(group, version)),
+        ["api", version] => doc(resources::api_resource_list(
+            "",
+            version,
+            shared.store().unserved(),
+        )),
+        ["apis", group] => doc(resources::api_group(group, shared.store().unserved())),
+        ["apis", group, version] => doc(resources::api_resource_list(
+            group,
+            version,
+            shared.store().unserved(),
+        )),
         ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] => {
             Ok(Route::SelfSubjectAccessReview)
         }
-        ["api", version, rest @ ..] => resource_route("", version, rest),
-        ["apis", group, version, rest @ ..] => resource_route(group, version, rest),
+        ["api", version, rest @ ..] => resource_route(shared, "", version, rest),
+        ["apis", group, version, rest @ ..] => resource_route(shared, group, version, rest),
         _ => Err(ApiError::unknown_path()),
     }
 }
 
-fn resource_route(group: &str, version: &str, rest: &[&str]) -> Result<Route, ApiError> {
+fn resource_route(
+    shared: &Shared,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+) -> Result<Route, ApiError> {
     let (namespace, rest) = match rest {
         ["namespaces", ns, tail @ ..] if !tail.is_empty() => (Some(ns.to_string()), tail),
         _ => (None, rest),
@@ -173,7 +188,9 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Result<Route, Ap
         [plural, name] => (*plural, Some(name.to_string())),
         _ => return Err(ApiError::unknown_path()),
     };
-    let rt = resources::lookup(group, version, plural).ok_or_else(ApiError::unknown_path)?;
+    let rt = resources::lookup(group, version, plural)
+        .filter(|rt| !shared.store().unserved().contains(rt.plural))
+        .ok_or_else(ApiError::unknown_path)?;
     // Cluster-scoped kinds have no namespaced path; a namespaced object needs its namespace.
     let wrong_scope = matches!(
         (rt.namespaced, &namespace, &name),
@@ -680,8 +697,8 @@ fn start_watch(
             lines
         }
         None | Some(0) => snapshot(&store),
-        Some(n) if n < store.history_start() => {
-            let status = ApiError::too_old(n, store.history_start()).body;
+        Some(n) if n < store.watch_start(rt) => {
+            let status = ApiError::too_old(n, store.watch_start(rt)).body;
             let line = event_line("ERROR", &status);
             let mut response =
                 stream_response(Body::from_stream(futures_util::stream::once(async move {

@@ -372,6 +372,15 @@ fn resource(plural: &str) -> &'static resources::ResourceType {
     })
 }
 
+fn custom_resource(plural: &str) -> &'static resources::ResourceType {
+    let rt = resource(plural);
+    assert!(
+        resources::is_custom(rt),
+        "{plural:?} is built in, not defined by a CRD"
+    );
+    rt
+}
+
 impl ApiServer {
     /// Starts a server on `127.0.0.1:0` and returns once it accepts connections.
     pub async fn start(opts: ApiServerOptions) -> anyhow::Result<ApiServer> {
@@ -619,6 +628,30 @@ impl ApiServer {
     ) -> Option<Value> {
         let rt = resource(resource_name);
         self.shared.store().delete(rt, namespace, name).ok()
+    }
+
+    /// Deletes the CustomResourceDefinition of the custom resource `resource_name` (`widgets`,
+    /// `gadgets`) as kube-apiserver does once its finalizer runs: each object is deleted (a
+    /// DELETED event to every watch), then the resource's watches end cleanly, it leaves
+    /// discovery (its group too, when no other resource is left in it) and its paths answer 404
+    /// until [`create_crd`](Self::create_crd). Returns how many objects were deleted.
+    ///
+    /// # Panics
+    /// If `resource_name` is not a custom resource (a bug in the test).
+    pub fn delete_crd(&self, resource_name: &str) -> usize {
+        let rt = custom_resource(resource_name);
+        self.shared.store().delete_crd(rt)
+    }
+
+    /// Creates the CustomResourceDefinition of `resource_name` again, established at once: the
+    /// resource is in discovery and served, with no objects; its watch cache starts now, so a
+    /// watch from an older resourceVersion gets 410 Expired.
+    ///
+    /// # Panics
+    /// If `resource_name` is not a custom resource.
+    pub fn create_crd(&self, resource_name: &str) {
+        let rt = custom_resource(resource_name);
+        self.shared.store().create_crd(rt);
     }
 
     /// The stored object (with `apiVersion` and `kind`), if it exists.

@@ -4,9 +4,16 @@
 //! small static table instead, covering each case a client must handle: core group (`pods`,
 //! `configmaps`), cluster-scoped (`namespaces`), a named group (`apps/v1 deployments`) and custom
 //! resources, namespaced (`widgets`) and cluster-scoped (`gadgets`); and `coordination.k8s.io/v1 leases`,
-//! the lock of leader election.
+//! the lock of leader election. The custom resources' CRDs are installed at start; a test can
+//! delete and create them again ([`super::ApiServer::delete_crd`]).
+
+use std::collections::HashSet;
 
 use serde_json::{json, Value};
+
+/// The plurals of the custom resources whose CRD is not installed: left out of discovery, and
+/// their paths answer 404 (docs: [`super::ApiServer::delete_crd`]).
+pub type Unserved = HashSet<&'static str>;
 
 /// One servable resource type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,11 +150,21 @@ pub fn by_plural(plural: &str) -> Option<&'static ResourceType> {
     RESOURCES.iter().find(|r| r.plural == plural)
 }
 
+/// Whether `r` is a custom resource: one a CustomResourceDefinition defines, which
+/// [`super::ApiServer::delete_crd`] can take away (the built-in groups cannot be).
+pub fn is_custom(r: &ResourceType) -> bool {
+    r.group.contains('.') && !r.group.ends_with(".k8s.io")
+}
+
 /// Named (non-core) groups, in discovery order; the SelfSubjectAccessReview group is included
-/// because clients discover it before checking their permissions.
-fn groups() -> Vec<(&'static str, &'static str)> {
+/// because clients discover it before checking their permissions. A group whose every resource
+/// is a deleted CRD's is not listed, as kube-apiserver drops it once the last CRD goes.
+fn groups(unserved: &Unserved) -> Vec<(&'static str, &'static str)> {
     let mut groups: Vec<(&str, &str)> = Vec::new();
-    for r in RESOURCES.iter().filter(|r| !r.group.is_empty()) {
+    for r in RESOURCES
+        .iter()
+        .filter(|r| !r.group.is_empty() && !unserved.contains(r.plural))
+    {
         if !groups.contains(&(r.group, r.version)) {
             groups.push((r.group, r.version));
         }
@@ -171,8 +188,8 @@ fn group_json(name: &str, version: &str) -> Value {
 }
 
 /// `GET /apis`: every named group with its preferred version.
-pub fn api_group_list() -> Value {
-    let groups: Vec<Value> = groups()
+pub fn api_group_list(unserved: &Unserved) -> Value {
+    let groups: Vec<Value> = groups(unserved)
         .into_iter()
         .map(|(g, v)| group_json(g, v))
         .collect();
@@ -180,8 +197,8 @@ pub fn api_group_list() -> Value {
 }
 
 /// `GET /apis/{group}`: one APIGroup.
-pub fn api_group(group: &str) -> Option<Value> {
-    let (name, version) = groups().into_iter().find(|(g, _)| *g == group)?;
+pub fn api_group(group: &str, unserved: &Unserved) -> Option<Value> {
+    let (name, version) = groups(unserved).into_iter().find(|(g, _)| *g == group)?;
     let mut doc = group_json(name, version);
     doc["kind"] = json!("APIGroup");
     doc["apiVersion"] = json!("v1");
@@ -189,11 +206,11 @@ pub fn api_group(group: &str) -> Option<Value> {
 }
 
 /// `GET /api/v1` or `GET /apis/{group}/{version}`: the APIResourceList, subresources included.
-pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
+pub fn api_resource_list(group: &str, version: &str, unserved: &Unserved) -> Option<Value> {
     let mut resources = Vec::new();
     for r in RESOURCES
         .iter()
-        .filter(|r| r.group == group && r.version == version)
+        .filter(|r| r.group == group && r.version == version && !unserved.contains(r.plural))
     {
         let mut entry = json!({
             "name": r.plural,

@@ -12,14 +12,14 @@
 //! the store's lock, so the order on each watch is the revision order and a watch that registers
 //! under the same lock it used to read history can neither miss nor repeat a change.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::resources::ResourceType;
+use super::resources::{ResourceType, Unserved};
 use super::status::ApiError;
 
 /// The kind of change, spelled as in watch events.
@@ -128,6 +128,11 @@ pub struct Store {
     watchers: Vec<Watcher>,
     /// Watches terminated for exceeding their backlog limit.
     terminated_watches: usize,
+    /// Custom resources whose CRD is deleted.
+    unserved: Unserved,
+    /// The revision at which each CRD created again was established: its watch cache starts
+    /// there, so a watch from an older version gets 410, as from kube-apiserver.
+    established: HashMap<&'static str, u64>,
 }
 
 /// Current UTC time as RFC 3339 with second precision, like `metav1.Time`.
@@ -180,6 +185,8 @@ impl Store {
             history_start: 1,
             watchers: Vec::new(),
             terminated_watches: 0,
+            unserved: Unserved::new(),
+            established: HashMap::new(),
         }
     }
 
@@ -191,6 +198,43 @@ impl Store {
     /// The oldest revision from which the history can still replay every later change.
     pub fn history_start(&self) -> u64 {
         self.history_start
+    }
+
+    /// The custom resources whose CRD is deleted.
+    pub fn unserved(&self) -> &Unserved {
+        &self.unserved
+    }
+
+    /// Deletes the CRD of `rt` as kube-apiserver does: every object is deleted first (a DELETED
+    /// event each, to every watch), then the watches of the resource end cleanly and it is no
+    /// longer served (gone from discovery; its paths answer 404). Returns how many objects went.
+    pub fn delete_crd(&mut self, rt: &'static ResourceType) -> usize {
+        let keys: Vec<Key> = self
+            .objects
+            .range((rt.plural, String::new(), String::new())..)
+            .take_while(|(k, _)| k.0 == rt.plural)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for (_, namespace, name) in &keys {
+            let _ = self.delete(rt, Some(namespace), name);
+        }
+        // Dropping a watch's sender ends its stream once it has written what it was sent.
+        self.watchers.retain(|w| w.resource != rt.plural);
+        self.unserved.insert(rt.plural);
+        keys.len()
+    }
+
+    /// Creates the CRD of `rt` again: the resource is served (empty) from now on.
+    pub fn create_crd(&mut self, rt: &'static ResourceType) {
+        self.unserved.remove(rt.plural);
+        self.established.insert(rt.plural, self.revision);
+    }
+
+    /// The oldest revision a watch of `rt` can start from: the history's start, or for a CRD
+    /// created again the revision it was established at (its watch cache is new).
+    pub fn watch_start(&self, rt: &'static ResourceType) -> u64 {
+        let established = self.established.get(rt.plural).copied().unwrap_or(0);
+        self.history_start.max(established)
     }
 
     /// Forgets all history: only the current revision can be watched or paged from.
@@ -250,6 +294,9 @@ impl Store {
         namespace: Option<&str>,
         mut obj: Value,
     ) -> Result<Value, ApiError> {
+        if self.unserved.contains(rt.plural) {
+            return Err(ApiError::unknown_path());
+        }
         if !obj.is_object() {
             return Err(ApiError::bad_request(
                 "the body of the request was not a JSON object",

@@ -1,0 +1,32 @@
+//! A watch whose resource stops being served: its CRD deleted. kube-apiserver deletes every
+//! object of the resource first (a DELETED event each, which the watch publishes as any other),
+//! then ends the watches and answers 404. Whatever the task still remembers then (a DELETED it
+//! missed: the watch was down meanwhile, the API server unreachable) is announced as deleted, `Kube-Synthesized: unserved`, and the task lists again with backoff
+//! until the resource is back; that list announces what it holds (docs/troubleshooting.md).
+
+use super::machine::Unserved;
+use super::WatchTask;
+use crate::publish::message::{SYNTHESIZED_RELIST, SYNTHESIZED_UNSERVED};
+use crate::state::Checkpoints;
+
+impl WatchTask {
+    /// The collection answered 404 (reported once, until a request on it succeeds again).
+    pub(super) async fn unserved(&mut self, unserved: Unserved, checkpoints: &mut Checkpoints) {
+        let Unserved { error, retry_in } = unserved;
+        self.gauges.set_synced(false);
+        self.dedupe.begin_list();
+        let vanished = self.dedupe.end_list();
+        let deleted = vanished.len();
+        self.messages.synthesize_as(SYNTHESIZED_UNSERVED);
+        for gone in vanished {
+            self.publish_vanished(gone).await;
+        }
+        self.messages.synthesize_as(SYNTHESIZED_RELIST);
+        self.report_tracked();
+        if deleted > 0 {
+            checkpoints.objects_changed();
+        }
+        let resource = &self.machine.target().resource;
+        tracing::warn!(watch = %self.metrics.watch, namespace = self.namespace(), group = %resource.group, version = %resource.version, resource = %resource.plural, deleted, retry_in = ?retry_in, error = %error, "resource no longer served (CRD deleted?): published DELETED for the objects left; waiting for it to return");
+    }
+}
