@@ -58,12 +58,15 @@
 //! State belongs to the watch's identity (resource, namespace, selectors), stored in the manifest:
 //! a watch whose identity changed starts afresh (one log line says so). Damaged state (bad
 //! manifest, missing or mismatched chunk, wrong checksum) starts afresh with one error line, never a
-//! crash. A NATS server without JetStream leaves kube2nats with memory-only state (said once,
+//! crash. A bucket that refuses writes (full) does not stop delivery: after a grace the journal is
+//! given up and the target is degraded until a checkpoint of every object is stored
+//! ([`durability`]). A NATS server without JetStream leaves kube2nats with memory-only state (said once,
 //! and `kube2nats_state_durable` is 0); `state.enabled = false` opts out.
 
 mod bucket;
 mod checkpoint;
 pub mod codec;
+mod durability;
 mod journal;
 pub mod metrics;
 pub mod owner;
@@ -82,7 +85,7 @@ use crate::dedupe::Dedupe;
 use crate::event::ResourceVersion;
 use crate::target::Target;
 use bucket::{
-    ensure_bucket, journal_key, journal_subjects, manifest_key, purge, Bucket, BucketError,
+    journal_key, journal_subjects, manifest_key, open_bucket, purge, Bucket, BucketError,
     RETRY_BACKOFF,
 };
 pub use checkpoint::Checkpoints;
@@ -187,17 +190,17 @@ impl StateStore {
         loop {
             let attempt = tokio::select! {
                 _ = shutdown.cancelled() => return None,
-                attempt = ensure_bucket(&context, &wanted) => attempt,
+                attempt = open_bucket(&context, &wanted) => attempt,
             };
             let error = match attempt {
                 Ok(kv) => {
                     metrics.durable.set(1);
-                    let max_payload = client.server_info().max_payload;
-                    let chunk_limit = if max_payload > 2 * PAYLOAD_HEADROOM {
-                        MAX_CHUNK_BYTES.min(max_payload - PAYLOAD_HEADROOM)
-                    } else {
-                        MAX_CHUNK_BYTES
-                    };
+                    let chunk_limit = bucket::chunk_limit(
+                        MAX_CHUNK_BYTES,
+                        PAYLOAD_HEADROOM,
+                        client.server_info().max_payload,
+                        kv.stream.cached_info().config.max_message_size,
+                    );
                     let bucket = Bucket {
                         context,
                         config: wanted,
@@ -447,6 +450,7 @@ impl TargetState {
             last_stream_sequence: 0,
             batch: JournalBatch::default(),
             writing: None,
+            write_began: Instant::now(),
         });
         let journaled = match &start {
             Start::Saved { dedupe, .. } | Start::Journaled { dedupe } => dedupe.unconfirmed() > 0,

@@ -747,7 +747,9 @@ impl Staged {
     /// The object is about to be published for the first time, or deleted: the position of the
     /// record its message waits for (`None`: state is not durable).
     fn record(&mut self, meta: &crate::event::ObjectMeta) -> Option<u64> {
-        self.journal.as_mut().map(|journal| journal.record(meta))
+        self.journal
+            .as_mut()
+            .and_then(|journal| journal.record(meta))
     }
 
     fn is_writing(&self) -> bool {
