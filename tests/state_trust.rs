@@ -506,3 +506,102 @@ async fn every_journal_record_up_to_the_first_gap_is_loaded() {
         peak_rss_kib(daemon.pid())
     );
 }
+
+/// The `authorization` block of docs/durable-state.md, with passwords filled in.
+fn documented_permissions() -> String {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/durable-state.md"),
+    )
+    .unwrap();
+    let start = doc
+        .find("  authorization {")
+        .expect("the example is in the doc");
+    let end = start
+        + doc[start..]
+            .find("  ```")
+            .expect("the example's block ends");
+    doc[start..end]
+        .replace("$KUBE2NATS_PASSWORD", "\"k2n-pw\"")
+        .replace("$READER_PASSWORD", "\"reader-pw\"")
+}
+
+/// kube2nats runs under the NATS permissions documented as the trust boundary: with them it
+/// publishes (JetStream mode, mirror on), checkpoints, and a restart resumes from its saved
+/// state; the read-only user reads the events but cannot write the state bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube2nats_runs_under_the_documented_nats_permissions() {
+    use kube2nats_harness::nats::{NatsAuth, NatsOptions, NatsServer};
+    let nats = NatsServer::start_with(NatsOptions {
+        auth: NatsAuth::Block(documented_permissions()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let sim = kube2nats_harness::apiserver::ApiServer::start(Default::default())
+        .await
+        .unwrap();
+    let cluster = Cluster {
+        sim,
+        nats,
+        mode: Mode::JetStream,
+        http_port: free_port(),
+    };
+    cluster.sim.create("pods", Some(NS), pod_named("p0", 0));
+    let url = cluster.nats.url();
+    let reader = || async {
+        async_nats::ConnectOptions::with_user_and_password("reader".into(), "reader-pw".into())
+            .connect(cluster.nats.url())
+            .await
+            .unwrap()
+    };
+    let recording = Recording::with_client(reader().await).await;
+    let config = cluster
+        .config(PODS_WATCH, "")
+        .replace(
+            &format!("url = \"{url}\"\n"),
+            &format!("url = \"{url}\"\nuser = \"kube2nats\"\npassword = \"k2n-pw\"\n"),
+        )
+        .replace("[[watches]]", "[mirror]\nenabled = true\n[[watches]]");
+    let daemon = Process::spawn(&config);
+    converge(&cluster.sim, &recording).await;
+    eventually_metric(&cluster, "kube2nats_state_checkpoints_total").await;
+    eventually_metric(&cluster, "kube2nats_mirror_writes_total").await;
+    drop(daemon);
+
+    let daemon = Process::spawn(&config);
+    daemon.line_with(&["loaded saved state"]);
+    cluster.sim.create("pods", Some(NS), pod_named("p1", 0));
+    converge(&cluster.sim, &recording).await;
+    let metrics = cluster.metrics().await;
+    assert_eq!(
+        metric(&metrics, "kube2nats_state_degraded", &[("watch", "pods")]),
+        Some(0.0)
+    );
+    let log = daemon.rest();
+    assert!(!log.to_lowercase().contains("permission"), "{log}");
+
+    let js = async_nats::jetstream::new(reader().await);
+    let kv = js.get_key_value(BUCKET).await.unwrap();
+    assert!(
+        kv.put(format!("{}.manifest", cluster.owned(PODS_KEY)), "{}".into())
+            .await
+            .is_err(),
+        "the reader cannot write the state bucket"
+    );
+}
+
+/// Waits until the counter `name` (of the pods watch) is at least 1.
+async fn eventually_metric(cluster: &Cluster, name: &str) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let metrics = cluster.metrics().await;
+        if metric_sum(&metrics, name, &[("watch", "pods")]) >= 1.0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no {name}: {metrics}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
