@@ -119,10 +119,13 @@ impl TargetDurability {
 /// An error of a write to the state bucket, with the cause spelled out when the server said the
 /// bucket or the account's storage is full.
 fn describe(error: &str) -> String {
+    // JetStream's errors for a stream at its max_bytes (10077) and for storage the account or
+    // server does not have (10023, 10047, 10002).
     let full = [
         "maximum bytes exceeded",
         "insufficient resources",
-        "storage",
+        "insufficient storage",
+        "resource limits exceeded",
     ]
     .iter()
     .any(|needle| error.to_ascii_lowercase().contains(needle));
