@@ -665,3 +665,54 @@ async fn a_full_state_bucket_degrades_durability_not_delivery() {
     let problems = run_problems("the run", &seen);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// A kill -9 while degraded (the bucket full) costs what docs/durable-state.md says and no more:
+/// the restart resumes from the last checkpoint stored before the bucket filled up, so the pods
+/// first announced while degraded are announced once more (ADDED), the others not at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_while_degraded_announces_again_only_what_the_state_missed() {
+    let cluster = Cluster::start(Mode::Core, 10_000).await;
+    let sim = &cluster.sim;
+    for i in 0..3 {
+        sim.create("pods", Some(NS), pod_named(&format!("p{i}"), 0));
+    }
+    let recording = Recording::start(&cluster.nats.url()).await;
+    let config = cluster.config(PODS_WATCH, "");
+    let daemon = Process::spawn(&config);
+    converge(sim, &recording).await;
+    cluster
+        .checkpoint_at_least(PODS_KEY, sim.resource_version())
+        .await;
+    let js = async_nats::jetstream::new(async_nats::connect(cluster.nats.url()).await.unwrap());
+    let mut stream = js.get_stream(format!("KV_{BUCKET}")).await.unwrap();
+    let mut full = stream.info().await.unwrap().config.clone();
+    // At its limit (discard new) the bucket refuses every write.
+    full.max_bytes = 1;
+    js.update_stream(&full).await.unwrap();
+    for i in 3..8 {
+        sim.create("pods", Some(NS), pod_named(&format!("p{i}"), 0));
+    }
+    converge(sim, &recording).await;
+    daemon.line_within(&["state not durable"], Duration::from_secs(30));
+    drop(daemon); // SIGKILL
+    let before = recording.mark().await;
+    full.max_bytes = -1;
+    js.update_stream(&full).await.unwrap();
+
+    let daemon = Process::spawn(&config);
+    daemon.line_with(&["loaded saved state"]);
+    eventually("the pods the saved state missed, announced again", || {
+        recording.all().len() >= before + 5
+    })
+    .await;
+    tokio::time::sleep(QUIET).await;
+    let after = recording.all()[before..].to_vec();
+    let mut names: Vec<&str> = after.iter().map(|s| s.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        ["p3", "p4", "p5", "p6", "p7"],
+        "only the pods announced while degraded, once each: {after:?}"
+    );
+    assert!(after.iter().all(|s| s.kind == "ADDED"), "{after:?}");
+}
