@@ -177,3 +177,21 @@ pub(crate) async fn purge(
     };
     purged.map(|_| ()).map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::chunk_limit;
+
+    #[test]
+    fn chunks_fit_the_payload_and_the_value_size() {
+        let kib = 1024;
+        assert_eq!(chunk_limit(256 * kib, 4 * kib, 1024 * kib, -1), 256 * kib);
+        assert_eq!(chunk_limit(256 * kib, 4 * kib, 64 * kib, -1), 60 * kib);
+        assert_eq!(
+            chunk_limit(256 * kib, 4 * kib, 1024 * kib, 32 * 1024),
+            28 * kib
+        );
+        // Too small to leave room: the limit stays, and the start warns (check_bucket).
+        assert_eq!(chunk_limit(256 * kib, 4 * kib, 1024 * kib, 4096), 256 * kib);
+    }
+}
