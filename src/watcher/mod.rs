@@ -745,7 +745,8 @@ struct Held {
 
 impl Staged {
     /// The object is about to be published for the first time, or deleted: the position of the
-    /// record its message waits for (`None`: state is not durable).
+    /// record its message waits for (`None`: state is not durable, or the journal is suspended
+    /// for a bucket that refuses writes, see `crate::state`).
     fn record(&mut self, meta: &crate::event::ObjectMeta) -> Option<u64> {
         self.journal
             .as_mut()
