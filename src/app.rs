@@ -133,6 +133,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         shutdown.clone(),
     ));
     readiness.set_mirror_repairs(stages.mirror.repairs.clone());
+    readiness.set_state(stages.state.clone());
     let listener = http::bind(config.http.listen)
         .await
         .with_context(|| format!("binding the HTTP listener on {}", config.http.listen))?;

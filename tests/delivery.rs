@@ -506,7 +506,9 @@ async fn nats_auth_by_token_and_user_password() {
             NatsAuth::UserPassword(u, p) => {
                 async_nats::ConnectOptions::with_user_and_password(u.clone(), p.clone())
             }
-            NatsAuth::None | NatsAuth::NKey(_) => unreachable!("not among the cases"),
+            NatsAuth::None | NatsAuth::NKey(_) | NatsAuth::Block(_) => {
+                unreachable!("not among the cases")
+            }
         };
         let nc = options
             .connect(nats.url())

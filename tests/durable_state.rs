@@ -15,6 +15,7 @@
 mod common;
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use common::restart::*;
 use common::*;
@@ -578,4 +579,140 @@ async fn a_stuck_journal_holds_only_the_new_objects_core() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_journal_holds_only_the_new_objects_jetstream() {
     a_stuck_journal_holds_only_the_new_objects(Mode::JetStream).await;
+}
+
+/// The state bucket fills up (a small `max_bytes`, set by whoever created it): the start says
+/// the bucket is limited; once writes fail, delivery goes on without waiting for the journal,
+/// and the metric, `/readyz`'s body (status still 200) and an error line say that the state is
+/// not durable, and why. With room again, a checkpoint holding every object (those published
+/// while writes failed included) makes it durable again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_state_bucket_degrades_durability_not_delivery() {
+    use async_nats::jetstream::{kv, stream::StorageType};
+    let cluster = Cluster::start(Mode::Core, 10_000).await;
+    let sim = &cluster.sim;
+    let js = async_nats::jetstream::new(async_nats::connect(cluster.nats.url()).await.unwrap());
+    js.create_key_value(kv::Config {
+        bucket: BUCKET.into(),
+        history: 1,
+        storage: StorageType::File,
+        max_bytes: 4096,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    for i in 0..3 {
+        sim.create("pods", Some(NS), pod_named(&format!("p{i}"), 0));
+    }
+    let recording = Recording::start(&cluster.nats.url()).await;
+    let daemon = Process::spawn(&cluster.config(PODS_WATCH, ""));
+    let line = daemon.line_with(&["state bucket", "max_bytes"]);
+    assert!(line.contains("max_bytes=4096"), "{line}");
+    converge(sim, &recording).await;
+
+    // Another writer takes what room is left: the bucket refuses every write from now on.
+    let kv = cluster.kv().await;
+    let mut filler = 0;
+    while kv
+        .put(
+            format!("other-cluster._.filler.{filler}"),
+            vec![0; 64].into(),
+        )
+        .await
+        .is_ok()
+    {
+        filler += 1;
+    }
+    for i in 3..35 {
+        sim.create("pods", Some(NS), pod_named(&format!("p{i}"), 0));
+    }
+    // Journal writes are given up after 10 s of failing (docs/durable-state.md), and the new
+    // objects go out.
+    converge(sim, &recording).await;
+    let line = daemon.line_within(&["state not durable"], Duration::from_secs(30));
+    assert!(line.contains("ERROR"), "{line}");
+    let metrics = cluster.metrics().await;
+    assert_eq!(
+        metric(&metrics, "kube2nats_state_degraded", &[("watch", "pods")]),
+        Some(1.0),
+        "{metrics}"
+    );
+    let readyz = reqwest::get(format!("http://127.0.0.1:{}/readyz", cluster.http_port))
+        .await
+        .unwrap();
+    assert_eq!(readyz.status(), 200, "delivery goes on: still ready");
+    let body = readyz.text().await.unwrap();
+    assert!(
+        body.contains("state: not durable (watch pods:")
+            && body.contains("the state bucket is full"),
+        "{body}"
+    );
+
+    let mut config = js.get_stream(format!("KV_{BUCKET}")).await.unwrap();
+    let mut roomy = config.info().await.unwrap().config.clone();
+    roomy.max_bytes = -1;
+    js.update_stream(&roomy).await.unwrap();
+    daemon.line_with(&["state durable again"]);
+    let metrics = cluster.metrics().await;
+    assert_eq!(
+        metric(&metrics, "kube2nats_state_degraded", &[("watch", "pods")]),
+        Some(0.0),
+        "{metrics}"
+    );
+    let manifest = cluster.manifest(PODS_KEY).await.unwrap();
+    assert_eq!(manifest.objects, 35, "the checkpoint holds every object");
+    let seen = converge(sim, &recording).await;
+    let problems = run_problems("the run", &seen);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// A kill -9 while degraded (the bucket full) costs what docs/durable-state.md says and no more:
+/// the restart resumes from the last checkpoint stored before the bucket filled up, so the pods
+/// first announced while degraded are announced once more (ADDED), the others not at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_while_degraded_announces_again_only_what_the_state_missed() {
+    let cluster = Cluster::start(Mode::Core, 10_000).await;
+    let sim = &cluster.sim;
+    for i in 0..3 {
+        sim.create("pods", Some(NS), pod_named(&format!("p{i}"), 0));
+    }
+    let recording = Recording::start(&cluster.nats.url()).await;
+    let config = cluster.config(PODS_WATCH, "");
+    let daemon = Process::spawn(&config);
+    converge(sim, &recording).await;
+    cluster
+        .checkpoint_at_least(PODS_KEY, sim.resource_version())
+        .await;
+    let js = async_nats::jetstream::new(async_nats::connect(cluster.nats.url()).await.unwrap());
+    let mut stream = js.get_stream(format!("KV_{BUCKET}")).await.unwrap();
+    let mut full = stream.info().await.unwrap().config.clone();
+    // At its limit (discard new) the bucket refuses every write.
+    full.max_bytes = 1;
+    js.update_stream(&full).await.unwrap();
+    for i in 3..8 {
+        sim.create("pods", Some(NS), pod_named(&format!("p{i}"), 0));
+    }
+    converge(sim, &recording).await;
+    daemon.line_within(&["state not durable"], Duration::from_secs(30));
+    drop(daemon); // SIGKILL
+    let before = recording.mark().await;
+    full.max_bytes = -1;
+    js.update_stream(&full).await.unwrap();
+
+    let daemon = Process::spawn(&config);
+    daemon.line_with(&["loaded saved state"]);
+    eventually("the pods the saved state missed, announced again", || {
+        recording.all().len() >= before + 5
+    })
+    .await;
+    tokio::time::sleep(QUIET).await;
+    let after = recording.all()[before..].to_vec();
+    let mut names: Vec<&str> = after.iter().map(|s| s.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        ["p3", "p4", "p5", "p6", "p7"],
+        "only the pods announced while degraded, once each: {after:?}"
+    );
+    assert!(after.iter().all(|s| s.kind == "ADDED"), "{after:?}");
 }

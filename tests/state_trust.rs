@@ -357,3 +357,251 @@ async fn keys_of_the_layout_before_owners_are_neither_loaded_nor_removed() {
         "{keys:?}"
     );
 }
+
+/// Runs a daemon with `config` (which must write no checkpoint) until pod p0 is published and
+/// journaled, then kills it. Returns the bucket and the identity hash the journal records of
+/// the pods target carry (bytes 13..21 of a record's header), which forged records must carry.
+async fn journaled_identity(
+    cluster: &Cluster,
+    recording: &Recording,
+    config: &str,
+) -> (async_nats::jetstream::kv::Store, u64) {
+    let daemon = Process::spawn(config);
+    converge(&cluster.sim, recording).await;
+    let kv = cluster.kv().await;
+    let key = format!("{}.j.0", cluster.owned(PODS_KEY));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let record = loop {
+        if let Some(record) = kv.get(&key).await.unwrap() {
+            break record;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no journal record");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    drop(daemon);
+    let identity = u64::from_le_bytes(record[13..21].try_into().unwrap());
+    (kv, identity)
+}
+
+/// Writes journal records at positions `positions` of the pods target, `per_record` pods each
+/// (names `forged-{position}-{i}`, distinct uids), as another writer of the bucket could.
+async fn forge_journal(
+    cluster: &Cluster,
+    kv: &async_nats::jetstream::kv::Store,
+    identity: u64,
+    positions: std::ops::Range<u64>,
+    per_record: u64,
+) {
+    use futures_util::StreamExt;
+    use kube2nats::dedupe::{SavedObject, SavedUid, SavedVersion};
+    let target = cluster.owned(PODS_KEY);
+    let puts = futures_util::stream::iter(positions).map(|position| {
+        let mut batch = kube2nats::state::codec::JournalBatch::default();
+        for i in 0..per_record {
+            let mut uid = [0u8; 16];
+            uid[..8].copy_from_slice(&position.to_le_bytes());
+            uid[8..].copy_from_slice(&i.to_le_bytes());
+            batch.push(&SavedObject {
+                uid: SavedUid::Uuid(uid),
+                version: SavedVersion::Number(1),
+                name: &format!("forged-{position}-{i}"),
+                namespace: Some(NS),
+                unconfirmed: false,
+                mark: 0,
+            });
+        }
+        let record = batch.record(position, identity);
+        let key = format!("{target}.j.{position}");
+        async move { kv.put(key, record).await.unwrap() }
+    });
+    puts.buffer_unordered(64).collect::<Vec<_>>().await;
+}
+
+/// A journal far larger than `state.max_load_bytes` (a runaway, or written by someone else) is
+/// refused at start with one error line naming the target and the key, and the watch starts
+/// fresh — lists and announces its pod again — instead of loading it all (an OOM-kill loop when
+/// it does not fit the pod's memory).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_over_max_load_bytes_is_refused_and_the_watch_starts_fresh() {
+    let cluster = Cluster::start(Mode::Core, 10_000).await;
+    cluster.sim.create("pods", Some(NS), pod_named("p0", 0));
+    let recording = Recording::start(&cluster.nats.url()).await;
+    let config = cluster
+        .config(PODS_WATCH, "max_load_bytes = 1048576\n")
+        .replace(
+            "checkpoint_interval = \"150ms\"",
+            "checkpoint_interval = \"1h\"",
+        );
+    let (kv, identity) = journaled_identity(&cluster, &recording, &config).await;
+    // ~1 MiB encoded and 25,600 objects: about 2.3 MiB once loaded.
+    forge_journal(&cluster, &kv, identity, 1..101, 256).await;
+
+    let announced = recording.mark().await;
+    cluster.sim.clear_requests();
+    let daemon = Process::spawn(&config);
+    let line = daemon.line_with(&["started fresh", "too large"]);
+    assert!(line.contains("ERROR"), "{line}");
+    assert!(
+        line.contains("state.max_load_bytes"),
+        "names the key: {line}"
+    );
+    assert!(
+        line.contains(&format!("key={}", cluster.owned(PODS_KEY))),
+        "names the target: {line}"
+    );
+    daemon.line_with(&["synced"]);
+    assert_eq!(cluster.lists(PODS_PATH), 1, "started fresh with a list");
+    eventually("p0 announced again", || {
+        recording.all()[announced..].iter().any(|s| s.name == "p0")
+    })
+    .await;
+    assert!(
+        !recording
+            .all()
+            .iter()
+            .any(|s| s.name.starts_with("forged-")),
+        "nothing of the refused journal is announced"
+    );
+}
+
+/// Journal records are all loaded, in order, up to the first missing one, however many there
+/// are (each record a quiet stream's single object). `K2N_LOAD_RECORDS` raises the count for a
+/// measurement (docs/performance.md), which this prints: the load time and the daemon's peak RSS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_journal_record_up_to_the_first_gap_is_loaded() {
+    let records: u64 = std::env::var("K2N_LOAD_RECORDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2_000);
+    let cluster = Cluster::start(Mode::Core, 10_000).await;
+    cluster.sim.create("pods", Some(NS), pod_named("p0", 0));
+    let recording = Recording::start(&cluster.nats.url()).await;
+    let config = cluster.config(PODS_WATCH, "").replace(
+        "checkpoint_interval = \"150ms\"",
+        "checkpoint_interval = \"1h\"",
+    );
+    let (kv, identity) = journaled_identity(&cluster, &recording, &config).await;
+    forge_journal(&cluster, &kv, identity, 1..records + 1, 1).await;
+    // After a gap: never read.
+    forge_journal(&cluster, &kv, identity, records + 2..records + 3, 1).await;
+
+    let daemon = Process::spawn(&config);
+    let line = daemon.line_within(
+        &["a journal of objects published before a crash"],
+        std::time::Duration::from_secs(120),
+    );
+    assert!(
+        line.contains(&format!("objects={}", records + 1))
+            && line.contains(&format!("journal_records={}", records + 1)),
+        "{line}"
+    );
+    let metrics = cluster.metrics().await;
+    let seconds = metric(
+        &metrics,
+        "kube2nats_state_load_duration_seconds",
+        &[("watch", "pods")],
+    );
+    eprintln!(
+        "loaded {records} journal records in {seconds:?} s; peak RSS {} KiB",
+        peak_rss_kib(daemon.pid())
+    );
+}
+
+/// The `authorization` block of docs/durable-state.md, with passwords filled in.
+fn documented_permissions() -> String {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/durable-state.md"),
+    )
+    .unwrap();
+    let start = doc
+        .find("  authorization {")
+        .expect("the example is in the doc");
+    let end = start
+        + doc[start..]
+            .find("  ```")
+            .expect("the example's block ends");
+    doc[start..end]
+        .replace("$KUBE2NATS_PASSWORD", "\"k2n-pw\"")
+        .replace("$READER_PASSWORD", "\"reader-pw\"")
+}
+
+/// kube2nats runs under the NATS permissions documented as the trust boundary: with them it
+/// publishes (JetStream mode, mirror on), checkpoints, and a restart resumes from its saved
+/// state; the read-only user reads the events but cannot write the state bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube2nats_runs_under_the_documented_nats_permissions() {
+    use kube2nats_harness::nats::{NatsAuth, NatsOptions, NatsServer};
+    let nats = NatsServer::start_with(NatsOptions {
+        auth: NatsAuth::Block(documented_permissions()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let sim = kube2nats_harness::apiserver::ApiServer::start(Default::default())
+        .await
+        .unwrap();
+    let cluster = Cluster {
+        sim,
+        nats,
+        mode: Mode::JetStream,
+        http_port: free_port(),
+    };
+    cluster.sim.create("pods", Some(NS), pod_named("p0", 0));
+    let url = cluster.nats.url();
+    let reader = || async {
+        async_nats::ConnectOptions::with_user_and_password("reader".into(), "reader-pw".into())
+            .connect(cluster.nats.url())
+            .await
+            .unwrap()
+    };
+    let recording = Recording::with_client(reader().await).await;
+    let config = cluster
+        .config(PODS_WATCH, "")
+        .replace(
+            &format!("url = \"{url}\"\n"),
+            &format!("url = \"{url}\"\nuser = \"kube2nats\"\npassword = \"k2n-pw\"\n"),
+        )
+        .replace("[[watches]]", "[mirror]\nenabled = true\n[[watches]]");
+    let daemon = Process::spawn(&config);
+    converge(&cluster.sim, &recording).await;
+    eventually_metric(&cluster, "kube2nats_state_checkpoints_total").await;
+    eventually_metric(&cluster, "kube2nats_mirror_writes_total").await;
+    drop(daemon);
+
+    let daemon = Process::spawn(&config);
+    daemon.line_with(&["loaded saved state"]);
+    cluster.sim.create("pods", Some(NS), pod_named("p1", 0));
+    converge(&cluster.sim, &recording).await;
+    let metrics = cluster.metrics().await;
+    assert_eq!(
+        metric(&metrics, "kube2nats_state_degraded", &[("watch", "pods")]),
+        Some(0.0)
+    );
+    let log = daemon.rest();
+    assert!(!log.to_lowercase().contains("permission"), "{log}");
+
+    let js = async_nats::jetstream::new(reader().await);
+    let kv = js.get_key_value(BUCKET).await.unwrap();
+    assert!(
+        kv.put(format!("{}.manifest", cluster.owned(PODS_KEY)), "{}".into())
+            .await
+            .is_err(),
+        "the reader cannot write the state bucket"
+    );
+}
+
+/// Waits until the counter `name` (of the pods watch) is at least 1.
+async fn eventually_metric(cluster: &Cluster, name: &str) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let metrics = cluster.metrics().await;
+        if metric_sum(&metrics, name, &[("watch", "pods")]) >= 1.0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no {name}: {metrics}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -14,6 +14,13 @@ pub const DEFAULT_STATE_REPLICAS: usize = 1;
 /// JetStream mode the duplicate window drops even that); a checkpoint rewrites every object of a
 /// changed target, so much shorter intervals cost CPU on large targets.
 pub const DEFAULT_CHECKPOINT_INTERVAL: &str = "5s";
+/// `state.max_load_bytes`: 64 MiB. What loading a target's saved state may build up in memory,
+/// estimated as its encoded size plus 48 bytes per object (`crate::state`) (~700k pods). The
+/// shipped manifests limit the container to 128 MiB, of which `nats.max_buffered_bytes` takes 32
+/// MiB and the process ~15 MiB; a watch's objects take ~62 bytes each once loaded.
+pub const DEFAULT_MAX_LOAD_BYTES: usize = 64 * 1024 * 1024;
+/// The smallest `state.max_load_bytes` accepted.
+const MIN_MAX_LOAD_BYTES: usize = 1024 * 1024;
 /// The shortest `state.checkpoint_interval` accepted.
 const MIN_CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -31,6 +38,9 @@ pub struct StateConfig {
     pub cluster_id: Option<String>,
     /// The instance part of the state's owner; `None`: derived (see `crate::state::owner`).
     pub instance: Option<String>,
+    /// The most one target's saved state may take in memory when loaded; larger state is
+    /// refused (the target starts fresh), so forged or runaway state cannot OOM every start.
+    pub max_load_bytes: usize,
 }
 
 /// `[state]`
@@ -49,6 +59,8 @@ pub struct RawState {
     pub cluster_id: String,
     /// `[A-Za-z0-9_-]+`, or empty (the default): the Lease, else the pod's namespace.
     pub instance: String,
+    /// Bytes, >= 1 MiB. Default [`DEFAULT_MAX_LOAD_BYTES`].
+    pub max_load_bytes: usize,
 }
 
 impl Default for RawState {
@@ -60,6 +72,7 @@ impl Default for RawState {
             checkpoint_interval: s(DEFAULT_CHECKPOINT_INTERVAL),
             cluster_id: String::new(),
             instance: String::new(),
+            max_load_bytes: DEFAULT_MAX_LOAD_BYTES,
         }
     }
 }
@@ -74,6 +87,12 @@ pub(super) fn check_state(c: &mut Checker, raw: &RawState) -> Option<StateConfig
         &raw.checkpoint_interval,
         MIN_CHECKPOINT_INTERVAL,
     );
+    let max_load_bytes = c.range(
+        "state.max_load_bytes",
+        raw.max_load_bytes,
+        MIN_MAX_LOAD_BYTES,
+        None,
+    );
     Some(StateConfig {
         enabled: raw.enabled,
         bucket: bucket?,
@@ -81,6 +100,7 @@ pub(super) fn check_state(c: &mut Checker, raw: &RawState) -> Option<StateConfig
         checkpoint_interval: interval?,
         cluster_id: cluster_id?,
         instance: instance?,
+        max_load_bytes: max_load_bytes?,
     })
 }
 
@@ -122,6 +142,7 @@ mod tests {
                 checkpoint_interval: Duration::from_secs(5),
                 cluster_id: None,
                 instance: None,
+                max_load_bytes: 64 * 1024 * 1024,
             }
         );
     }
@@ -151,6 +172,10 @@ mod tests {
         assert_error(
             "[state]\ncluster_id = \"x y\"",
             "state.cluster_id: invalid value",
+        );
+        assert_error(
+            "[state]\nmax_load_bytes = 1000",
+            "state.max_load_bytes: 1000 is out of range",
         );
         assert_error("[state]\nreplicas = 0", "state.replicas: 0 is out of range");
         assert_error("[state]\nreplicas = 7", "state.replicas: 7 is out of range");

@@ -81,6 +81,10 @@ impl Checkpoints {
         if mailbox.take_lost() {
             self.objects_changed = true;
         }
+        // Messages went out without journal records: only a snapshot of every object makes the
+        // state durable again (see `super::durability`).
+        let restores = self.metrics.durability.journal_suspended();
+        self.objects_changed |= restores;
         let version_moved = self.saved_version.as_deref() != Some(self.version.as_str());
         if !self.objects_changed && !version_moved {
             if mailbox.is_idle() {
@@ -103,6 +107,7 @@ impl Checkpoints {
             snapshot,
             version: self.version.clone(),
             journal: journal.map(Journal::mark).unwrap_or_default(),
+            restores,
         });
         self.objects_changed = false;
         self.saved_version = Some(self.version.clone());
@@ -134,6 +139,9 @@ pub(super) struct Job {
     pub(super) snapshot: Option<Snapshot>,
     pub(super) version: String,
     pub(super) journal: JournalMark,
+    /// The snapshot was taken while the journal was suspended: storing it makes the state
+    /// durable again.
+    pub(super) restores: bool,
 }
 
 /// The objects of a snapshot, to encode while writing.
@@ -146,10 +154,16 @@ pub(super) struct Snapshot {
 impl Job {
     /// `newer` replaces `self`, keeping `self`'s objects if `newer` has none of its own.
     fn merged_into(self, newer: Job) -> Job {
+        // `restores` goes with the snapshot that is kept.
+        let restores = match newer.snapshot {
+            Some(_) => newer.restores,
+            None => self.restores,
+        };
         Job {
             snapshot: newer.snapshot.or(self.snapshot),
             version: newer.version,
             journal: newer.journal,
+            restores,
         }
     }
 }
@@ -261,6 +275,7 @@ impl Writer {
                 continue;
             };
             let spends_objects = job.snapshot.is_some();
+            let restores = job.restores && spends_objects;
             match self.write(&store, &mut job).await {
                 Err(WriteError::Conflict) => {
                     self.conflict();
@@ -274,12 +289,18 @@ impl Writer {
                         tracing::info!(watch = %self.metrics.watch, key = %self.key, "checkpoints are written again");
                     }
                     drop(state);
+                    if self.metrics.durability.checkpoint_written(restores) {
+                        tracing::info!(watch = %self.metrics.watch, key = %self.key, "state durable again: a checkpoint holding every object is stored");
+                    }
                     self.metrics.checkpoints.inc();
                     self.metrics.current();
                     backoff.reset();
                 }
                 Err(e) => {
                     self.metrics.failures.inc();
+                    if let Some(reason) = self.metrics.durability.checkpoint_failed(&e) {
+                        tracing::error!(watch = %self.metrics.watch, key = %self.key, reason, "state not durable: checkpoints cannot be written, so a restart repeats or misses what was published since the last one (see docs/durable-state.md)");
+                    }
                     let (first, closed) = {
                         let mut state = self.mailbox.lock();
                         state.writing = false;

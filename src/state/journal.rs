@@ -3,9 +3,11 @@
 use std::sync::Arc;
 
 use async_nats::jetstream::kv;
+use tokio::time::Instant;
 
 use super::bucket::{ensure_bucket, journal_key, Bucket, RETRY_BACKOFF};
 use super::codec::JournalBatch;
+use super::durability::DEGRADE_AFTER;
 use super::metrics::TargetMetrics;
 use crate::backoff::Backoff;
 use crate::dedupe::SavedObject;
@@ -26,6 +28,10 @@ use crate::dedupe::SavedObject;
 /// unconfirmed objects are. Each checkpoint folds the records into its snapshot
 /// ([`Manifest::journal_next`]) and removes them.
 ///
+/// A write not stored within [`DEGRADE_AFTER`] (a full bucket) is given up: the journal is
+/// suspended, what it held back goes out, and later objects are not recorded, until a checkpoint
+/// taken since is stored (see [`super::durability`]).
+///
 /// Records are positions `0, 1, 2, …` of the target's journal (keys `….j.{n}`), loaded in that
 /// order until the first missing one; since one write is under way at a time, a record is never
 /// stored without every record before it.
@@ -40,6 +46,8 @@ pub struct Journal {
     pub(super) batch: JournalBatch,
     /// The write of the record at position `next`, while under way.
     pub(super) writing: Option<JournalWrite>,
+    /// When the write under way began.
+    pub(super) write_began: Instant,
 }
 
 /// What a journal write needs besides its record; shared by the writes of one target.
@@ -62,10 +70,19 @@ pub(super) struct Stored {
 impl Journal {
     /// The object of the next message is about to be published for the first time, or deleted.
     /// Returns the position of the record that will hold it: the message must not go out before
-    /// that record is stored ([`stored_below`](Self::stored_below)).
-    pub fn record(&mut self, meta: &crate::event::ObjectMeta) -> u64 {
+    /// that record is stored ([`stored_below`](Self::stored_below)). `None` while the journal is
+    /// suspended: the message goes out at once.
+    pub fn record(&mut self, meta: &crate::event::ObjectMeta) -> Option<u64> {
+        if self.suspended() {
+            return None;
+        }
         self.batch.push(&SavedObject::of(meta));
-        self.next + u64::from(self.writing.is_some())
+        Some(self.next + u64::from(self.writing.is_some()))
+    }
+
+    /// Whether messages go out without waiting for the journal ([`super::durability`]).
+    fn suspended(&self) -> bool {
+        self.target.metrics.durability.journal_suspended()
     }
 
     /// Objects recorded and not yet being written.
@@ -78,16 +95,20 @@ impl Journal {
         self.writing.is_some()
     }
 
-    /// Every record at a position below this is stored.
+    /// Every record at a position below this is stored; while suspended, every message may go.
     pub fn stored_below(&self) -> u64 {
+        if self.suspended() {
+            return u64::MAX;
+        }
         self.next
     }
 
     /// Starts writing what was recorded, unless a write is under way already or nothing was.
     pub fn begin_write(&mut self) {
-        if self.writing.is_some() || self.batch.is_empty() {
+        if self.writing.is_some() || self.batch.is_empty() || self.suspended() {
             return;
         }
+        self.write_began = Instant::now();
         let record = self.batch.record(self.next, self.target.identity);
         self.target
             .metrics
@@ -102,13 +123,17 @@ impl Journal {
         )));
     }
 
-    /// Waits until the write under way is stored (forever, if none is). Cancel-safe: the write
-    /// goes on, and a later call waits for the same one.
+    /// Waits until the write under way is stored (forever, if none is), or given up after
+    /// [`DEGRADE_AFTER`] (then the journal is suspended). Cancel-safe: the write goes on, and a
+    /// later call waits for the same one.
     pub async fn written(&mut self) {
         let Some(writing) = &mut self.writing else {
             return std::future::pending().await;
         };
-        let stored = writing.await;
+        let deadline = self.write_began + DEGRADE_AFTER;
+        let Ok(stored) = tokio::time::timeout_at(deadline, writing).await else {
+            return self.suspend();
+        };
         self.writing = None;
         self.store = stored.store;
         self.last_stream_sequence = stored.stream_sequence;
@@ -124,6 +149,17 @@ impl Journal {
             }
             self.written().await;
         }
+    }
+
+    /// Gives up the write under way and what was recorded: messages no longer wait for the
+    /// journal. The next checkpoint holds every object; once one is stored, the journal goes on
+    /// at the same position (the manifest's `journal_next`).
+    fn suspend(&mut self) {
+        self.writing = None;
+        self.batch.clear();
+        self.target.metrics.durability.suspend_journal();
+        let reason = self.target.metrics.durability.reason().unwrap_or_default();
+        tracing::error!(watch = %self.target.metrics.watch, key = %self.target.key, reason, "state not durable: the journal cannot be written, so messages are published without waiting for it; a checkpoint that holds every object makes the state durable again (see docs/durable-state.md)");
     }
 
     /// What a snapshot taken now contains.
@@ -157,10 +193,11 @@ async fn write_record(
             }
             Err(e) => {
                 target.metrics.failures.inc();
+                target.metrics.durability.journal_failed(&e);
                 let delay = backoff.next_delay();
                 if !failing {
                     failing = true;
-                    tracing::warn!(watch = %target.metrics.watch, key = %target.key, error = %e, retry_in = ?delay, "writing the journal failed; new objects wait until it is written");
+                    tracing::warn!(watch = %target.metrics.watch, key = %target.key, error = %e, retry_in = ?delay, "writing the journal failed; new objects wait until it is written (10 s at most, then they go out without it)");
                 }
                 tokio::time::sleep(delay).await;
                 if let Ok(found) =

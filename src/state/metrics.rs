@@ -7,6 +7,7 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
+use super::durability::TargetDurability;
 use crate::telemetry::metrics::opts;
 
 /// Every metric of the state stage.
@@ -22,6 +23,7 @@ pub struct StateMetrics {
     stored_bytes: IntGaugeVec,
     journal_records: prometheus::HistogramVec,
     ages: CheckpointAges,
+    degraded: Degraded,
 }
 
 impl StateMetrics {
@@ -84,6 +86,8 @@ impl StateMetrics {
         registry.register(Box::new(journal_records.clone()))?;
         let ages = CheckpointAges::new()?;
         registry.register(Box::new(ages.clone()))?;
+        let degraded = Degraded::new()?;
+        registry.register(Box::new(degraded.clone()))?;
         Ok(StateMetrics {
             durable,
             checkpoints,
@@ -93,13 +97,21 @@ impl StateMetrics {
             stored_bytes,
             journal_records,
             ages,
+            degraded,
         })
+    }
+
+    /// One line per watch target whose saved state does not keep up (for `/readyz`'s body).
+    pub fn not_durable(&self) -> Vec<String> {
+        self.degraded.reasons()
     }
 
     /// Handles for one target of `watch`.
     pub fn for_target(&self, watch: &str) -> TargetMetrics {
         let started = Arc::new(AtomicU64::new(unix_millis()));
         self.ages.add(watch, &started);
+        let durability = Arc::new(TargetDurability::default());
+        self.degraded.add(watch, &durability);
         TargetMetrics {
             watch: watch.into(),
             checkpoints: self.checkpoints.with_label_values(&[watch]),
@@ -110,6 +122,7 @@ impl StateMetrics {
             journal_records: self.journal_records.with_label_values(&[watch]),
             last_current: started,
             stored: Arc::new(AtomicU64::new(0)),
+            durability,
         }
     }
 }
@@ -129,6 +142,8 @@ pub struct TargetMetrics {
     last_current: Arc<AtomicU64>,
     /// This target's share of `stored_bytes`.
     stored: Arc<AtomicU64>,
+    /// Whether the saved state keeps up ([`super::durability`]).
+    pub(crate) durability: Arc<TargetDurability>,
 }
 
 impl TargetMetrics {
@@ -216,6 +231,77 @@ impl Collector for CheckpointAges {
             for (watch, last) in oldest {
                 let age = now.saturating_sub(last) as f64 / 1000.0;
                 self.gauge.with_label_values(&[watch]).set(age);
+            }
+        }
+        self.gauge.collect()
+    }
+}
+
+/// `kube2nats_state_degraded{watch}`: 1 while a target of the watch publishes without its saved
+/// state keeping up ([`super::durability`]). Computed when scraped, over running targets only,
+/// as [`CheckpointAges`] is.
+#[derive(Clone)]
+struct Degraded {
+    gauge: IntGaugeVec,
+    targets: Arc<Mutex<Vec<TargetDurabilityRef>>>,
+}
+
+/// A watch's name and one of its targets' durability, held by the target's [`TargetMetrics`].
+type TargetDurabilityRef = (Arc<str>, Weak<TargetDurability>);
+
+impl Degraded {
+    fn new() -> prometheus::Result<Degraded> {
+        let gauge = IntGaugeVec::new(
+            opts(
+                "state_degraded",
+                "1 while writes to the state bucket fail and the watch publishes without its saved state keeping up (a crash then repeats or misses events).",
+            ),
+            &["watch"],
+        )?;
+        Ok(Degraded {
+            gauge,
+            targets: Arc::default(),
+        })
+    }
+
+    fn add(&self, watch: &str, durability: &Arc<TargetDurability>) {
+        if let Ok(mut targets) = self.targets.lock() {
+            targets.retain(|(_, d)| d.strong_count() > 0);
+            targets.push((watch.into(), Arc::downgrade(durability)));
+        }
+    }
+
+    /// The running targets: each one's watch and, if it is degraded, why.
+    fn running(&self) -> Vec<(Arc<str>, Option<String>)> {
+        let Ok(mut targets) = self.targets.lock() else {
+            return Vec::new();
+        };
+        targets.retain(|(_, d)| d.strong_count() > 0);
+        targets
+            .iter()
+            .filter_map(|(watch, d)| Some((watch.clone(), d.upgrade()?.reason())))
+            .collect()
+    }
+
+    fn reasons(&self) -> Vec<String> {
+        self.running()
+            .into_iter()
+            .filter_map(|(watch, reason)| Some(format!("watch {watch}: {}", reason?)))
+            .collect()
+    }
+}
+
+impl Collector for Degraded {
+    fn desc(&self) -> Vec<&Desc> {
+        self.gauge.desc()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        self.gauge.reset();
+        for (watch, reason) in self.running() {
+            let gauge = self.gauge.with_label_values(&[&watch]);
+            if reason.is_some() {
+                gauge.set(1);
             }
         }
         self.gauge.collect()

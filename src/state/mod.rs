@@ -58,13 +58,17 @@
 //! State belongs to the watch's identity (resource, namespace, selectors), stored in the manifest:
 //! a watch whose identity changed starts afresh (one log line says so). Damaged state (bad
 //! manifest, missing or mismatched chunk, wrong checksum) starts afresh with one error line, never a
-//! crash. A NATS server without JetStream leaves kube2nats with memory-only state (said once,
+//! crash. A bucket that refuses writes (full) does not stop delivery: after a grace the journal is
+//! given up and the target is degraded until a checkpoint of every object is stored
+//! ([`durability`]). A NATS server without JetStream leaves kube2nats with memory-only state (said once,
 //! and `kube2nats_state_durable` is 0); `state.enabled = false` opts out.
 
 mod bucket;
 mod checkpoint;
 pub mod codec;
+mod durability;
 mod journal;
+mod load;
 pub mod metrics;
 pub mod owner;
 
@@ -73,6 +77,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
 use async_nats::Client;
+use futures_util::StreamExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -82,7 +87,7 @@ use crate::dedupe::Dedupe;
 use crate::event::ResourceVersion;
 use crate::target::Target;
 use bucket::{
-    ensure_bucket, journal_key, journal_subjects, manifest_key, purge, Bucket, BucketError,
+    journal_key, journal_subjects, manifest_key, open_bucket, purge, Bucket, BucketError,
     RETRY_BACKOFF,
 };
 pub use checkpoint::Checkpoints;
@@ -97,6 +102,9 @@ pub use metrics::{StateMetrics, TargetMetrics};
 const MAX_CHUNK_BYTES: usize = 256 * 1024;
 /// Room left under the server's `max_payload` for subject and headers.
 const PAYLOAD_HEADROOM: usize = 4 * 1024;
+/// Journal records requested ahead while loading: 100,000 records one round trip at a time
+/// took 15.7 s.
+const JOURNAL_READ_AHEAD: usize = 32;
 /// Timeout of one request to JetStream (a put, a get, a bucket lookup).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where the state of every watch is kept; cheap to clone.
@@ -108,6 +116,8 @@ pub struct StateStore {
     prefix: String,
     metrics: StateMetrics,
     checkpoint_interval: Duration,
+    /// `state.max_load_bytes`.
+    max_load_bytes: usize,
 }
 
 #[derive(Clone)]
@@ -155,6 +165,7 @@ impl StateStore {
             prefix,
             metrics,
             checkpoint_interval: config.checkpoint_interval,
+            max_load_bytes: config.max_load_bytes,
         }))
     }
 
@@ -187,17 +198,17 @@ impl StateStore {
         loop {
             let attempt = tokio::select! {
                 _ = shutdown.cancelled() => return None,
-                attempt = ensure_bucket(&context, &wanted) => attempt,
+                attempt = open_bucket(&context, &wanted) => attempt,
             };
             let error = match attempt {
                 Ok(kv) => {
                     metrics.durable.set(1);
-                    let max_payload = client.server_info().max_payload;
-                    let chunk_limit = if max_payload > 2 * PAYLOAD_HEADROOM {
-                        MAX_CHUNK_BYTES.min(max_payload - PAYLOAD_HEADROOM)
-                    } else {
-                        MAX_CHUNK_BYTES
-                    };
+                    let chunk_limit = bucket::chunk_limit(
+                        MAX_CHUNK_BYTES,
+                        PAYLOAD_HEADROOM,
+                        client.server_info().max_payload,
+                        kv.stream.cached_info().config.max_message_size,
+                    );
                     let bucket = Bucket {
                         context,
                         config: wanted,
@@ -285,6 +296,7 @@ impl StateStore {
             backend: self.backend.clone(),
             metrics: self.metrics.for_target(watch),
             checkpoint_interval: self.checkpoint_interval,
+            max_load_bytes: self.max_load_bytes,
         }
     }
 }
@@ -329,6 +341,8 @@ enum LoadError {
     OtherIdentity { saved: String },
     #[error("the saved state is damaged: {0}")]
     Damaged(#[from] CodecError),
+    #[error(transparent)]
+    TooLarge(#[from] load::TooLarge),
     #[error("reading the state bucket: {0}")]
     Unavailable(String),
 }
@@ -340,6 +354,7 @@ pub struct TargetState {
     backend: Backend,
     metrics: TargetMetrics,
     checkpoint_interval: Duration,
+    max_load_bytes: usize,
 }
 
 impl TargetState {
@@ -397,6 +412,10 @@ impl TargetState {
                     tracing::error!(key = %self.key, error = %e, "started fresh: the saved state cannot be used; it will be overwritten by the next checkpoint");
                     true
                 }
+                Err(e @ LoadError::TooLarge(_)) => {
+                    tracing::error!(key = %self.key, error = %e, "started fresh: the saved state is too large to load (raise state.max_load_bytes if it is genuine, and the pod's memory limit with it); it will be overwritten by the next checkpoint");
+                    true
+                }
                 Err(LoadError::Unavailable(error)) => {
                     let delay = backoff.next_delay();
                     tracing::warn!(error, retry_in = ?delay, "cannot read the saved state yet; retrying");
@@ -447,6 +466,7 @@ impl TargetState {
             last_stream_sequence: 0,
             batch: JournalBatch::default(),
             writing: None,
+            write_began: Instant::now(),
         });
         let journaled = match &start {
             Start::Saved { dedupe, .. } | Start::Journaled { dedupe } => dedupe.unconfirmed() > 0,
@@ -476,6 +496,7 @@ impl TargetState {
             }
         };
         let mut dedupe = Dedupe::new();
+        let mut meter = load::LoadMeter::new(self.max_load_bytes);
         let entry = store
             .entry(manifest_key(&self.key))
             .await
@@ -484,12 +505,20 @@ impl TargetState {
         // of the next manifest write.
         let manifest_revision = entry.as_ref().map_or(0, |e| e.revision);
         let manifest = match entry.filter(|e| e.operation == kv::Operation::Put) {
-            Some(entry) => Some(self.read_snapshot(&entry.value, &mut dedupe, get).await?),
+            Some(entry) => Some(
+                self.read_snapshot(&entry.value, &mut dedupe, &mut meter, get)
+                    .await?,
+            ),
             None => None,
         };
         let mut next = manifest.as_ref().map_or(0, |m| m.journal_next);
         let identity = identity_hash(&self.identity);
-        while let Some(record) = get(journal_key(&self.key, next)).await? {
+        // Records are read ahead, a few requests in flight, rather than one round trip each;
+        // those past the last record come back empty and end the loop.
+        let mut records = futures_util::stream::iter(next..)
+            .map(|position| get(journal_key(&self.key, position)))
+            .buffered(JOURNAL_READ_AHEAD);
+        while let Some(record) = records.next().await.transpose()?.flatten() {
             let decoded =
                 codec::decode_journal(&record, next, identity, |o| dedupe.restore_saved(o, true));
             match decoded {
@@ -500,6 +529,7 @@ impl TargetState {
                 }
                 other => other?,
             }
+            meter.record(record.len(), dedupe.len() as u64)?;
             next += 1;
         }
         Ok(Read {
@@ -515,6 +545,7 @@ impl TargetState {
         &self,
         raw: &[u8],
         dedupe: &mut Dedupe,
+        meter: &mut load::LoadMeter,
         get: F,
     ) -> Result<Manifest, LoadError>
     where
@@ -540,6 +571,7 @@ impl TargetState {
             }
             .into());
         }
+        meter.admit(&manifest)?;
         dedupe.size_for(manifest.objects);
         let mut checksum = Fnv::new();
         for index in 0..manifest.chunks {
@@ -550,6 +582,7 @@ impl TargetState {
             codec::decode_chunk(&chunk, manifest.generation, index, |o| {
                 dedupe.restore_saved(o, false)
             })?;
+            meter.chunk(chunk.len(), dedupe.len() as u64)?;
         }
         if checksum.0 != manifest.checksum {
             return Err(CodecError::Mismatch { what: "checksum" }.into());

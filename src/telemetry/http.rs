@@ -25,6 +25,9 @@ pub struct Readiness {
     shutting_down: CancellationToken,
     /// Watch targets repairing the mirror bucket after a list (docs/mirror.md).
     mirror_repairs: Mutex<Option<IntGauge>>,
+    /// Targets publishing while their saved state does not keep up: said in the body, without
+    /// changing the status (delivery goes on; docs/durable-state.md).
+    state: Mutex<Option<crate::state::StateMetrics>>,
 }
 
 /// Where the watches stand, for readiness.
@@ -44,7 +47,25 @@ impl Readiness {
             phase: Mutex::new(Phase::Starting),
             shutting_down,
             mirror_repairs: Mutex::new(None),
+            state: Mutex::new(None),
         }
+    }
+
+    /// The body of `/readyz` also says which targets' saved state does not keep up.
+    pub fn set_state(&self, state: crate::state::StateMetrics) {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
+    }
+
+    /// Lines for `/readyz`'s body that do not change its status.
+    pub fn notes(&self) -> Vec<String> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state
+            .as_ref()
+            .map(crate::state::StateMetrics::not_durable)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|reason| format!("state: not durable ({reason})"))
+            .collect()
     }
 
     /// Readiness also waits for the mirror's repairs: `repairs` counts the targets under way.
@@ -163,8 +184,10 @@ async fn metrics_handler(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 async fn readyz_handler(State(state): State<AppState>) -> impl IntoResponse {
-    match state.readiness.check() {
-        Ok(()) => (StatusCode::OK, "ready\n".to_owned()),
-        Err(reasons) => (StatusCode::SERVICE_UNAVAILABLE, reasons.join("\n") + "\n"),
-    }
+    let (status, mut lines) = match state.readiness.check() {
+        Ok(()) => (StatusCode::OK, vec!["ready".to_owned()]),
+        Err(reasons) => (StatusCode::SERVICE_UNAVAILABLE, reasons),
+    };
+    lines.extend(state.readiness.notes());
+    (status, lines.join("\n") + "\n")
 }

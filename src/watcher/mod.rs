@@ -747,9 +747,9 @@ struct Held {
 
 impl Staged {
     /// The object is about to be published for the first time, or deleted: the position of the
-    /// record its message waits for (`None`: state is not durable).
+    /// record its message waits for (`None`: state is not durable, or the journal is suspended).
     fn record(&mut self, meta: &crate::event::ObjectMeta) -> Option<u64> {
-        self.journal.as_mut().map(|journal| journal.record(meta))
+        self.journal.as_mut()?.record(meta)
     }
 
     fn is_writing(&self) -> bool {

@@ -471,7 +471,12 @@ impl Process {
 
     /// Waits for a line containing every one of `needles`.
     pub fn line_with(&self, needles: &[&str]) -> String {
-        let deadline = tokio::time::Instant::now() + WAIT;
+        self.line_within(needles, WAIT)
+    }
+
+    /// Waits at most `within` for a line containing every one of `needles`.
+    pub fn line_within(&self, needles: &[&str], within: Duration) -> String {
+        let deadline = tokio::time::Instant::now() + within;
         let mut seen = Vec::new();
         while tokio::time::Instant::now() < deadline {
             if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(100)) {

@@ -61,7 +61,11 @@ pub struct Recording {
 
 impl Recording {
     pub async fn start(url: &str) -> Recording {
-        let nc = async_nats::connect(url).await.unwrap();
+        Recording::with_client(async_nats::connect(url).await.unwrap()).await
+    }
+
+    /// Records what `nc` (e.g. a client with credentials) receives on `kube.>`.
+    pub async fn with_client(nc: async_nats::Client) -> Recording {
         let mut sub = nc.subscribe("kube.>").await.unwrap();
         nc.flush().await.unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));

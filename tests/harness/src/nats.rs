@@ -44,6 +44,8 @@ pub enum NatsAuth {
     UserPassword(String, String),
     /// A single user identified by its NKey public key (`U…`); the client signs with the seed.
     NKey(String),
+    /// A whole `authorization { … }` block, as written (e.g. users with permissions).
+    Block(String),
 }
 
 /// How [`NatsServer::start_with`] configures the server.
@@ -222,6 +224,9 @@ fn config_text(
                 "authorization {{\n  users: [ {{ nkey: {} }} ]\n}}",
                 quote(public_key)
             );
+        }
+        NatsAuth::Block(block) => {
+            let _ = writeln!(conf, "{block}");
         }
     }
     conf
