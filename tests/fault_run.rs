@@ -483,7 +483,7 @@ impl Run {
                     deleted_rv: None,
                 });
             }
-            Some(_) if update && judged_by_content(c) && generation % 2 == 0 => {
+            Some(_) if update && judged_by_content(c) && generation.is_multiple_of(2) => {
                 self.sim.update(c.resource, ns, name, |o| {
                     o["status"]["observedOp"] = generation.into()
                 });

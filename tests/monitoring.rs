@@ -23,6 +23,11 @@ fn read(file: &str) -> String {
     std::fs::read_to_string(monitoring(file)).unwrap_or_else(|e| panic!("reading {file}: {e}"))
 }
 
+/// The PrometheusRule manifest, read as YAML into a JSON value.
+fn prometheus_rule() -> serde_json::Value {
+    serde_saphyr::from_str(&read("prometheusrule.yaml")).unwrap()
+}
+
 fn promtool(args: &[&str], dir: &Path) -> String {
     let promtool = std::env::var("PROMTOOL_BIN").unwrap_or_else(|_| "promtool".into());
     let out = Command::new(&promtool)
@@ -43,12 +48,13 @@ fn promtool(args: &[&str], dir: &Path) -> String {
 /// unit tests of every alert (firing when it should, silent when it should not).
 #[test]
 fn alert_rules_pass_promtool_check_and_unit_tests() {
-    let rule: serde_yaml::Value = serde_yaml::from_str(&read("prometheusrule.yaml")).unwrap();
+    let rule = prometheus_rule();
     assert_eq!(rule["kind"], "PrometheusRule");
     let dir = tempfile::tempdir().unwrap();
+    // JSON is YAML: promtool reads the spec written as JSON.
     std::fs::write(
         dir.path().join("kube2nats.rules.yaml"),
-        serde_yaml::to_string(&rule["spec"]).unwrap(),
+        serde_json::to_string_pretty(&rule["spec"]).unwrap(),
     )
     .unwrap();
     std::fs::write(
@@ -62,7 +68,7 @@ fn alert_rules_pass_promtool_check_and_unit_tests() {
 
     // Every alert has a unit test.
     let tests = read("prometheusrule.test.yaml");
-    for alert in rule["spec"]["groups"][0]["rules"].as_sequence().unwrap() {
+    for alert in rule["spec"]["groups"][0]["rules"].as_array().unwrap() {
         let name = alert["alert"].as_str().unwrap();
         assert!(
             tests.contains(&format!("alertname: {name}")),
@@ -189,8 +195,8 @@ async fn dashboard_and_alerts_query_only_exported_metrics() {
     let exported = exported(&scrape);
 
     let mut queries = dashboard_queries();
-    let rule: serde_yaml::Value = serde_yaml::from_str(&read("prometheusrule.yaml")).unwrap();
-    for alert in rule["spec"]["groups"][0]["rules"].as_sequence().unwrap() {
+    let rule = prometheus_rule();
+    for alert in rule["spec"]["groups"][0]["rules"].as_array().unwrap() {
         queries.push(alert["expr"].as_str().unwrap().to_owned());
     }
     let mut used = BTreeSet::new();

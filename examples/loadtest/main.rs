@@ -504,8 +504,10 @@ fn spawn_kube2nats(
     dir: &Path,
     cfg: &DaemonCfg<'_>,
 ) -> anyhow::Result<Proc> {
+    // `state.cluster_id` named: the harness' API server serves no kube-system Namespace, where
+    // kube2nats otherwise reads the cluster's id.
     let mut toml = format!(
-        "[log]\nfilter = \"info\"\n\n[kubernetes]\napi_url = \"http://127.0.0.1:{}\"\nlist_page_size = 500\n\n[nats]\nurl = \"{}\"\nmode = \"{}\"\n\n[http]\nlisten = \"127.0.0.1:{}\"\n\n[state]\nenabled = {}\n\n[publish]\nformat = {:?}\n",
+        "[log]\nfilter = \"info\"\n\n[kubernetes]\napi_url = \"http://127.0.0.1:{}\"\nlist_page_size = 500\n\n[nats]\nurl = \"{}\"\nmode = \"{}\"\n\n[http]\nlisten = \"127.0.0.1:{}\"\n\n[state]\nenabled = {}\ncluster_id = \"loadtest\"\n\n[publish]\nformat = {:?}\n",
         cfg.api_port,
         cfg.nats_url,
         if cfg.jetstream { "jetstream" } else { "core" },

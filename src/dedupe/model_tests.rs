@@ -53,7 +53,7 @@ fn uid(i: u8) -> String {
 
 /// Names of every length: some long, so that forgetting them compacts the names.
 fn name(i: u8) -> String {
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         format!("{}-{i}", "long".repeat(500))
     } else {
         format!("n{i}")
@@ -61,7 +61,7 @@ fn name(i: u8) -> String {
 }
 
 fn namespace(i: u8) -> Option<String> {
-    (i % 4 != 0).then(|| format!("ns{}", i % 4))
+    (!i.is_multiple_of(4)).then(|| format!("ns{}", i % 4))
 }
 
 fn meta_of(uid: &str, version: u64, p: &Published) -> ObjectMeta {

@@ -58,7 +58,7 @@ impl<T: Copy> Chunked<T> {
     }
 
     pub(super) fn push(&mut self, value: T) {
-        if self.len % CHUNK == 0 {
+        if self.len.is_multiple_of(CHUNK) {
             // The first chunk grows by doubling (a small watch stays small); later ones are
             // allocated whole, so no chunk is ever copied to grow.
             let chunk = if self.chunks.is_empty() {
@@ -265,7 +265,7 @@ impl Objects {
             self.set_mark(i, mark);
         }
         if let Some(seen) = &mut self.seen {
-            if i % 64 == 0 {
+            if i.is_multiple_of(64) {
                 seen.push(0);
             }
         }

@@ -27,7 +27,9 @@ pub enum KubeconfigError {
     #[error("parsing kubeconfig {path}: {source}")]
     Parse {
         path: PathBuf,
-        source: serde_yaml::Error,
+        // Boxed: the parser's error is ~130 bytes, and every `Result` carrying this error would
+        // grow to that size.
+        source: Box<serde_saphyr::Error>,
     },
     #[error("none of the kubeconfig files {0:?} exists")]
     NoFile(Vec<PathBuf>),
@@ -139,7 +141,7 @@ struct User {
     client_key_data: Option<String>,
     exec: Option<RawExecConfig>,
     #[serde(rename = "auth-provider")]
-    auth_provider: Option<serde_yaml::Value>,
+    auth_provider: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -216,7 +218,7 @@ fn read_files(paths: &[PathBuf]) -> Result<Vec<(PathBuf, File)>, KubeconfigError
                 })
             }
         };
-        let file: File = serde_yaml::from_str(&text).map_err(|source| KubeconfigError::Parse {
+        let file = parse(&text).map_err(|source| KubeconfigError::Parse {
             path: path.clone(),
             source,
         })?;
@@ -226,6 +228,13 @@ fn read_files(paths: &[PathBuf]) -> Result<Vec<(PathBuf, File)>, KubeconfigError
         return Err(KubeconfigError::NoFile(paths.to_vec()));
     }
     Ok(files)
+}
+
+/// One kubeconfig file's text. The error names line and column but quotes no source line: the
+/// line at fault may hold a token or key, and the error is logged.
+fn parse(text: &str) -> Result<File, Box<serde_saphyr::Error>> {
+    serde_saphyr::from_str_with_options(text, serde_saphyr::options! { with_snippet: false })
+        .map_err(Box::new)
 }
 
 fn merge(files: &[(PathBuf, File)]) -> Merged<'_> {
@@ -472,6 +481,87 @@ contexts:
             load(&missing, None),
             Err(KubeconfigError::NoFile(_))
         ));
+    }
+
+    /// A kubeconfig as `kubectl config view --raw` and cloud CLIs write it: keys in kubectl's
+    /// order, `preferences: {}`, `extensions`, an exec plugin with `env: null`.
+    #[test]
+    fn kubectl_written_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config");
+        std::fs::write(
+            &path,
+            r#"apiVersion: v1
+clusters:
+- cluster:
+    certificate-authority-data: Y2EtcGVt
+    extensions:
+    - extension:
+        last-update: Fri, 20 Nov 2026 08:14:31 UTC
+        provider: minikube.sigs.k8s.io
+      name: cluster_info
+    insecure-skip-tls-verify: true
+    server: "https://127.0.0.1:40511"
+  name: kind-kind
+contexts:
+- context:
+    cluster: kind-kind
+    namespace: default
+    user: eks-user
+  name: kind-kind
+current-context: kind-kind
+kind: Config
+preferences: {}
+users:
+- name: eks-user
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1beta1
+      args:
+      - --region
+      - eu-west-1
+      - eks
+      - get-token
+      command: aws
+      env: null
+      interactiveMode: IfAvailable
+      provideClusterInfo: false
+"#,
+        )
+        .unwrap();
+        let ctx = load(&[path], None).unwrap();
+        assert_eq!(ctx.server, "https://127.0.0.1:40511");
+        assert_eq!(ctx.ca_pem.as_deref(), Some(&b"ca-pem"[..]));
+        assert!(ctx.insecure_skip_tls_verify);
+        assert_eq!(ctx.namespace.as_deref(), Some("default"));
+        let exec = ctx.exec.unwrap();
+        assert_eq!(exec.command, "aws");
+        assert_eq!(exec.args, ["--region", "eu-west-1", "eks", "get-token"]);
+    }
+
+    /// A file that does not parse is an error naming the file and the place, and quoting none of
+    /// its text: the line at fault may hold a token.
+    #[test]
+    fn parse_errors_name_the_place_and_quote_no_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        for (i, text) in [
+            "users:\n- name: u\n  user:\n    token: \"s3cret-unterminated\n",
+            "users:\n- name: u\n  user:\n    token: s3cret: nested\n",
+            "users:\n- name: u\n  user:\n    token: [s3cret-in-a-list]\n",
+            "clusters:\n- name: c\n  cluster: {server: https://k, server: s3cret-twice}\n",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let path = dir.path().join(format!("config{i}"));
+            std::fs::write(&path, text).unwrap();
+            let error = load(std::slice::from_ref(&path), None).unwrap_err();
+            assert!(matches!(error, KubeconfigError::Parse { .. }), "{error}");
+            let shown = error.to_string();
+            assert!(shown.contains(&path.display().to_string()), "{shown}");
+            assert!(shown.contains("line"), "{shown}");
+            assert!(!shown.contains("s3cret"), "{shown}");
+        }
     }
 
     /// `Debug` of a context shows neither its token nor its client key.
