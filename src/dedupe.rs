@@ -12,6 +12,7 @@
 //! [`Dedupe::for_each_saved`]) and refills it at start ([`Dedupe::restore`]), so a restart's relist
 //! is diffed against what was published before it.
 
+mod confirm;
 mod index;
 mod keys;
 mod namespaces;

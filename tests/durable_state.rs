@@ -205,7 +205,7 @@ async fn crash_before_the_first_checkpoint(mode: Mode) {
     sim.compact();
     let daemon = Process::spawn(&never);
     let after = converge_after(sim, &recording, &before, before_len).await;
-    daemon.line_with(&["a journal of objects published before a crash"]);
+    daemon.line_with(&["a journal of what was published before a crash"]);
     let log = daemon.rest();
     let published: HashSet<_> = before.iter().map(version_key).collect();
     let mut problems = run_problems("after the restart", &after);

@@ -1,14 +1,15 @@
-//! The journal: objects recorded before their first message is published (see [`Journal`]).
+//! The journal: objects recorded before their first message is published, and confirmations of
+//! the messages that reached NATS (see [`Journal`]).
 
 use std::sync::Arc;
 
 use async_nats::jetstream::kv;
 
 use super::bucket::{ensure_bucket, journal_key, Bucket, RETRY_BACKOFF};
-use super::codec::JournalBatch;
+use super::codec::journal::JournalBatch;
 use super::metrics::TargetMetrics;
 use crate::backoff::Backoff;
-use crate::dedupe::SavedObject;
+use crate::dedupe::{SavedObject, SavedUid, SavedVersion};
 
 /// Records objects before their first message is published, in batches, so that a crash before
 /// the next checkpoint cannot make kube2nats forget an object subscribers were told about (its
@@ -25,6 +26,13 @@ use crate::dedupe::SavedObject;
 /// not go out (a crash in between) is published once more at the next start, as [`Dedupe`]'s
 /// unconfirmed objects are. Each checkpoint folds the records into its snapshot
 /// ([`Manifest::journal_next`]) and removes them.
+///
+/// Confirmations: once messages are settled (flushed to the server in core mode, acknowledged
+/// in JetStream mode), the watch task adds each one's object and version, and the watch's
+/// resourceVersion up to which everything is settled, to the batch; they go out with the next
+/// write, and no message ever waits for them. Loaded in order on top of the checkpoint, the
+/// records give the memory as of the last confirmation stored, and the watch resumes from its
+/// position: a kill -9 re-publishes only what was not yet confirmed (docs/durable-state.md).
 ///
 /// Records are positions `0, 1, 2, …` of the target's journal (keys `….j.{n}`), loaded in that
 /// order until the first missing one; since one write is under way at a time, a record is never
@@ -70,7 +78,23 @@ impl Journal {
 
     /// Objects recorded and not yet being written.
     pub fn pending(&self) -> usize {
-        self.batch.len()
+        self.batch.recorded()
+    }
+
+    /// The message of the object `uid` at `version` (its deletion, when `deleted`) reached
+    /// NATS: the next record says so.
+    pub fn confirm(&mut self, uid: SavedUid<'_>, version: SavedVersion<'_>, deleted: bool) {
+        self.batch.confirm(uid, version, deleted);
+    }
+
+    /// Every event up to `version` reached NATS: the next record says so.
+    pub fn confirm_position(&mut self, version: &str) {
+        self.batch.confirm_position(version);
+    }
+
+    /// Something was recorded or confirmed and no write is under way.
+    pub fn can_begin_write(&self) -> bool {
+        self.writing.is_none() && !self.batch.is_empty()
     }
 
     /// Whether a write is under way.
@@ -89,10 +113,12 @@ impl Journal {
             return;
         }
         let record = self.batch.record(self.next, self.target.identity);
-        self.target
-            .metrics
-            .journal_records
-            .observe(self.batch.len() as f64);
+        if self.batch.recorded() != 0 {
+            self.target
+                .metrics
+                .journal_records
+                .observe(self.batch.recorded() as f64);
+        }
         self.batch.clear();
         self.writing = Some(Box::pin(write_record(
             self.target.clone(),

@@ -78,7 +78,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::config::StateConfig;
-use crate::dedupe::Dedupe;
+use crate::dedupe::{Dedupe, Saved, SavedVersion};
 use crate::event::ResourceVersion;
 use crate::target::Target;
 use bucket::{
@@ -87,7 +87,8 @@ use bucket::{
 };
 pub use checkpoint::Checkpoints;
 use checkpoint::{chunk_key, Mailbox, Writer};
-use codec::{CodecError, Fnv, JournalBatch, Manifest, FORMAT};
+use codec::journal::JournalBatch;
+use codec::{CodecError, Fnv, JournalEntry, Manifest, FORMAT};
 pub use journal::Journal;
 use journal::JournalTarget;
 pub use metrics::{StateMetrics, TargetMetrics};
@@ -369,12 +370,21 @@ impl TargetState {
                     let journal = read.journal_next;
                     let bucket = Some((bucket, journal));
                     let revision = Some(read.manifest_revision);
+                    let position = read.position;
                     let Some(manifest) = read.manifest else {
+                        if let Some(position) = position {
+                            tracing::info!(objects, journal_records = journal, resource_version = %position, "no checkpoint yet, but a journal of what was published before a crash: resuming from the resourceVersion it confirmed");
+                            let start = Start::Saved {
+                                version: ResourceVersion::new(position),
+                                dedupe: Box::new(read.dedupe),
+                            };
+                            return Some(self.loaded(start, bucket, None, revision));
+                        }
                         if objects == 0 {
                             tracing::info!("started fresh: no saved state");
                             return Some(self.loaded(Start::Fresh, bucket, None, revision));
                         }
-                        tracing::info!(objects, journal_records = journal, "no checkpoint yet, but a journal of objects published before a crash: listing and diffing against them");
+                        tracing::info!(objects, journal_records = journal, "no checkpoint yet, but a journal of what was published before a crash: listing and diffing against it");
                         let start = Start::Journaled {
                             dedupe: Box::new(read.dedupe),
                         };
@@ -382,9 +392,10 @@ impl TargetState {
                     };
                     self.metrics.stored(manifest.bytes);
                     self.metrics.current();
-                    tracing::debug!(objects, journaled = read.dedupe.unconfirmed(), tombstones = read.dedupe.tombstones(), resource_version = %manifest.resume_version, generation = manifest.generation, elapsed = ?started.elapsed(), "loaded saved state");
+                    let position = position.unwrap_or_else(|| manifest.resume_version.clone());
+                    tracing::debug!(objects, journaled = read.dedupe.unconfirmed(), tombstones = read.dedupe.tombstones(), resource_version = %position, checkpointed = %manifest.resume_version, generation = manifest.generation, elapsed = ?started.elapsed(), "loaded saved state");
                     let start = Start::Saved {
-                        version: ResourceVersion::new(manifest.resume_version.as_str()),
+                        version: ResourceVersion::new(position),
                         dedupe: Box::new(read.dedupe),
                     };
                     return Some(self.loaded(start, bucket, Some(manifest), revision));
@@ -489,9 +500,20 @@ impl TargetState {
         };
         let mut next = manifest.as_ref().map_or(0, |m| m.journal_next);
         let identity = identity_hash(&self.identity);
+        let mut position = manifest.as_ref().map(|m| m.resume_version.clone());
         while let Some(record) = get(journal_key(&self.key, next)).await? {
             let decoded =
-                codec::decode_journal(&record, next, identity, |o| dedupe.restore_saved(o, true));
+                codec::journal::decode_journal(&record, next, identity, |entry| match entry {
+                    JournalEntry::Recorded(object) => {
+                        dedupe.restore_saved(Saved::Object(object), true)
+                    }
+                    JournalEntry::Confirmed {
+                        uid,
+                        version,
+                        deleted,
+                    } => dedupe.confirm_saved(uid, version, deleted),
+                    JournalEntry::Position(version) => later_position(&mut position, version),
+                });
             match decoded {
                 Err(CodecError::StaleJournal { .. }) if manifest.is_none() => {
                     return Err(LoadError::OtherIdentity {
@@ -507,6 +529,7 @@ impl TargetState {
             dedupe,
             journal_next: next,
             manifest_revision,
+            position,
         })
     }
 
@@ -624,6 +647,22 @@ struct Read {
     journal_next: u64,
     /// The manifest key's stream sequence (0: nothing stored).
     manifest_revision: u64,
+    /// Where the watch resumes: the latest confirmed position of the journal, else the
+    /// checkpoint's resume version.
+    position: Option<String>,
+}
+
+/// Keeps the later of the position so far and a confirmed one: a record written while a
+/// checkpoint was being taken may confirm a position the checkpoint is past.
+fn later_position(position: &mut Option<String>, confirmed: SavedVersion<'_>) {
+    let newer = match (position.as_deref().map(SavedVersion::of_text), confirmed) {
+        (Some(SavedVersion::Number(now)), SavedVersion::Number(n)) => n > now,
+        // Opaque versions are not ordered: journal records come in order, the later wins.
+        _ => true,
+    };
+    if newer {
+        *position = Some(confirmed.to_text());
+    }
 }
 
 /// A target's state, loaded: where it starts, its checkpoints and its journal (`None` when
