@@ -175,10 +175,11 @@ fn seed() -> u64 {
         .unwrap_or_else(rand::random)
 }
 
-const KILLS: usize = 12;
+const KILLS: usize = 15;
 
-/// kill -9 again and again at random moments of a busy stream — half of them within the first
-/// second after a start (a crash loop, most before any checkpoint or even a completed list), the
+/// kill -9 again and again at random moments of a busy stream — two thirds of them within the
+/// first second after a start or after its first message (a crash loop, before any checkpoint,
+/// some before the first list completes), the
 /// history compacted before some restarts (a relist). Per kill: what the restart published
 /// again, each the same message (`Nats-Msg-Id`) as before, none at or below the position the
 /// journal had confirmed, and no more than was published beyond it (in flight). Across the run:
@@ -206,7 +207,16 @@ async fn randomized_kill_9_loop_repeats_at_most_what_was_in_flight_core() {
     let busy = async {
         for op in 0.. {
             random_change(sim, &mut stream_rng, op);
-            tokio::time::sleep(Duration::from_micros(stream_rng.random_range(0..4000))).await;
+            // Now and then a burst back to back: a batch in flight at the kill.
+            let pause = if stream_rng.random_ratio(1, 40) {
+                for burst in 0..stream_rng.random_range(20..100) {
+                    random_change(sim, &mut stream_rng, op * 1000 + burst);
+                }
+                0
+            } else {
+                stream_rng.random_range(0..4000)
+            };
+            tokio::time::sleep(Duration::from_micros(pause)).await;
         }
     };
     let mut repeats = Vec::new();
@@ -220,13 +230,25 @@ async fn randomized_kill_9_loop_repeats_at_most_what_was_in_flight_core() {
                 sim.compact();
             }
             let daemon = Process::spawn(&config);
-            let up_for = if kill % 2 == 0 {
-                rng.random_range(0..1000)
-            } else {
-                rng.random_range(1000..4000)
+            let started = tokio::time::Instant::now();
+            // A third within the first second after the start, a third within the first second
+            // after the run's first message, a third later.
+            let up_for = match kill % 3 {
+                0 => Duration::from_millis(rng.random_range(0..1000)),
+                1 => {
+                    let deadline = started + Duration::from_secs(30);
+                    while recording.all().len() == run_start
+                        && tokio::time::Instant::now() < deadline
+                    {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    started.elapsed() + Duration::from_millis(rng.random_range(0..1000))
+                }
+                _ => Duration::from_millis(rng.random_range(1000..4000)),
             };
-            tokio::time::sleep(Duration::from_millis(up_for)).await;
+            tokio::time::sleep_until(started + up_for).await;
             drop(daemon); // SIGKILL
+            let up_for = up_for.as_millis();
             let before_len = recording.mark().await;
             let all = recording.all();
             let this_run = &all[run_start..before_len];

@@ -2,10 +2,26 @@
 //! (docs/durable-state.md, "What a crash can repeat").
 
 use super::keys::Version;
-use super::{saved_key, Dedupe, Named, SavedUid, SavedVersion, OPAQUE};
+use super::{saved_key, Dedupe, Named, Saved, SavedObject, SavedUid, SavedVersion, OPAQUE};
 use crate::event::ResourceVersion;
 
 impl Dedupe {
+    /// A journal record of an object: its first message (or, when `deleted`, its deletion) may
+    /// have gone out before the crash, at the version recorded. A deletion is announced again
+    /// at that version, whether a replayed event or a relist finds it.
+    pub fn restore_journaled(&mut self, object: SavedObject<'_>, deleted: bool) {
+        self.restore_saved(Saved::Object(object), true);
+        let key = saved_key(object.uid);
+        if !self.is_unconfirmed(&key) {
+            return;
+        }
+        if deleted {
+            self.deletions.insert(key);
+        } else if !self.deletions.is_empty() {
+            self.deletions.remove(&key);
+        }
+    }
+
     /// A journal confirmation: the object's message at `version` (its deletion, when `deleted`)
     /// reached NATS before the crash, so a replayed event or a relist must not publish it again.
     /// The object then counts as published at `version` (no longer unconfirmed); a deletion
@@ -37,6 +53,9 @@ impl Dedupe {
         }
         if !self.unconfirmed.is_empty() {
             self.unconfirmed.remove(&key);
+        }
+        if !self.deletions.is_empty() {
+            self.deletions.remove(&key);
         }
         let name = self.names.get(tracked.name).to_owned();
         let namespace = self.namespaces.get(tracked.namespace).map(str::to_owned);

@@ -26,7 +26,8 @@
 //! ```
 //!
 //! `flags & UNCONFIRMED` marks an object known only from the journal, whose first message may or
-//! may not have been published before a crash. Confirmations (journal records only) name an
+//! may not have been published before a crash; in a journal record, where every object is
+//! such, it marks a deletion. Confirmations (journal records only) name an
 //! object by uid and version alone, about 20 bytes: they follow a message, so its object is
 //! known already.
 //!
@@ -341,8 +342,11 @@ pub fn decode_chunk<'a>(
 /// One entry of a journal record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JournalEntry<'a> {
-    /// An object recorded before its first message, or before its deletion, went out.
-    Recorded(SavedObject<'a>),
+    /// An object recorded before its first message, or (`deleted`) its deletion, went out.
+    Recorded {
+        object: SavedObject<'a>,
+        deleted: bool,
+    },
     /// A message of the object reached NATS: at `version`, its deletion when `deleted`.
     Confirmed {
         uid: SavedUid<'a>,

@@ -71,8 +71,8 @@ impl Journal {
     /// The object of the next message is about to be published for the first time, or deleted.
     /// Returns the position of the record that will hold it: the message must not go out before
     /// that record is stored ([`stored_below`](Self::stored_below)).
-    pub fn record(&mut self, meta: &crate::event::ObjectMeta) -> u64 {
-        self.batch.push(&SavedObject::of(meta));
+    pub fn record(&mut self, meta: &crate::event::ObjectMeta, deleted: bool) -> u64 {
+        self.batch.push(&SavedObject::of(meta), deleted);
         self.next + u64::from(self.writing.is_some())
     }
 

@@ -78,7 +78,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::config::StateConfig;
-use crate::dedupe::{Dedupe, Saved, SavedVersion};
+use crate::dedupe::{Dedupe, SavedVersion};
 use crate::event::ResourceVersion;
 use crate::target::Target;
 use bucket::{
@@ -504,8 +504,8 @@ impl TargetState {
         while let Some(record) = get(journal_key(&self.key, next)).await? {
             let decoded =
                 codec::journal::decode_journal(&record, next, identity, |entry| match entry {
-                    JournalEntry::Recorded(object) => {
-                        dedupe.restore_saved(Saved::Object(object), true)
+                    JournalEntry::Recorded { object, deleted } => {
+                        dedupe.restore_journaled(object, deleted)
                     }
                     JournalEntry::Confirmed {
                         uid,

@@ -342,7 +342,9 @@ impl WatchTask {
         // (The new uid is then `Listed::New`, so the memory change is reported below.)
         if let Some(gone) = self.dedupe.superseded(&item.meta) {
             self.diff[2] += 1;
-            self.publish_vanished(gone).await;
+            // The old uid was gone before the new one was made.
+            let by = item.meta.resource_version.clone();
+            self.publish_vanished(gone, &by).await;
         }
         let mark = self.noise.mark(&item);
         let changed = match self.dedupe.listed(&item.meta, mark) {
@@ -352,7 +354,7 @@ impl WatchTask {
             }
             Listed::New => {
                 self.diff[0] += 1;
-                let recorded = self.staged.record(&item.meta);
+                let recorded = self.staged.record(&item.meta, false);
                 self.publish_as(item, true, Fit::Whole, recorded).await;
                 true
             }
@@ -392,7 +394,7 @@ impl WatchTask {
         let vanished = self.dedupe.end_list();
         self.diff[2] += vanished.len();
         for gone in vanished {
-            self.publish_vanished(gone).await;
+            self.publish_vanished(gone, rv).await;
         }
         if let Some(mirror) = &self.mirror {
             mirror.repair_end(rv.clone()).await;
@@ -428,12 +430,18 @@ impl WatchTask {
         self.messages.truncated(event, synthesized)
     }
 
-    /// Announces an object that a list showed to be gone: a synthesized DELETED.
-    /// Its deletion is journaled, as a received one is: announced again after a crash, it
-    /// carries the same version (an older one would go back behind what subscribers saw).
-    async fn publish_vanished(&mut self, gone: Vanished) {
+    /// Announces an object that a list showed to be gone by `by` (the list's resourceVersion,
+    /// or the version of the object that took its name): a synthesized DELETED at that version.
+    /// Not at the last version the memory knows: after a crash the memory may not know the last
+    /// messages published (those not yet confirmed), and a deletion older than them would go
+    /// back behind what subscribers saw. The deletion is journaled, as a received one is, so
+    /// one announced again after a crash is the same message (docs/durable-state.md).
+    async fn publish_vanished(&mut self, mut gone: Vanished, by: &ResourceVersion) {
+        if !gone.announced {
+            gone.meta.resource_version = by.clone();
+        }
         let object = self.messages.vanished_object(&gone.meta);
-        let recorded = self.staged.record(&gone.meta);
+        let recorded = self.staged.record(&gone.meta, true);
         let event = ObjectEvent {
             event_type: EventType::Deleted,
             meta: gone.meta,
@@ -477,7 +485,8 @@ impl WatchTask {
         let changed = match verdict {
             Verdict::Publish => {
                 let recorded = if journaled {
-                    self.staged.record(&event.meta)
+                    let deleted = event.event_type == EventType::Deleted;
+                    self.staged.record(&event.meta, deleted)
                 } else {
                     None
                 };

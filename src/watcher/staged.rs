@@ -78,10 +78,12 @@ impl Confirm {
 }
 
 impl Staged {
-    /// The object is about to be published for the first time, or deleted: the position of the
-    /// record its message waits for (`None`: state is not durable).
-    pub(super) fn record(&mut self, meta: &ObjectMeta) -> Option<u64> {
-        self.journal.as_mut().map(|journal| journal.record(meta))
+    /// The object is about to be published for the first time, or (`deleted`) its deletion:
+    /// the position of the record its message waits for (`None`: state is not durable).
+    pub(super) fn record(&mut self, meta: &ObjectMeta, deleted: bool) -> Option<u64> {
+        self.journal
+            .as_mut()
+            .map(|journal| journal.record(meta, deleted))
     }
 
     /// What the confirmation of a message about `meta` will say (`None`: state is not durable).

@@ -679,7 +679,11 @@ pub async fn stored_position(cluster: &Cluster, key: &str) -> Option<u64> {
         .as_ref()
         .map(|m| m.resume_version.parse::<u64>().unwrap());
     let mut next = manifest.map_or(0, |m| m.journal_next);
-    let kv = cluster.kv().await;
+    // Killed before the bucket was made: nothing stored.
+    let nc = async_nats::connect(cluster.nats.url()).await.unwrap();
+    let Ok(kv) = async_nats::jetstream::new(nc).get_key_value(BUCKET).await else {
+        return position;
+    };
     while let Some(record) = kv.get(format!("{key}.j.{next}")).await.unwrap() {
         // The record names its target by the hash at bytes 13..21 (see state::codec).
         let identity = u64::from_le_bytes(record[13..21].try_into().unwrap());

@@ -23,8 +23,13 @@ pub struct JournalBatch {
 }
 
 impl JournalBatch {
-    pub fn push(&mut self, object: &SavedObject<'_>) {
-        encode_object(&mut self.entry, object, None);
+    /// An object about to be published for the first time, or (`deleted`) its deletion.
+    pub fn push(&mut self, object: &SavedObject<'_>, deleted: bool) {
+        let object = SavedObject {
+            unconfirmed: deleted,
+            ..*object
+        };
+        encode_object(&mut self.entry, &object, None);
         self.entries.extend_from_slice(&self.entry);
         self.len += 1;
     }
@@ -125,7 +130,14 @@ pub fn decode_journal<'a>(
     }
     decode_entries(r, |entry| {
         match entry {
-            Decoded::Saved(Saved::Object(object)) => f(JournalEntry::Recorded(object)),
+            // In a journal record the flag chunks use for "unconfirmed" marks a deletion.
+            Decoded::Saved(Saved::Object(object)) => f(JournalEntry::Recorded {
+                object: SavedObject {
+                    unconfirmed: false,
+                    ..object
+                },
+                deleted: object.unconfirmed,
+            }),
             Decoded::Journal(entry) => f(entry),
             // Journal records hold no tombstones.
             Decoded::Saved(Saved::Tombstone(_)) => return false,
@@ -147,31 +159,33 @@ mod tests {
             .enumerate()
         {
             let name = format!("n{i}");
-            batch.push(&SavedObject {
+            let object = SavedObject {
                 uid: SavedUid::Uuid([i as u8; 16]),
                 version: SavedVersion::Number(100 + i as u64),
                 name: &name,
                 namespace: ns,
                 unconfirmed: false,
                 mark: 0,
-            });
+            };
+            batch.push(&object, i == 3);
         }
         assert_eq!(batch.recorded(), 4);
         let record = batch.record(9, 42);
         let mut seen = Vec::new();
         decode_journal(&record, 9, 42, |s| {
-            if let JournalEntry::Recorded(o) = s {
-                seen.push((o.name.to_owned(), o.namespace.map(str::to_owned)));
+            if let JournalEntry::Recorded { object: o, deleted } = s {
+                assert!(!o.unconfirmed);
+                seen.push((o.name.to_owned(), o.namespace.map(str::to_owned), deleted));
             }
         })
         .unwrap();
         assert_eq!(
             seen,
             vec![
-                ("n0".into(), Some("a".into())),
-                ("n1".into(), None),
-                ("n2".into(), Some("a".into())),
-                ("n3".into(), Some("b".into()))
+                ("n0".into(), Some("a".into()), false),
+                ("n1".into(), None, false),
+                ("n2".into(), Some("a".into()), false),
+                ("n3".into(), Some("b".into()), true)
             ]
         );
         assert_eq!(
