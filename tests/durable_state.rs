@@ -7,10 +7,10 @@
 //! publish: JetStream's duplicate window would hide repeats from a look at the stream.
 //!
 //! What "exactly" means after a kill -9: every change made while kube2nats was down is published
-//! once; nothing the last checkpoint covered (versions up to its resume version) is published
-//! again; what was published after the last checkpoint (at most `checkpoint_interval` of history)
-//! may be published once more — in JetStream mode with the same `Nats-Msg-Id`, so the stream drops
-//! it. Per object, each run publishes versions in order.
+//! once; nothing the stored state confirmed (versions up to the position the checkpoint or the
+//! journal confirmed) is published again; what was in flight may be published once more — in
+//! JetStream mode with the same `Nats-Msg-Id`, so the stream drops it. Per object, each run
+//! publishes versions in order. `tests/crash_repeats.rs` measures the repeats.
 
 mod common;
 

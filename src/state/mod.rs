@@ -19,8 +19,9 @@
 //! - `….manifest`: a small JSON record naming the committed set, its generation, object count,
 //!   checksum, the watch's identity, the resume version and the first journal record not in it;
 //! - `….j.N`: the [`Journal`]: objects first published, and deletions, since that snapshot,
-//!   each record written before the messages it covers; folded into the next snapshot and then
-//!   removed from the stream (a stream purge, which leaves no per-key marker behind).
+//!   each record written before the messages it covers, and confirmations of the messages
+//!   settled since the record before; folded into the next snapshot and then removed from the
+//!   stream (a stream purge, which leaves no per-key marker behind).
 //!
 //! A snapshot is written to the set the manifest does *not* point at, and the manifest is written
 //! last, so a crash or NATS outage mid-write leaves the previous snapshot intact: the manifest is
@@ -46,11 +47,12 @@
 //! The watch task ([`crate::watcher`]) takes a snapshot only after its outbox is settled (every
 //! JetStream publish acknowledged; in core mode, flushed to the server), at a moment when no list
 //! is half-way, and hands it to this target's writer task, which writes it in the background.
-//! A crash between a publish and the next checkpoint re-publishes at most the events since that
-//! checkpoint; in JetStream mode their `Nats-Msg-Id`s are the same, so the stream drops them.
-//! What a crash must not lose is an object the snapshot does not know (published since): the
-//! journal runs *ahead* of publishing for exactly those, and an object known only from it is
-//! published once more at the next start. Recently deleted uids (tombstones) are saved with
+//! Between checkpoints the journal confirms what is settled (each message's object and version,
+//! and the watch position every message before is settled for), so a crash re-publishes at most
+//! what was in flight, each message as it was; in JetStream mode their `Nats-Msg-Id`s are the
+//! same, so the stream drops them. What a crash must not lose is an object the snapshot does not
+//! know (published since): the journal runs *ahead* of publishing for exactly those (and for
+//! deletions), and an object known only from it is published once more at the next start. Recently deleted uids (tombstones) are saved with
 //! the objects, so a replayed event of an object deleted before the snapshot stays dropped.
 //!
 //! ## Identity, damage, absence

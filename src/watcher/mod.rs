@@ -13,7 +13,9 @@
 //! same object wait behind it; every other message goes out meanwhile. The task goes on reading
 //! while the next line is ready, and starts a journal write once it is not (or the batch is
 //! full), one write at a time: what is recorded during a write makes the next one, so a busy
-//! stream costs one journal write per round trip to JetStream, not one per event.
+//! stream costs one journal write per round trip to JetStream, not one per event. The same
+//! writes confirm the messages the outbox has settled ([`staged`]), so a crash repeats at most
+//! what was in flight.
 
 pub mod list_slots;
 pub mod machine;
