@@ -286,12 +286,18 @@ async fn randomized_kill_9_loop_repeats_at_most_what_was_in_flight_core() {
     problems.extend(regressions(&all));
     problems.extend(convergence_problems(&cluster.sim, &all));
 
+    // Every write to the state bucket (journal records and checkpoints) is one stream message.
+    let state_writes = {
+        let js = async_nats::jetstream::new(async_nats::connect(cluster.nats.url()).await.unwrap());
+        let mut stream = js.get_stream(format!("KV_{BUCKET}")).await.unwrap();
+        stream.info().await.unwrap().state.last_sequence
+    };
     let mut sorted = repeats.clone();
     sorted.sort_unstable();
     let median = sorted[sorted.len() / 2];
     let max = sorted[sorted.len() - 1];
     println!(
-        "seed {seed}: {KILLS} kills, {} messages; repeats per kill {repeats:?}: median {median}, max {max}; {} resourceVersion regressions",
+        "seed {seed}: {KILLS} kills, {} messages, {state_writes} state bucket writes; repeats per kill {repeats:?}: median {median}, max {max}; {} resourceVersion regressions",
         all.len(),
         regressions(&all).len()
     );
