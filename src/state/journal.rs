@@ -48,7 +48,15 @@ pub struct Journal {
     pub(super) batch: JournalBatch,
     /// The write of the record at position `next`, while under way.
     pub(super) writing: Option<JournalWrite>,
+    /// The earliest a record of confirmations alone may be written ([`CONFIRMATION_PACE`]).
+    pub(super) confirm_after: tokio::time::Instant,
 }
+
+/// The least time between the starts of two writes when the second holds confirmations alone:
+/// a quiet stream, whose every message settles at once, would otherwise write a record per
+/// message. Records of objects are never paced (their messages wait for them), and
+/// confirmations go along with them; a crash repeats at most this much more.
+pub const CONFIRMATION_PACE: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// What a journal write needs besides its record; shared by the writes of one target.
 pub(super) struct JournalTarget {
@@ -92,9 +100,19 @@ impl Journal {
         self.batch.confirm_position(version);
     }
 
-    /// Something was recorded or confirmed and no write is under way.
+    /// No write is under way, and objects were recorded, or confirmations wait and the pace
+    /// allows their write.
     pub fn can_begin_write(&self) -> bool {
-        self.writing.is_none() && !self.batch.is_empty()
+        self.writing.is_none()
+            && (self.batch.recorded() != 0
+                || (self.batch.confirmations() != 0
+                    && tokio::time::Instant::now() >= self.confirm_after))
+    }
+
+    /// When confirmations alone wait for the pace: the moment their write may begin.
+    pub fn confirmations_due(&self) -> Option<tokio::time::Instant> {
+        let alone = self.batch.recorded() == 0 && self.batch.confirmations() != 0;
+        (alone && self.writing.is_none()).then_some(self.confirm_after)
     }
 
     /// Whether a write is under way.
@@ -120,6 +138,7 @@ impl Journal {
                 .observe(self.batch.recorded() as f64);
         }
         self.batch.clear();
+        self.confirm_after = tokio::time::Instant::now() + CONFIRMATION_PACE;
         self.writing = Some(Box::pin(write_record(
             self.target.clone(),
             self.store.clone(),

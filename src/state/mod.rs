@@ -460,6 +460,7 @@ impl TargetState {
             last_stream_sequence: 0,
             batch: JournalBatch::default(),
             writing: None,
+            confirm_after: Instant::now(),
         });
         let journaled = match &start {
             Start::Saved { dedupe, .. } | Start::Journaled { dedupe } => dedupe.unconfirmed() > 0,

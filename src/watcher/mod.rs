@@ -144,6 +144,7 @@ impl WatchTask {
             return;
         };
         let mut timer = CheckpointTimer::default();
+        let mut confirm_timer = CheckpointTimer::default();
         loop {
             if matches!(state, State::Connecting { .. }) {
                 // The watch resumes from a version only once everything before it is published.
@@ -166,6 +167,7 @@ impl WatchTask {
                     let due = checkpoints.due();
                     let writing = self.staged.is_writing();
                     let recorded = self.staged.can_begin_write();
+                    let confirm_due = self.staged.confirmations_due().filter(|_| !recorded);
                     let unflushed = self.outbox.unflushed();
                     tokio::select! {
                         biased;
@@ -183,6 +185,8 @@ impl WatchTask {
                         // not at the next checkpoint, so a quiet watch holds no budget.
                         () = self.outbox.flush_idle(), if unflushed => {}
                         () = self.scope.changed() => break Step::ScopeChanged,
+                        // Confirmations alone, paced: the next turn begins their write.
+                        () = confirm_timer.until(confirm_due), if confirm_due.is_some() => {}
                         () = timer.until(due) => {
                             // The step waits (a line not yet arrived): everything handled so far
                             // is a consistent point once published.
@@ -750,7 +754,8 @@ enum Fit {
     MetadataOnly,
 }
 
-/// The checkpoint timer, kept from one turn of the watch loop to the next. A busy stream turns
+/// A timer of the watch loop (the checkpoint's; the paced confirmations'), kept from one turn to
+/// the next. A busy stream turns
 /// the loop once per event; a timer made each turn is registered with the runtime's timer wheel
 /// and removed again every event, which costs more than everything else durable state adds.
 #[derive(Default)]

@@ -181,9 +181,15 @@ impl Staged {
         self.journal.as_ref().is_some_and(Journal::is_writing)
     }
 
-    /// Records or confirmations wait and no write is under way.
+    /// Records or confirmations wait and no write is under way (confirmations alone: and the
+    /// pace allows it).
     pub(super) fn can_begin_write(&self) -> bool {
         self.journal.as_ref().is_some_and(Journal::can_begin_write)
+    }
+
+    /// When confirmations alone wait for the pace: the moment their write may begin.
+    pub(super) fn confirmations_due(&self) -> Option<tokio::time::Instant> {
+        self.journal.as_ref().and_then(Journal::confirmations_due)
     }
 
     pub(super) fn full(&self) -> bool {
