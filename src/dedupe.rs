@@ -12,6 +12,7 @@
 //! [`Dedupe::for_each_saved`]) and refills it at start ([`Dedupe::restore`]), so a restart's relist
 //! is diffed against what was published before it.
 
+mod confirm;
 mod index;
 mod keys;
 mod namespaces;
@@ -67,6 +68,10 @@ pub enum Listed {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Vanished {
     pub meta: ObjectMeta,
+    /// Its deletion was announced before a crash (and maybe went out) at this version: it is
+    /// announced again the same. Otherwise the version is the last one published, and messages
+    /// published after it may have been lost from the memory with a crash (docs/durable-state.md).
+    pub announced: bool,
 }
 
 /// What is remembered of one object, as read out of the storage ([`store`]).
@@ -120,6 +125,9 @@ pub struct Dedupe {
     /// Objects restored from the journal: their first message may not have been published
     /// before a crash, so the next event or list of each is published whatever its version.
     unconfirmed: FxHashSet<UidKey>,
+    /// Of those, the ones the journal recorded as deleted: their deletion was announced at the
+    /// version tracked, and is announced again at that version (the same message).
+    deletions: FxHashSet<UidKey>,
 }
 
 /// [`Dedupe::superseded`]'s index: positions in [`Dedupe::uuids`] by a hash of namespace and
@@ -210,6 +218,7 @@ impl Dedupe {
             }
             if unconfirmed {
                 self.unconfirmed.remove(&key);
+                self.deletions.remove(&key);
             } else if event_type == EventType::Modified && mark != 0 && mark == tracked.mark {
                 self.track(key, place, version, meta.into(), mark);
                 return Verdict::Unchanged;
@@ -317,9 +326,10 @@ impl Dedupe {
             namespace: self.namespaces.get(tracked.namespace).map(str::to_owned),
             generation: None,
         };
+        let announced = !self.deletions.is_empty() && self.deletions.contains(key);
         self.forget(key);
         self.tombstones.insert(key.clone());
-        Some(Vanished { meta })
+        Some(Vanished { meta, announced })
     }
 
     /// Compares one listed object with the state, and records it; `mark` as for
@@ -346,6 +356,7 @@ impl Dedupe {
                 };
                 if unconfirmed && verdict != Listed::Stale {
                     self.unconfirmed.remove(&key);
+                    self.deletions.remove(&key);
                 }
                 if matches!(verdict, Listed::Unchanged | Listed::Stale) {
                     let seen = Tracked {
@@ -545,6 +556,9 @@ impl Dedupe {
         };
         if !self.unconfirmed.is_empty() {
             self.unconfirmed.remove(key);
+        }
+        if !self.deletions.is_empty() {
+            self.deletions.remove(key);
         }
         if tracked.version == OPAQUE {
             self.opaque_versions.remove(key);

@@ -396,19 +396,22 @@ async fn forge_journal(
     use kube2nats::dedupe::{SavedObject, SavedUid, SavedVersion};
     let target = cluster.owned(PODS_KEY);
     let puts = futures_util::stream::iter(positions).map(|position| {
-        let mut batch = kube2nats::state::codec::JournalBatch::default();
+        let mut batch = kube2nats::state::codec::journal::JournalBatch::default();
         for i in 0..per_record {
             let mut uid = [0u8; 16];
             uid[..8].copy_from_slice(&position.to_le_bytes());
             uid[8..].copy_from_slice(&i.to_le_bytes());
-            batch.push(&SavedObject {
-                uid: SavedUid::Uuid(uid),
-                version: SavedVersion::Number(1),
-                name: &format!("forged-{position}-{i}"),
-                namespace: Some(NS),
-                unconfirmed: false,
-                mark: 0,
-            });
+            batch.push(
+                &SavedObject {
+                    uid: SavedUid::Uuid(uid),
+                    version: SavedVersion::Number(1),
+                    name: &format!("forged-{position}-{i}"),
+                    namespace: Some(NS),
+                    unconfirmed: false,
+                    mark: 0,
+                },
+                false,
+            );
         }
         let record = batch.record(position, identity);
         let key = format!("{target}.j.{position}");

@@ -306,7 +306,8 @@ fn relist_diff_added_changed_unchanged_vanished() {
     assert_eq!(
         vanished,
         vec![Vanished {
-            meta: meta("11111111-2222-3333-4444-555555555555", "6", "gone")
+            meta: meta("11111111-2222-3333-4444-555555555555", "6", "gone"),
+            announced: false,
         }]
     );
     assert_eq!(d.len(), 3);

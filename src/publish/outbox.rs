@@ -115,6 +115,8 @@ struct IdleFlush {
     done: Pin<Box<dyn Future<Output = Result<(), async_nats::client::FlushError>> + Send>>,
     charge: Charge,
     messages: usize,
+    /// Messages handed to the client before the flush started: settled once it returns.
+    handed: u64,
 }
 
 /// The publishing side of one watch target.
@@ -147,6 +149,13 @@ struct Window {
     handed: Charge,
     /// Messages taken out of `in_flight` (or not yet in it) while they are being sent.
     in_hand: usize,
+    /// Messages handed to [`Outbox::publish`] so far.
+    published: u64,
+    /// Core mode: how many of the first messages published have been flushed to the server
+    /// (the client hands them over in the order published).
+    settled: u64,
+    /// Core mode: messages handed to the client (or refused by it) so far.
+    handed_over: u64,
 }
 
 impl Outbox {
@@ -173,6 +182,9 @@ impl Outbox {
                 flushing: None,
                 handed: Charge::none(),
                 in_hand: 0,
+                published: 0,
+                settled: 0,
+                handed_over: 0,
             },
         }
     }
@@ -194,6 +206,7 @@ impl Outbox {
     /// room for it in the ack window) or accepted by the client, and the byte budget is not
     /// spent by this target's messages.
     pub async fn publish(&mut self, msg: OutMessage) {
+        self.window.published += 1;
         let charge = match std::mem::take(&mut self.window.handed) {
             mut handed if handed.bytes() > 0 => {
                 handed.set(msg.wire_len());
@@ -241,6 +254,25 @@ impl Outbox {
 }
 
 impl Outbox {
+    /// Messages published so far: the next one published is number `published()` (from 0).
+    pub fn published(&self) -> u64 {
+        self.window.published
+    }
+
+    /// How many of the first messages published NATS has taken (flushed to the server in core
+    /// mode, acknowledged in JetStream mode): what a crash can no longer lose.
+    pub fn settled(&self) -> u64 {
+        let w = &self.window;
+        match &self.nats {
+            Nats::Core(_) => w.settled,
+            // Held, in flight or in hand are the last ones published, in order; the rest are
+            // acknowledged (or could never be published).
+            Nats::JetStream { .. } => w
+                .published
+                .saturating_sub((w.held.len() + w.in_flight.len() + w.in_hand) as u64),
+        }
+    }
+
     /// The byte-budget charge of the watch line being handled: the next message published takes
     /// it over (made its own size), so the line's bytes are counted without a gap between the
     /// stream that read them and the outbox; whatever is not taken is given back when the next
@@ -295,13 +327,20 @@ impl Outbox {
                 done: Box::pin(flush_owned(client.clone())),
                 charge: std::mem::replace(&mut window.unflushed, window.budget.charge(0)),
                 messages: std::mem::take(&mut window.unflushed_messages),
+                handed: window.handed_over,
             }),
         };
         let flushed = (&mut flushing.done).await;
         if let Some(IdleFlush {
-            charge, messages, ..
+            charge,
+            messages,
+            handed,
+            ..
         }) = window.flushing.take()
         {
+            if flushed.is_ok() {
+                window.settled = window.settled.max(handed);
+            }
             if let Err(e) = flushed {
                 // The client is closed (shutdown): the messages are still not out.
                 tracing::debug!(watch = %window.metrics.watch, error = %e, "flush to NATS failed; messages stay queued in the client");
@@ -410,6 +449,7 @@ impl Window {
             let Some(held) = self.pop_held() else {
                 break;
             };
+            self.handed_over += 1;
             match handed {
                 Ok(()) => {
                     self.unflushed.absorb(held.charge);
@@ -446,8 +486,10 @@ impl Window {
     /// was published before it is out of the process. `true` when it did.
     async fn flush(&mut self, client: &Client) -> bool {
         self.hand_over_core(client).await;
+        let handed = self.handed_over;
         match client.flush().await {
             Ok(()) => {
+                self.settled = self.settled.max(handed);
                 self.unflushed.set(0);
                 self.unflushed_messages = 0;
                 self.flushing = None;

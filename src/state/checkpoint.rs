@@ -57,6 +57,12 @@ impl Checkpoints {
         self.consistent = true;
     }
 
+    /// The version up to which every event has been handed to the outbox; `None` while a list
+    /// is half-way (or before anything was handled).
+    pub fn position(&self) -> Option<&str> {
+        (self.consistent && !self.version.is_empty()).then_some(self.version.as_str())
+    }
+
     /// A list began: until it completes there is no point to checkpoint.
     pub fn list_started(&mut self) {
         self.consistent = false;

@@ -8,9 +8,14 @@
 //!
 //! ```text
 //! chunk    = "K2NS" format:u8 generation:u64le index:u32le entry*
-//! journal  = "K2NJ" format:u8 sequence:u64le identity:u64le entry*
+//! journal  = "K2NJ" format:u8 sequence:u64le identity:u64le (entry | confirmed)*
 //! entry    = flags:u8 uid version namespace? name mark?   (mark: flags & MARK, 8 bytes)
 //!          | flags:u8 uid                       (flags & TOMBSTONE: a deleted uid)
+//! confirmed= flags:u8 uid version               (flags & CONFIRMED: the object's message at
+//!                                                 this version reached NATS; with TOMBSTONE,
+//!                                                 its deletion)
+//!          | flags:u8 version                   (flags == POSITION [| NUMBER]: every event up
+//!                                                 to this resourceVersion reached NATS)
 //! uid      = 16 bytes (flags & UUID) | varint length + UTF-8
 //! version  = varint (flags & NUMBER) | varint length + UTF-8
 //! namespace= varint index (a namespace named before in this chunk)
@@ -21,7 +26,10 @@
 //! ```
 //!
 //! `flags & UNCONFIRMED` marks an object known only from the journal, whose first message may or
-//! may not have been published before a crash.
+//! may not have been published before a crash; in a journal record, where every object is
+//! such, it marks a deletion. Confirmations (journal records only) name an
+//! object by uid and version alone, about 20 bytes: they follow a message, so its object is
+//! known already.
 //!
 //! The manifest is JSON, so an operator can read it with `nats kv get`.
 
@@ -29,6 +37,8 @@ use bytes::Bytes;
 use rustc_hash::FxHashMap;
 
 use crate::dedupe::{Saved, SavedObject, SavedUid, SavedVersion};
+
+pub mod journal;
 
 /// The version of both formats; a manifest of another version is treated as damaged.
 pub const FORMAT: u32 = 1;
@@ -43,8 +53,13 @@ const NEW_NAMESPACE: u8 = 8;
 const UNCONFIRMED: u8 = 16;
 const TOMBSTONE: u8 = 32;
 const MARK: u8 = 64;
-const KNOWN_FLAGS: u8 =
-    UUID | NUMBER | CLUSTER_SCOPED | NEW_NAMESPACE | UNCONFIRMED | TOMBSTONE | MARK;
+const CONFIRMED: u8 = 128;
+/// A confirmed position: no uid, so the flag an object without a namespace carries marks it.
+const POSITION: u8 = CONFIRMED | CLUSTER_SCOPED;
+const _KNOWN_FLAGS: () = assert!(
+    UUID | NUMBER | CLUSTER_SCOPED | NEW_NAMESPACE | UNCONFIRMED | TOMBSTONE | MARK | CONFIRMED
+        == u8::MAX
+);
 
 /// Which of the two chunk sets a snapshot is written to: the one the committed manifest does not
 /// point at, so a crash while writing never damages the committed snapshot.
@@ -293,71 +308,6 @@ fn put_uid(entry: &mut Vec<u8>, uid: SavedUid<'_>) -> u8 {
     }
 }
 
-/// One journal record: the objects first published in one batch, written before their messages.
-/// Each entry carries its namespace inline, so entries are appended as they come.
-#[derive(Debug, Default)]
-pub struct JournalBatch {
-    entries: Vec<u8>,
-    entry: Vec<u8>,
-    len: usize,
-}
-
-impl JournalBatch {
-    pub fn push(&mut self, object: &SavedObject<'_>) {
-        encode_object(&mut self.entry, object, None);
-        self.entries.extend_from_slice(&self.entry);
-        self.len += 1;
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The record, for journal position `sequence` of the watch target whose identity hashes to
-    /// `identity`. The batch stays as it is until [`clear`](Self::clear).
-    pub fn record(&self, sequence: u64, identity: u64) -> Bytes {
-        let mut out = Vec::with_capacity(HEADER_LEN + 4 + self.entries.len());
-        out.extend_from_slice(JOURNAL_MAGIC);
-        out.push(FORMAT as u8);
-        out.extend_from_slice(&sequence.to_le_bytes());
-        out.extend_from_slice(&identity.to_le_bytes());
-        out.extend_from_slice(&self.entries);
-        Bytes::from(out)
-    }
-
-    pub fn clear(&mut self) {
-        self.entries.clear();
-        self.len = 0;
-    }
-}
-
-/// Checks a journal record's header and calls `f` with each object in it.
-pub fn decode_journal<'a>(
-    record: &'a [u8],
-    sequence: u64,
-    identity: u64,
-    f: impl FnMut(Saved<'a>),
-) -> Result<(), CodecError> {
-    let mut r = Reader {
-        bytes: record,
-        pos: 0,
-        index: 0,
-    };
-    if r.take(JOURNAL_MAGIC.len())? != JOURNAL_MAGIC || r.byte()? != FORMAT as u8 {
-        return Err(r.malformed());
-    }
-    let stored_sequence = u64::from_le_bytes(r.array()?);
-    let stored_identity = u64::from_le_bytes(r.array()?);
-    if stored_sequence != sequence || stored_identity != identity {
-        return Err(CodecError::StaleJournal { sequence });
-    }
-    decode_entries(r, f)
-}
-
 /// Checks a chunk's header and calls `f` with each object and tombstone in it.
 pub fn decode_chunk<'a>(
     chunk: &'a [u8],
@@ -378,30 +328,88 @@ pub fn decode_chunk<'a>(
     if stored_generation != generation || stored_index != index {
         return Err(CodecError::StaleChunk { index });
     }
-    decode_entries(r, f)
+    let mut f = f;
+    decode_entries(r, |entry| match entry {
+        Decoded::Saved(saved) => {
+            f(saved);
+            true
+        }
+        // Chunks hold no confirmations.
+        Decoded::Journal(_) => false,
+    })
 }
 
-fn decode_entries<'a>(mut r: Reader<'a>, mut f: impl FnMut(Saved<'a>)) -> Result<(), CodecError> {
+/// One entry of a journal record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JournalEntry<'a> {
+    /// An object recorded before its first message, or (`deleted`) its deletion, went out.
+    Recorded {
+        object: SavedObject<'a>,
+        deleted: bool,
+    },
+    /// A message of the object reached NATS: at `version`, its deletion when `deleted`.
+    Confirmed {
+        uid: SavedUid<'a>,
+        version: SavedVersion<'a>,
+        deleted: bool,
+    },
+    /// Every event up to this resourceVersion reached NATS: where the watch resumes.
+    Position(SavedVersion<'a>),
+}
+
+/// One entry as decoded, before the caller says whether it belongs where it was found.
+enum Decoded<'a> {
+    Saved(Saved<'a>),
+    Journal(JournalEntry<'a>),
+}
+
+/// Decodes entries until the end; `f` returns `false` for an entry that does not belong there.
+fn decode_entries<'a>(
+    mut r: Reader<'a>,
+    mut f: impl FnMut(Decoded<'a>) -> bool,
+) -> Result<(), CodecError> {
     let mut namespaces: Vec<&str> = Vec::new();
     while !r.done() {
+        let at = r.malformed();
+        // Every bit of the flags has a meaning (`_KNOWN_FLAGS`): no byte is unknown, but a
+        // combination that does not belong where it is found is refused below.
         let flags = r.byte()?;
-        if flags & !KNOWN_FLAGS != 0 {
-            return Err(r.malformed());
+        let version = |r: &mut Reader<'a>| -> Result<SavedVersion<'a>, CodecError> {
+            Ok(if flags & NUMBER != 0 {
+                SavedVersion::Number(r.varint()?)
+            } else {
+                SavedVersion::Text(r.str()?)
+            })
+        };
+        if flags & !NUMBER == POSITION {
+            if !f(Decoded::Journal(JournalEntry::Position(version(&mut r)?))) {
+                return Err(at);
+            }
+            continue;
         }
         let uid = if flags & UUID != 0 {
             SavedUid::Uuid(r.array()?)
         } else {
             SavedUid::Text(r.str()?)
         };
-        if flags & TOMBSTONE != 0 {
-            f(Saved::Tombstone(uid));
+        if flags & CONFIRMED != 0 {
+            let confirmed = JournalEntry::Confirmed {
+                uid,
+                version: version(&mut r)?,
+                deleted: flags & TOMBSTONE != 0,
+            };
+            if !f(Decoded::Journal(confirmed)) {
+                return Err(at);
+            }
             continue;
         }
-        let version = if flags & NUMBER != 0 {
-            SavedVersion::Number(r.varint()?)
-        } else {
-            SavedVersion::Text(r.str()?)
-        };
+        if flags & TOMBSTONE != 0 {
+            if !f(Decoded::Saved(Saved::Tombstone(uid))) {
+                return Err(at);
+            }
+            continue;
+        }
+        let version = version(&mut r)?;
         let namespace = if flags & CLUSTER_SCOPED != 0 {
             None
         } else if flags & NEW_NAMESPACE != 0 {
@@ -418,14 +426,17 @@ fn decode_entries<'a>(mut r: Reader<'a>, mut f: impl FnMut(Saved<'a>)) -> Result
         } else {
             0
         };
-        f(Saved::Object(SavedObject {
+        let object = SavedObject {
             uid,
             version,
             name,
             namespace,
             unconfirmed: flags & UNCONFIRMED != 0,
             mark,
-        }));
+        };
+        if !f(Decoded::Saved(Saved::Object(object))) {
+            return Err(at);
+        }
     }
     Ok(())
 }
@@ -678,56 +689,6 @@ mod tests {
             .collect();
         expected.push(format!("{:?}", SavedUid::Text("odd-uid")));
         assert_eq!(tombstones, expected);
-    }
-
-    #[test]
-    fn journal_records_round_trip_and_name_their_place() {
-        let mut batch = JournalBatch::default();
-        for (i, ns) in [Some("a"), None, Some("a"), Some("b")]
-            .into_iter()
-            .enumerate()
-        {
-            let name = format!("n{i}");
-            batch.push(&SavedObject {
-                uid: SavedUid::Uuid([i as u8; 16]),
-                version: SavedVersion::Number(100 + i as u64),
-                name: &name,
-                namespace: ns,
-                unconfirmed: false,
-                mark: 0,
-            });
-        }
-        assert_eq!(batch.len(), 4);
-        let record = batch.record(9, 42);
-        let mut seen = Vec::new();
-        decode_journal(&record, 9, 42, |s| {
-            if let Saved::Object(o) = s {
-                seen.push((o.name.to_owned(), o.namespace.map(str::to_owned)));
-            }
-        })
-        .unwrap();
-        assert_eq!(
-            seen,
-            vec![
-                ("n0".into(), Some("a".into())),
-                ("n1".into(), None),
-                ("n2".into(), Some("a".into())),
-                ("n3".into(), Some("b".into()))
-            ]
-        );
-        assert_eq!(
-            decode_journal(&record, 10, 42, |_| {}),
-            Err(CodecError::StaleJournal { sequence: 10 })
-        );
-        assert_eq!(
-            decode_journal(&record, 9, 43, |_| {}),
-            Err(CodecError::StaleJournal { sequence: 9 })
-        );
-        for cut in 0..record.len() {
-            let _ = decode_journal(&record[..cut], 9, 42, |_| {});
-        }
-        batch.clear();
-        assert!(batch.is_empty());
     }
 
     #[test]

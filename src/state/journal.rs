@@ -1,4 +1,5 @@
-//! The journal: objects recorded before their first message is published (see [`Journal`]).
+//! The journal: objects recorded before their first message is published, and confirmations of
+//! the messages that reached NATS (see [`Journal`]).
 
 use std::sync::Arc;
 
@@ -6,11 +7,11 @@ use async_nats::jetstream::kv;
 use tokio::time::Instant;
 
 use super::bucket::{ensure_bucket, journal_key, Bucket, RETRY_BACKOFF};
-use super::codec::JournalBatch;
+use super::codec::journal::JournalBatch;
 use super::durability::DEGRADE_AFTER;
 use super::metrics::TargetMetrics;
 use crate::backoff::Backoff;
-use crate::dedupe::SavedObject;
+use crate::dedupe::{SavedObject, SavedUid, SavedVersion};
 
 /// Records objects before their first message is published, in batches, so that a crash before
 /// the next checkpoint cannot make kube2nats forget an object subscribers were told about (its
@@ -29,8 +30,15 @@ use crate::dedupe::SavedObject;
 /// ([`Manifest::journal_next`]) and removes them.
 ///
 /// A write not stored within [`DEGRADE_AFTER`] (a full bucket) is given up: the journal is
-/// suspended, what it held back goes out, and later objects are not recorded, until a checkpoint
-/// taken since is stored (see [`super::durability`]).
+/// suspended, what it held back goes out, and later objects and confirmations are not recorded,
+/// until a checkpoint taken since is stored (see [`super::durability`]).
+///
+/// Confirmations: once messages are settled (flushed to the server in core mode, acknowledged
+/// in JetStream mode), the watch task adds each one's object and version, and the watch's
+/// resourceVersion up to which everything is settled, to the batch; they go out with the next
+/// write, and no message ever waits for them. Loaded in order on top of the checkpoint, the
+/// records give the memory as of the last confirmation stored, and the watch resumes from its
+/// position: a kill -9 re-publishes only what was not yet confirmed (docs/durable-state.md).
 ///
 /// Records are positions `0, 1, 2, …` of the target's journal (keys `….j.{n}`), loaded in that
 /// order until the first missing one; since one write is under way at a time, a record is never
@@ -46,9 +54,17 @@ pub struct Journal {
     pub(super) batch: JournalBatch,
     /// The write of the record at position `next`, while under way.
     pub(super) writing: Option<JournalWrite>,
+    /// The earliest a record of confirmations alone may be written ([`CONFIRMATION_PACE`]).
+    pub(super) confirm_after: tokio::time::Instant,
     /// When the write under way began.
     pub(super) write_began: Instant,
 }
+
+/// The least time between the starts of two writes when the second holds confirmations alone:
+/// a quiet stream, whose every message settles at once, would otherwise write a record per
+/// message. Records of objects are never paced (their messages wait for them), and
+/// confirmations go along with them; a crash repeats at most this much more.
+pub const CONFIRMATION_PACE: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// What a journal write needs besides its record; shared by the writes of one target.
 pub(super) struct JournalTarget {
@@ -72,11 +88,11 @@ impl Journal {
     /// Returns the position of the record that will hold it: the message must not go out before
     /// that record is stored ([`stored_below`](Self::stored_below)). `None` while the journal is
     /// suspended: the message goes out at once.
-    pub fn record(&mut self, meta: &crate::event::ObjectMeta) -> Option<u64> {
+    pub fn record(&mut self, meta: &crate::event::ObjectMeta, deleted: bool) -> Option<u64> {
         if self.suspended() {
             return None;
         }
-        self.batch.push(&SavedObject::of(meta));
+        self.batch.push(&SavedObject::of(meta), deleted);
         Some(self.next + u64::from(self.writing.is_some()))
     }
 
@@ -87,7 +103,41 @@ impl Journal {
 
     /// Objects recorded and not yet being written.
     pub fn pending(&self) -> usize {
-        self.batch.len()
+        self.batch.recorded()
+    }
+
+    /// The message of the object `uid` at `version` (its deletion, when `deleted`) reached
+    /// NATS: the next record says so.
+    /// Nothing is kept while the journal is suspended: the checkpoint that ends it holds all.
+    pub fn confirm(&mut self, uid: SavedUid<'_>, version: SavedVersion<'_>, deleted: bool) {
+        if self.suspended() {
+            return;
+        }
+        self.batch.confirm(uid, version, deleted);
+    }
+
+    /// Every event up to `version` reached NATS: the next record says so.
+    pub fn confirm_position(&mut self, version: &str) {
+        if self.suspended() {
+            return;
+        }
+        self.batch.confirm_position(version);
+    }
+
+    /// No write is under way, and objects were recorded, or confirmations wait and the pace
+    /// allows their write.
+    pub fn can_begin_write(&self) -> bool {
+        self.writing.is_none()
+            && !self.suspended()
+            && (self.batch.recorded() != 0
+                || (self.batch.confirmations() != 0
+                    && tokio::time::Instant::now() >= self.confirm_after))
+    }
+
+    /// When confirmations alone wait for the pace: the moment their write may begin.
+    pub fn confirmations_due(&self) -> Option<tokio::time::Instant> {
+        let alone = self.batch.recorded() == 0 && self.batch.confirmations() != 0;
+        (alone && self.writing.is_none() && !self.suspended()).then_some(self.confirm_after)
     }
 
     /// Whether a write is under way.
@@ -110,11 +160,14 @@ impl Journal {
         }
         self.write_began = Instant::now();
         let record = self.batch.record(self.next, self.target.identity);
-        self.target
-            .metrics
-            .journal_records
-            .observe(self.batch.len() as f64);
+        if self.batch.recorded() != 0 {
+            self.target
+                .metrics
+                .journal_records
+                .observe(self.batch.recorded() as f64);
+        }
         self.batch.clear();
+        self.confirm_after = tokio::time::Instant::now() + CONFIRMATION_PACE;
         self.writing = Some(Box::pin(write_record(
             self.target.clone(),
             self.store.clone(),

@@ -19,8 +19,9 @@
 //! - `….manifest`: a small JSON record naming the committed set, its generation, object count,
 //!   checksum, the watch's identity, the resume version and the first journal record not in it;
 //! - `….j.N`: the [`Journal`]: objects first published, and deletions, since that snapshot,
-//!   each record written before the messages it covers; folded into the next snapshot and then
-//!   removed from the stream (a stream purge, which leaves no per-key marker behind).
+//!   each record written before the messages it covers, and confirmations of the messages
+//!   settled since the record before; folded into the next snapshot and then removed from the
+//!   stream (a stream purge, which leaves no per-key marker behind).
 //!
 //! A snapshot is written to the set the manifest does *not* point at, and the manifest is written
 //! last, so a crash or NATS outage mid-write leaves the previous snapshot intact: the manifest is
@@ -46,11 +47,12 @@
 //! The watch task ([`crate::watcher`]) takes a snapshot only after its outbox is settled (every
 //! JetStream publish acknowledged; in core mode, flushed to the server), at a moment when no list
 //! is half-way, and hands it to this target's writer task, which writes it in the background.
-//! A crash between a publish and the next checkpoint re-publishes at most the events since that
-//! checkpoint; in JetStream mode their `Nats-Msg-Id`s are the same, so the stream drops them.
-//! What a crash must not lose is an object the snapshot does not know (published since): the
-//! journal runs *ahead* of publishing for exactly those, and an object known only from it is
-//! published once more at the next start. Recently deleted uids (tombstones) are saved with
+//! Between checkpoints the journal confirms what is settled (each message's object and version,
+//! and the watch position every message before is settled for), so a crash re-publishes at most
+//! what was in flight, each message as it was; in JetStream mode their `Nats-Msg-Id`s are the
+//! same, so the stream drops them. What a crash must not lose is an object the snapshot does not
+//! know (published since): the journal runs *ahead* of publishing for exactly those (and for
+//! deletions), and an object known only from it is published once more at the next start. Recently deleted uids (tombstones) are saved with
 //! the objects, so a replayed event of an object deleted before the snapshot stays dropped.
 //!
 //! ## Identity, damage, absence
@@ -83,7 +85,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::config::StateConfig;
-use crate::dedupe::Dedupe;
+use crate::dedupe::{Dedupe, SavedVersion};
 use crate::event::ResourceVersion;
 use crate::target::Target;
 use bucket::{
@@ -92,7 +94,8 @@ use bucket::{
 };
 pub use checkpoint::Checkpoints;
 use checkpoint::{chunk_key, Mailbox, Writer};
-use codec::{CodecError, Fnv, JournalBatch, Manifest, FORMAT};
+use codec::journal::JournalBatch;
+use codec::{CodecError, Fnv, JournalEntry, Manifest, FORMAT};
 pub use journal::Journal;
 use journal::JournalTarget;
 pub use metrics::{StateMetrics, TargetMetrics};
@@ -384,12 +387,21 @@ impl TargetState {
                     let journal = read.journal_next;
                     let bucket = Some((bucket, journal));
                     let revision = Some(read.manifest_revision);
+                    let position = read.position;
                     let Some(manifest) = read.manifest else {
+                        if let Some(position) = position {
+                            tracing::info!(objects, journal_records = journal, resource_version = %position, "no checkpoint yet, but a journal of what was published before a crash: resuming from the resourceVersion it confirmed");
+                            let start = Start::Saved {
+                                version: ResourceVersion::new(position),
+                                dedupe: Box::new(read.dedupe),
+                            };
+                            return Some(self.loaded(start, bucket, None, revision));
+                        }
                         if objects == 0 {
                             tracing::info!("started fresh: no saved state");
                             return Some(self.loaded(Start::Fresh, bucket, None, revision));
                         }
-                        tracing::info!(objects, journal_records = journal, "no checkpoint yet, but a journal of objects published before a crash: listing and diffing against them");
+                        tracing::info!(objects, journal_records = journal, "no checkpoint yet, but a journal of what was published before a crash: listing and diffing against it");
                         let start = Start::Journaled {
                             dedupe: Box::new(read.dedupe),
                         };
@@ -397,9 +409,10 @@ impl TargetState {
                     };
                     self.metrics.stored(manifest.bytes);
                     self.metrics.current();
-                    tracing::debug!(objects, journaled = read.dedupe.unconfirmed(), tombstones = read.dedupe.tombstones(), resource_version = %manifest.resume_version, generation = manifest.generation, elapsed = ?started.elapsed(), "loaded saved state");
+                    let position = position.unwrap_or_else(|| manifest.resume_version.clone());
+                    tracing::debug!(objects, journaled = read.dedupe.unconfirmed(), tombstones = read.dedupe.tombstones(), resource_version = %position, checkpointed = %manifest.resume_version, generation = manifest.generation, elapsed = ?started.elapsed(), "loaded saved state");
                     let start = Start::Saved {
-                        version: ResourceVersion::new(manifest.resume_version.as_str()),
+                        version: ResourceVersion::new(position),
                         dedupe: Box::new(read.dedupe),
                     };
                     return Some(self.loaded(start, bucket, Some(manifest), revision));
@@ -466,6 +479,7 @@ impl TargetState {
             last_stream_sequence: 0,
             batch: JournalBatch::default(),
             writing: None,
+            confirm_after: Instant::now(),
             write_began: Instant::now(),
         });
         let journaled = match &start {
@@ -513,14 +527,25 @@ impl TargetState {
         };
         let mut next = manifest.as_ref().map_or(0, |m| m.journal_next);
         let identity = identity_hash(&self.identity);
+        let mut position = manifest.as_ref().map(|m| m.resume_version.clone());
         // Records are read ahead, a few requests in flight, rather than one round trip each;
         // those past the last record come back empty and end the loop.
         let mut records = futures_util::stream::iter(next..)
-            .map(|position| get(journal_key(&self.key, position)))
+            .map(|n| get(journal_key(&self.key, n)))
             .buffered(JOURNAL_READ_AHEAD);
         while let Some(record) = records.next().await.transpose()?.flatten() {
             let decoded =
-                codec::decode_journal(&record, next, identity, |o| dedupe.restore_saved(o, true));
+                codec::journal::decode_journal(&record, next, identity, |entry| match entry {
+                    JournalEntry::Recorded { object, deleted } => {
+                        dedupe.restore_journaled(object, deleted)
+                    }
+                    JournalEntry::Confirmed {
+                        uid,
+                        version,
+                        deleted,
+                    } => dedupe.confirm_saved(uid, version, deleted),
+                    JournalEntry::Position(version) => later_position(&mut position, version),
+                });
             match decoded {
                 Err(CodecError::StaleJournal { .. }) if manifest.is_none() => {
                     return Err(LoadError::OtherIdentity {
@@ -537,6 +562,7 @@ impl TargetState {
             dedupe,
             journal_next: next,
             manifest_revision,
+            position,
         })
     }
 
@@ -657,6 +683,22 @@ struct Read {
     journal_next: u64,
     /// The manifest key's stream sequence (0: nothing stored).
     manifest_revision: u64,
+    /// Where the watch resumes: the latest confirmed position of the journal, else the
+    /// checkpoint's resume version.
+    position: Option<String>,
+}
+
+/// Keeps the later of the position so far and a confirmed one: a record written while a
+/// checkpoint was being taken may confirm a position the checkpoint is past.
+fn later_position(position: &mut Option<String>, confirmed: SavedVersion<'_>) {
+    let newer = match (position.as_deref().map(SavedVersion::of_text), confirmed) {
+        (Some(SavedVersion::Number(now)), SavedVersion::Number(n)) => n > now,
+        // Opaque versions are not ordered: journal records come in order, the later wins.
+        _ => true,
+    };
+    if newer {
+        *position = Some(confirmed.to_text());
+    }
 }
 
 /// A target's state, loaded: where it starts, its checkpoints and its journal (`None` when

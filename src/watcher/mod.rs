@@ -13,7 +13,9 @@
 //! same object wait behind it; every other message goes out meanwhile. The task goes on reading
 //! while the next line is ready, and starts a journal write once it is not (or the batch is
 //! full), one write at a time: what is recorded during a write makes the next one, so a busy
-//! stream costs one journal write per round trip to JetStream, not one per event.
+//! stream costs one journal write per round trip to JetStream, not one per event. The same
+//! writes confirm the messages the outbox has settled ([`staged`]), so a crash repeats at most
+//! what was in flight.
 
 pub mod list_slots;
 pub mod machine;
@@ -21,9 +23,8 @@ pub mod metrics;
 pub mod namespaces;
 pub mod restart;
 mod served;
+mod staged;
 pub mod supervise;
-
-use std::collections::VecDeque;
 
 use tokio_util::sync::CancellationToken;
 
@@ -39,17 +40,15 @@ use crate::publish::message::BuildError;
 use crate::publish::{MessageBuilder, OutMessage, Outbox};
 use crate::rbac;
 use crate::scope::Scope;
-use crate::state::{Checkpoints, Journal, Loaded, Start, TargetState};
+use crate::state::{Checkpoints, Loaded, Start, TargetState};
 use crate::telemetry::target::TargetGauges;
 use machine::{Machine, Outcome, Restart, RestartError, RestartReason, State};
 use metrics::WatchMetrics;
+use staged::{written, Staged};
 
 pub use list_slots::ListSlots;
 pub use machine::{ListReason, Target};
 pub use namespaces::NamespaceWatcher;
-
-/// The most messages held back for the journal, and the most journal entries of one write.
-const MAX_HELD: usize = 256;
 
 /// One watch target's task: the machine, its memory of what was published, and its outbox.
 pub struct WatchTask {
@@ -146,6 +145,7 @@ impl WatchTask {
             return;
         };
         let mut timer = CheckpointTimer::default();
+        let mut confirm_timer = CheckpointTimer::default();
         loop {
             if matches!(state, State::Connecting { .. }) {
                 // The watch resumes from a version only once everything before it is published.
@@ -164,9 +164,11 @@ impl WatchTask {
                 let step = self.machine.step(state);
                 tokio::pin!(step);
                 loop {
+                    self.staged.confirm_settled(self.outbox.settled());
                     let due = checkpoints.due();
                     let writing = self.staged.is_writing();
                     let recorded = self.staged.can_begin_write();
+                    let confirm_due = self.staged.confirmations_due().filter(|_| !recorded);
                     let unflushed = self.outbox.unflushed();
                     tokio::select! {
                         biased;
@@ -184,6 +186,8 @@ impl WatchTask {
                         // not at the next checkpoint, so a quiet watch holds no budget.
                         () = self.outbox.flush_idle(), if unflushed => {}
                         () = self.scope.changed() => break Step::ScopeChanged,
+                        // Confirmations alone, paced: the next turn begins their write.
+                        () = confirm_timer.until(confirm_due), if confirm_due.is_some() => {}
                         () = timer.until(due) => {
                             // The step waits (a line not yet arrived): everything handled so far
                             // is a consistent point once published.
@@ -200,6 +204,7 @@ impl WatchTask {
                     self.outbox.hand_over(next.take_line_charge());
                     state = next;
                     self.handle(outcome, &mut checkpoints).await;
+                    self.staged.reached(checkpoints.position());
                     self.outbox.hand_over(Charge::none());
                 }
                 Step::ScopeChanged => state = self.scope_changed(),
@@ -345,7 +350,9 @@ impl WatchTask {
         // (The new uid is then `Listed::New`, so the memory change is reported below.)
         if let Some(gone) = self.dedupe.superseded(&item.meta) {
             self.diff[2] += 1;
-            self.publish_vanished(gone).await;
+            // The old uid was gone before the new one was made.
+            let by = item.meta.resource_version.clone();
+            self.publish_vanished(gone, &by).await;
         }
         let mark = self.noise.mark(&item);
         let changed = match self.dedupe.listed(&item.meta, mark) {
@@ -355,7 +362,7 @@ impl WatchTask {
             }
             Listed::New => {
                 self.diff[0] += 1;
-                let recorded = self.staged.record(&item.meta);
+                let recorded = self.staged.record(&item.meta, false);
                 self.publish_as(item, true, Fit::Whole, recorded).await;
                 true
             }
@@ -395,7 +402,7 @@ impl WatchTask {
         let vanished = self.dedupe.end_list();
         self.diff[2] += vanished.len();
         for gone in vanished {
-            self.publish_vanished(gone).await;
+            self.publish_vanished(gone, rv).await;
         }
         if let Some(mirror) = &self.mirror {
             mirror.repair_end(rv.clone()).await;
@@ -431,16 +438,25 @@ impl WatchTask {
         self.messages.truncated(event, synthesized)
     }
 
-    /// Announces an object that a list showed to be gone: a synthesized DELETED.
-    async fn publish_vanished(&mut self, gone: Vanished) {
+    /// Announces an object that a list showed to be gone by `by` (the list's resourceVersion,
+    /// or the version of the object that took its name): a synthesized DELETED at that version.
+    /// Not at the last version the memory knows: after a crash the memory may not know the last
+    /// messages published (those not yet confirmed), and a deletion older than them would go
+    /// back behind what subscribers saw. The deletion is journaled, as a received one is, so
+    /// one announced again after a crash is the same message (docs/durable-state.md).
+    async fn publish_vanished(&mut self, mut gone: Vanished, by: &ResourceVersion) {
+        if !gone.announced {
+            gone.meta.resource_version = by.clone();
+        }
         let object = self.messages.vanished_object(&gone.meta);
+        let recorded = self.staged.record(&gone.meta, true);
         let event = ObjectEvent {
             event_type: EventType::Deleted,
             meta: gone.meta,
             object,
             watch_line: None,
         };
-        self.publish(event, true).await;
+        self.publish_as(event, true, Fit::Whole, recorded).await;
     }
 
     /// Judges and publishes one received event; `true` if the memory changed.
@@ -477,7 +493,8 @@ impl WatchTask {
         let changed = match verdict {
             Verdict::Publish => {
                 let recorded = if journaled {
-                    self.staged.record(&event.meta)
+                    let deleted = event.event_type == EventType::Deleted;
+                    self.staged.record(&event.meta, deleted)
                 } else {
                     None
                 };
@@ -528,12 +545,13 @@ impl WatchTask {
             self.metrics.synthesized(event.event_type);
         }
         let key = self.mirror_key(&event);
+        let confirm = self.staged.confirmation(&event.meta, event.event_type);
         let message = self.message(event, synthesized, fit);
         if let Some(mut message) = message {
             let object = std::mem::take(&mut message.object);
             self.mirror(key, &message, object).await;
             self.staged
-                .submit(message, recorded, &mut self.outbox)
+                .submit(message, recorded, confirm, &mut self.outbox)
                 .await;
         }
     }
@@ -729,139 +747,6 @@ impl WatchTask {
     }
 }
 
-/// Messages held back until the journal has stored the records of their objects.
-#[derive(Default)]
-struct Staged {
-    /// `None` when state is not durable: nothing is held.
-    journal: Option<Journal>,
-    /// In order. An object's messages are here in the order they were made, with non-decreasing
-    /// positions, so releasing those whose record is stored keeps per-object order.
-    held: VecDeque<Held>,
-}
-
-/// A message and the journal position whose record must be stored before it goes out.
-struct Held {
-    position: u64,
-    message: OutMessage,
-}
-
-impl Staged {
-    /// The object is about to be published for the first time, or deleted: the position of the
-    /// record its message waits for (`None`: state is not durable, or the journal is suspended).
-    fn record(&mut self, meta: &crate::event::ObjectMeta) -> Option<u64> {
-        self.journal.as_mut()?.record(meta)
-    }
-
-    fn is_writing(&self) -> bool {
-        self.journal.as_ref().is_some_and(Journal::is_writing)
-    }
-
-    /// Records wait and no write is under way.
-    fn can_begin_write(&self) -> bool {
-        self.journal
-            .as_ref()
-            .is_some_and(|j| j.pending() > 0 && !j.is_writing())
-    }
-
-    fn full(&self) -> bool {
-        self.held.len() >= MAX_HELD
-            || self
-                .journal
-                .as_ref()
-                .is_some_and(|j| j.pending() >= MAX_HELD)
-    }
-
-    /// Publishes `message`, or holds it if it waits for the record at `recorded` or follows a
-    /// held message of its object.
-    ///
-    /// A held message gets a payload of its own: the payload is a slice of the buffer the watch
-    /// line was read into, and one held slice keeps that whole buffer (hundreds of KiB) alive,
-    /// so the HTTP client cannot reuse it and reads every following line into fresh, cold
-    /// memory. Copying the few KiB of the few messages held is far cheaper (and keeps the
-    /// peak RSS at what it is without durable state).
-    async fn submit(
-        &mut self,
-        mut message: OutMessage,
-        recorded: Option<u64>,
-        outbox: &mut Outbox,
-    ) {
-        let waits_for = recorded.or_else(|| {
-            self.held
-                .iter()
-                .rev()
-                .find(|h| h.message.object_key == message.object_key)
-                .map(|h| h.position)
-        });
-        let Some(position) = waits_for else {
-            return outbox.publish(message).await;
-        };
-        message.payload = bytes::Bytes::copy_from_slice(&message.payload);
-        self.held.push_back(Held { position, message });
-        if self.full() {
-            self.flush(outbox).await;
-        }
-    }
-
-    /// Starts writing what was recorded, unless a write is under way. A deletion's record waits
-    /// until the object's earlier messages are acknowledged: after a crash they would be dropped
-    /// as older than the deletion.
-    async fn begin_write(&mut self, outbox: &mut Outbox) {
-        let Some(journal) = &mut self.journal else {
-            return;
-        };
-        if journal.is_writing() || journal.pending() == 0 {
-            return;
-        }
-        let position = journal.stored_below();
-        let deleted: Vec<u64> = self
-            .held
-            .iter()
-            .filter(|h| h.position == position && h.message.event_type == EventType::Deleted)
-            .map(|h| h.message.object_key)
-            .collect();
-        if !deleted.is_empty() {
-            outbox.settle_objects(&deleted).await;
-        }
-        journal.begin_write();
-    }
-
-    /// Publishes, in order, the held messages whose records are stored.
-    async fn release(&mut self, outbox: &mut Outbox) {
-        let Some(stored_below) = self.journal.as_ref().map(Journal::stored_below) else {
-            return;
-        };
-        let mut index = 0;
-        while index < self.held.len() {
-            if self.held[index].position >= stored_below {
-                index += 1;
-            } else if let Some(held) = self.held.remove(index) {
-                outbox.publish(held.message).await;
-            }
-        }
-    }
-
-    /// Writes everything recorded, then publishes everything held, in order.
-    async fn flush(&mut self, outbox: &mut Outbox) {
-        loop {
-            self.begin_write(outbox).await;
-            let Some(journal) = self.journal.as_mut().filter(|j| j.is_writing()) else {
-                break;
-            };
-            journal.written().await;
-            self.release(outbox).await;
-        }
-        debug_assert!(self.held.is_empty());
-    }
-}
-
-/// Waits until the journal's write under way is stored; forever without one.
-async fn written(journal: &mut Option<Journal>) {
-    match journal {
-        Some(journal) => journal.written().await,
-        None => std::future::pending().await,
-    }
-}
-
 /// How much of an object a message carries.
 #[derive(Clone, Copy)]
 enum Fit {
@@ -871,7 +756,8 @@ enum Fit {
     MetadataOnly,
 }
 
-/// The checkpoint timer, kept from one turn of the watch loop to the next. A busy stream turns
+/// A timer of the watch loop (the checkpoint's; the paced confirmations'), kept from one turn to
+/// the next. A busy stream turns
 /// the loop once per event; a timer made each turn is registered with the runtime's timer wheel
 /// and removed again every event, which costs more than everything else durable state adds.
 #[derive(Default)]

@@ -6,6 +6,7 @@
 
 use super::machine::Unserved;
 use super::WatchTask;
+use crate::event::ResourceVersion;
 use crate::publish::message::{SYNTHESIZED_RELIST, SYNTHESIZED_UNSERVED};
 use crate::state::Checkpoints;
 
@@ -18,8 +19,14 @@ impl WatchTask {
         let vanished = self.dedupe.end_list();
         let deleted = vanished.len();
         self.messages.synthesize_as(SYNTHESIZED_UNSERVED);
+        // No list tells when they went: the deletions carry the newest version the watch saw,
+        // never older than a message already published about them (see `publish_vanished`).
+        let seen = checkpoints.position().map(ResourceVersion::new);
         for gone in vanished {
-            self.publish_vanished(gone).await;
+            let by = seen
+                .clone()
+                .unwrap_or_else(|| gone.meta.resource_version.clone());
+            self.publish_vanished(gone, &by).await;
         }
         self.messages.synthesize_as(SYNTHESIZED_RELIST);
         self.report_tracked();

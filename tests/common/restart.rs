@@ -33,6 +33,8 @@ pub struct Seen {
     pub rv: u64,
     pub kind: String,
     pub synthesized: bool,
+    /// `Nats-Msg-Id`: the same for a message published again.
+    pub msg_id: String,
 }
 
 impl Seen {
@@ -44,6 +46,7 @@ impl Seen {
             rv: h("Kube-Resource-Version").parse().unwrap_or(0),
             kind: h("Kube-Event-Type"),
             synthesized: !h("Kube-Synthesized").is_empty(),
+            msg_id: h("Nats-Msg-Id"),
         }
     }
 
@@ -374,8 +377,9 @@ pub fn run_problems(run: &str, seen: &[Seen]) -> Vec<String> {
     problems
 }
 
-/// What a restart published beyond the changes made while down: repeats of what the last
-/// checkpoint covered are problems, repeats of the uncheckpointed tail are counted.
+/// What a restart published beyond the changes made while down: repeats of what the stored
+/// position covered (`saved_rv`, see [`stored_position`]) are problems, repeats of the rest
+/// (what was in flight) are counted.
 pub fn restart_problems(before: &[Seen], after: &[Seen], saved_rv: u64) -> (Vec<String>, usize) {
     let mut problems = Vec::new();
     let published: HashSet<_> = before.iter().map(version_key).collect();
@@ -396,7 +400,7 @@ pub fn restart_problems(before: &[Seen], after: &[Seen], saved_rv: u64) -> (Vec<
             };
             if published_rv <= saved_rv {
                 problems.push(format!(
-                    "published again although checkpointed (saved at {saved_rv}): {s:?}"
+                    "published again although confirmed (up to {saved_rv}): {s:?}"
                 ));
             } else {
                 tail_repeats += 1;
@@ -526,13 +530,9 @@ pub async fn crash_and_restart_cycles(
         } else {
             &before[run_start..]
         };
-        let saved_rv: u64 = cluster
-            .manifest(PODS_KEY)
+        let saved_rv = stored_position(&cluster, PODS_KEY)
             .await
-            .expect("a checkpoint exists")
-            .resume_version
-            .parse()
-            .unwrap();
+            .expect("a checkpoint exists");
         let (next, problems, tail_repeats, changes, log) = check_restart(
             &cluster,
             &recording,
@@ -544,7 +544,7 @@ pub async fn crash_and_restart_cycles(
         )
         .await;
         println!(
-            "cycle {i}: {} before the kill ({ops} ops), {tail_repeats} repeats of the uncheckpointed tail (saved at {saved_rv}), {changes} changes while down, compact {}",
+            "cycle {i}: {} before the kill ({ops} ops), {tail_repeats} repeats of what was not confirmed (confirmed up to {saved_rv}), {changes} changes while down, compact {}",
             this_run.len(),
             cycle.compact,
         );
@@ -662,13 +662,44 @@ async fn check_restart(
         }
     } else if lists != 0 || watched_from.first() != Some(&saved_rv.to_string()) {
         problems.push(format!(
-            "did not resume from the saved version {saved_rv} without a list: {lists} lists, watched from {watched_from:?}"
+            "did not resume from the confirmed version {saved_rv} without a list: {lists} lists, watched from {watched_from:?}"
         ));
     }
     if !log.contains("loaded saved state") {
         problems.push("no log line says the state was loaded".into());
     }
     (daemon, problems, tail_repeats, changes.len(), log)
+}
+
+/// The resourceVersion a restart of `key` (`{watch}.{namespace}`) resumes from: the latest
+/// position the journal confirmed after the committed checkpoint, else the checkpoint's;
+/// `None` when neither is stored.
+pub async fn stored_position(cluster: &Cluster, key: &str) -> Option<u64> {
+    use kube2nats::dedupe::SavedVersion;
+    use kube2nats::state::codec::{journal::decode_journal, JournalEntry};
+    let key = cluster.owned(key);
+    let manifest = cluster.manifest_at(&key).await;
+    let mut position = manifest
+        .as_ref()
+        .map(|m| m.resume_version.parse::<u64>().unwrap());
+    let mut next = manifest.map_or(0, |m| m.journal_next);
+    // Killed before the bucket was made: nothing stored.
+    let nc = async_nats::connect(cluster.nats.url()).await.unwrap();
+    let Ok(kv) = async_nats::jetstream::new(nc).get_key_value(BUCKET).await else {
+        return position;
+    };
+    while let Some(record) = kv.get(format!("{key}.j.{next}")).await.unwrap() {
+        // The record names its target by the hash at bytes 13..21 (see state::codec).
+        let identity = u64::from_le_bytes(record[13..21].try_into().unwrap());
+        decode_journal(&record, next, identity, |entry| {
+            if let JournalEntry::Position(SavedVersion::Number(n)) = entry {
+                position = Some(position.map_or(n, |p| p.max(n)));
+            }
+        })
+        .unwrap();
+        next += 1;
+    }
+    position
 }
 
 /// Each (uid, version, deletion) the `KUBE` stream holds more than once, as a problem.
