@@ -532,7 +532,11 @@ async fn delete_markers_expire_and_the_bucket_stays_bounded() {
         async move {
             let mut stream = js.get_stream(format!("KV_{BUCKET}")).await.unwrap();
             let info = stream.info().await.unwrap();
-            (info.state.messages, info.state.bytes)
+            (
+                info.state.messages,
+                info.state.bytes,
+                info.state.last_sequence,
+            )
         }
     };
     let started = tokio::time::Instant::now();
@@ -541,21 +545,27 @@ async fn delete_markers_expire_and_the_bucket_stays_bounded() {
         sim.create("pods", Some(NS), pod(&name));
         sim.delete("pods", Some(NS), &name);
     }
-    // Every key ends as a delete marker...
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    // Every create and delete is written (one put and one marker per object; markers expire
+    // meanwhile)...
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120 + objects as u64 / 200);
     let mut peak = (0, 0);
     loop {
-        let (messages, bytes) = state().await;
+        let (messages, bytes, written) = state().await;
         peak = peak.max((messages, bytes));
-        if messages as usize >= objects || tokio::time::Instant::now() > deadline {
+        if written as usize >= 2 * objects {
             break;
         }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{written} of {} writes made",
+            2 * objects
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // ...and the markers expire.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let (messages, bytes) = state().await;
+        let (messages, bytes, _) = state().await;
         if messages == 0 {
             println!(
                 "{objects} objects created and deleted in {:?}: the bucket held at most {} messages, {} bytes; {} messages, {bytes} bytes once the markers expired",

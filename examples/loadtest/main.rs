@@ -19,6 +19,8 @@
 //! - `idle`: RSS with three idle watches.
 //! - `restart`: durable state of `--list-objects` pods: bytes stored per object, then a kill -9
 //!   and a restart that loads it (load seconds, peak RSS against the RSS holding them before).
+//! - `mirror-lag` (only on request): events paced at `--rate` with the watch mirrored into the
+//!   key-value bucket; API server → bucket watcher p50/p99 and the daemon's write lag metric.
 //! - `peers` (not in the default set): the `core`/`jetstream` load through kube2nats and through
 //!   the reference forwarders of `bench/` (a null forwarder, the floor; a kube-rs watcher, a peer),
 //!   interleaved, with the ratios of their CPU per event. `--build-peers` builds them first.
@@ -44,6 +46,7 @@
 #![allow(clippy::disallowed_types)]
 
 mod apiserver;
+mod mirror_lag;
 mod peers;
 mod pods;
 mod procfs;
@@ -128,10 +131,10 @@ struct Args {
     /// Watch events in JetStream mode (stored in a memory stream; default: --events).
     #[arg(long)]
     jetstream_events: Option<u64>,
-    /// Events per second of the latency scenario.
+    /// Events per second of the latency and mirror-lag scenarios.
     #[arg(long, default_value_t = 1000)]
     rate: u64,
-    /// Events of the latency scenario.
+    /// Events of the latency and mirror-lag scenarios.
     #[arg(long, default_value_t = 10_000)]
     latency_events: u64,
     /// Objects of the list scenario.
@@ -219,6 +222,7 @@ fn main() -> anyhow::Result<()> {
             "idle" => runtime.block_on(idle(&env))?,
             "restart" => runtime.block_on(restart(&env))?,
             "peers" => runtime.block_on(peers::peers(&env))?,
+            "mirror-lag" => runtime.block_on(mirror_lag::mirror_lag(&env))?,
             "metadata" => runtime.block_on(metadata(&env))?,
             other => bail!("unknown scenario {other:?}"),
         };
@@ -415,17 +419,23 @@ impl Proc {
 
     /// The value of one sample of the process's `/metrics` (`NaN` if unavailable).
     async fn metric(&self, sample: &str) -> f64 {
-        let Some(port) = self.metrics_port else {
-            return f64::NAN;
-        };
-        let Ok(response) = reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await else {
-            return f64::NAN;
-        };
-        let text = response.text().await.unwrap_or_default();
-        text.lines()
+        self.metrics_text()
+            .await
+            .lines()
             .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' '))
             .and_then(|v| v.parse().ok())
             .unwrap_or(f64::NAN)
+    }
+
+    /// The process's `/metrics` (empty if unavailable).
+    async fn metrics_text(&self) -> String {
+        let Some(port) = self.metrics_port else {
+            return String::new();
+        };
+        let Ok(response) = reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await else {
+            return String::new();
+        };
+        response.text().await.unwrap_or_default()
     }
 
     /// SIGKILL; with `LOADTEST_GRACEFUL_STOP` set, SIGTERM first and up to a minute to exit (a
@@ -584,6 +594,43 @@ struct Arrivals {
     latencies: std::sync::Mutex<Vec<(u64, u64)>>,
 }
 
+impl Arrivals {
+    /// Counts one message and, in a paced run, records its latency from the API server's send of
+    /// its version.
+    fn record(&self, scenario: &Scenario, headers: Option<&async_nats::HeaderMap>) {
+        let now = scenario.epoch.elapsed().as_nanos() as u64;
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.last_ns.store(now, Ordering::Relaxed);
+        self.time(scenario, scenario.list_rv(), now, headers);
+    }
+
+    /// Records the latency of a message whose `Kube-Resource-Version` the paced stream sent
+    /// (after the list's version `base`), received at `now`.
+    fn time(
+        &self,
+        scenario: &Scenario,
+        base: u64,
+        now: u64,
+        headers: Option<&async_nats::HeaderMap>,
+    ) {
+        let rv = headers
+            .and_then(|h| h.get("Kube-Resource-Version"))
+            .and_then(|v| v.as_str().parse::<u64>().ok());
+        if let Some(rv) = rv.filter(|rv| *rv > base) {
+            let idx = (rv - base - 1) as usize;
+            if let Some(sent) = scenario.sent_ns.get(idx) {
+                let sent = sent.load(Ordering::Relaxed);
+                if sent > 0 {
+                    self.latencies
+                        .lock()
+                        .expect("not poisoned")
+                        .push((idx as u64, now.saturating_sub(sent)));
+                }
+            }
+        }
+    }
+}
+
 async fn subscribe(
     url: String,
     arrivals: Arc<Arrivals>,
@@ -608,26 +655,8 @@ async fn subscribe(
                 .fetch_add(msg.payload.len() as u64, Ordering::Relaxed);
             let Some(s) = &scenario else { continue };
             arrivals.last_ns.store(now, Ordering::Relaxed);
-            if s.rate.is_none() {
-                continue;
-            }
-            let rv = msg
-                .headers
-                .as_ref()
-                .and_then(|h| h.get("Kube-Resource-Version"))
-                .and_then(|v| v.as_str().parse::<u64>().ok());
-            if let Some(rv) = rv.filter(|rv| *rv > base) {
-                let idx = (rv - base - 1) as usize;
-                if let Some(sent) = s.sent_ns.get(idx) {
-                    let sent = sent.load(Ordering::Relaxed);
-                    if sent > 0 {
-                        arrivals
-                            .latencies
-                            .lock()
-                            .expect("not poisoned")
-                            .push((idx as u64, now.saturating_sub(sent)));
-                    }
-                }
+            if s.rate.is_some() {
+                arrivals.time(s, base, now, msg.headers.as_ref());
             }
         }
         drop(client);

@@ -46,7 +46,8 @@ pub fn watch_prefix(cluster: &str, resource: &ResourceInfo) -> String {
     prefix
 }
 
-/// The key of one object: `prefix` ([`watch_prefix`]), then its namespace and name tokens.
+/// The key of one object: `prefix` ([`watch_prefix`], or a subject ending in it), then its
+/// namespace and name tokens.
 pub fn object_key(prefix: &str, meta: &ObjectMeta) -> String {
     let mut key = String::with_capacity(prefix.len() + meta.name.len() + 24);
     key.push_str(prefix);

@@ -31,8 +31,8 @@ const QUEUE: usize = 256;
 pub struct Mirror {
     ops: mpsc::Sender<Op>,
     task: Option<tokio::task::JoinHandle<()>>,
-    /// The target's keys: [`key::watch_prefix`].
-    prefix: String,
+    /// `$KV.{bucket}.` and the target's keys' prefix ([`key::watch_prefix`]).
+    subject_prefix: String,
     metrics: MirrorMetrics,
 }
 
@@ -60,11 +60,12 @@ impl Mirror {
             key::escape_key_token(ns, &mut token);
             token
         });
+        let subject_prefix = format!("$KV.{}.{prefix}", bucket.name);
         let place = Place {
             context: bucket.context.clone(),
             stream: bucket.stream.clone(),
             subject_prefix: format!("$KV.{}.", bucket.name),
-            key_prefix: prefix.clone(),
+            key_prefix: prefix,
             namespace,
             delete_marker_ttl: bucket.delete_marker_ttl,
             max_in_flight: bucket.max_in_flight,
@@ -75,44 +76,45 @@ impl Mirror {
         Mirror {
             ops,
             task: Some(task),
-            prefix,
+            subject_prefix,
             metrics,
         }
     }
 
-    /// The object's key in the bucket.
-    pub fn key(&self, meta: &ObjectMeta) -> String {
-        key::object_key(&self.prefix, meta)
+    /// The subject of the object's key in the bucket: `$KV.{bucket}.{key}`.
+    pub fn subject(&self, meta: &ObjectMeta) -> String {
+        key::object_key(&self.subject_prefix, meta)
     }
 
     /// The object's new state at `version`: `headers` and `value` as its event message carries
-    /// them.
+    /// them (the value shares the message's bytes: it is held only until the bucket acknowledges
+    /// it, as a JetStream event message is).
     pub async fn put(
         &self,
-        key: String,
+        subject: String,
         version: ResourceVersion,
         headers: SerializedHeaders,
         value: Bytes,
     ) {
-        self.write(key, version, WriteKind::Put { headers, value })
+        self.write(subject, version, WriteKind::Put { headers, value })
             .await;
     }
 
     /// The object was deleted at `version`; `headers` of its DELETED message.
     pub async fn delete(
         &self,
-        key: String,
+        subject: String,
         version: ResourceVersion,
         headers: Option<SerializedHeaders>,
     ) {
-        self.write(key, version, WriteKind::Delete { headers })
+        self.write(subject, version, WriteKind::Delete { headers })
             .await;
     }
 
-    async fn write(&self, key: String, version: ResourceVersion, kind: WriteKind) {
+    async fn write(&self, subject: String, version: ResourceVersion, kind: WriteKind) {
         self.metrics.pending.inc();
         let write = Write {
-            key,
+            subject: subject.into(),
             version,
             kind,
             queued_at: Instant::now(),

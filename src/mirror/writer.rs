@@ -31,7 +31,7 @@ use async_nats::header::{SerializedHeaders, SerializedHeadersBuilder};
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::{self, consumer, stream};
-use async_nats::HeaderName;
+use async_nats::{HeaderName, Subject};
 use bytes::Bytes;
 use futures_util::future::MaybeDone;
 use futures_util::StreamExt;
@@ -69,7 +69,8 @@ pub(crate) enum Op {
 
 /// One key's new state.
 pub(crate) struct Write {
-    pub key: String,
+    /// The key's subject: `$KV.{bucket}.{key}`.
+    pub subject: Subject,
     /// The object's version (a deletion's: the version of the deletion).
     pub version: ResourceVersion,
     pub kind: WriteKind,
@@ -201,7 +202,7 @@ impl Writer {
                 for (key, _) in gone {
                     self.metrics.pending.inc();
                     self.write(Write {
-                        key,
+                        subject: format!("{}{key}", self.place.subject_prefix).into(),
                         version: version.clone(),
                         kind: WriteKind::Delete { headers: None },
                         queued_at: Instant::now(),
@@ -215,6 +216,11 @@ impl Writer {
                 tracing::info!(watch = %self.watch, deleted = repaired, "mirror repaired: the bucket holds the listed objects");
             }
         }
+    }
+
+    /// The key `write` is for.
+    fn key<'a>(&self, write: &'a Write) -> &'a str {
+        &write.subject[self.place.subject_prefix.len()..]
     }
 
     /// Whether a key under the prefix belongs to this target.
@@ -232,7 +238,8 @@ impl Writer {
     /// Queues one write once no earlier write of its key is in flight and the window has room;
     /// during a repair, only if the key differs from it.
     async fn write(&mut self, write: Write) {
-        let hash = hash(&write.key);
+        let hash = hash(self.key(&write));
+        let key_at = self.place.subject_prefix.len();
         if let Some(snapshot) = &mut self.snapshot {
             if matches!(write.kind, WriteKind::Delete { .. }) {
                 // A deletion a list found carries the object's last version kube2nats remembers,
@@ -241,7 +248,7 @@ impl Writer {
                 self.metrics.pending.dec();
                 return;
             }
-            if let Some(found) = snapshot.remove(&write.key) {
+            if let Some(found) = snapshot.remove(&write.subject[key_at..]) {
                 // The key holds this version already, or a newer one (a list older than what
                 // another writer wrote): nothing to write.
                 if !supersedes(&write, Some(&found)) {
@@ -271,27 +278,13 @@ impl Writer {
     /// Publishes one write, retrying until the client takes it; `None` for a write the server
     /// can never take (larger than its `max_payload`: logged and counted).
     async fn send(&mut self, write: &Write, expected: u64) -> Option<Ack> {
-        let subject = format!("{}{}", self.place.subject_prefix, write.key);
         loop {
-            let expected_text = expected.to_string();
             let (headers, payload) = match &write.kind {
-                WriteKind::Put { headers, value } => (
-                    mirror_headers(
-                        Some(headers),
-                        &[(&EXPECTED_LAST_SUBJECT_SEQUENCE, &expected_text)],
-                    ),
-                    value.clone(),
-                ),
+                WriteKind::Put { headers, value } => {
+                    (put_headers(headers, expected), value.clone())
+                }
                 WriteKind::Delete { headers } => (
-                    mirror_headers(
-                        headers.as_ref(),
-                        &[
-                            (&KV_OPERATION, "DEL"),
-                            (&NATS_TTL, &self.ttl),
-                            (&header::RESOURCE_VERSION, write.version.as_str()),
-                            (&EXPECTED_LAST_SUBJECT_SEQUENCE, &expected_text),
-                        ],
-                    ),
+                    delete_headers(headers.as_ref(), &write.version, &self.ttl, expected),
                     Bytes::new(),
                 ),
             };
@@ -301,13 +294,13 @@ impl Writer {
             match self
                 .place
                 .context
-                .send_publish(subject.clone(), publish)
+                .send_publish(write.subject.clone(), publish)
                 .await
             {
-                Ok(ack) => return Some(Box::pin(ack.into_future())),
+                Ok(ack) => return Some(ack.into_future()),
                 Err(e) if e.kind() == PublishErrorKind::MaxPayloadExceeded => {
                     self.metrics.write_errors.inc();
-                    tracing::error!(watch = %self.watch, key = %write.key, error = %e, "mirror write larger than the NATS server's max_payload; not written");
+                    tracing::error!(watch = %self.watch, key = %self.key(write), error = %e, "mirror write larger than the NATS server's max_payload; not written");
                     return None;
                 }
                 Err(e) => self.pause("bucket write failed", &e).await,
@@ -346,11 +339,11 @@ impl Writer {
                     break;
                 }
                 Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
-                    let found = self.read_key(&write.key).await;
+                    let found = self.read_key(&write.subject).await;
                     if !supersedes(&write, found.as_ref()) {
                         self.revisions.insert(hash, found.map_or(0, |f| f.revision));
                         self.metrics.fenced.inc();
-                        tracing::debug!(watch = %self.watch, key = %write.key, version = %write.version, "mirror write not made: the key holds the same or a newer version");
+                        tracing::debug!(watch = %self.watch, key = %self.key(&write), version = %write.version, "mirror write not made: the key holds the same or a newer version");
                         break;
                     }
                     expected = found.map_or(0, |f| f.revision);
@@ -368,15 +361,15 @@ impl Writer {
         self.metrics.pending.dec();
     }
 
-    /// The key's last message (headers only matter); `None` when the key has none.
-    async fn read_key(&mut self, key: &str) -> Option<Found> {
+    /// The last message of the key at `subject` (headers only matter); `None` when the key has
+    /// none.
+    async fn read_key(&mut self, subject: &str) -> Option<Found> {
         use jetstream::stream::LastRawMessageErrorKind;
-        let subject = format!("{}{}", self.place.subject_prefix, key);
         loop {
             match self
                 .place
                 .stream
-                .get_last_raw_message_by_subject(&subject)
+                .get_last_raw_message_by_subject(subject)
                 .await
             {
                 Ok(message) => {
@@ -523,62 +516,57 @@ fn hash(key: &str) -> u64 {
     h.finish()
 }
 
-/// The event message's header block without its `Nats-Msg-Id` (a KV key may be written with
-/// the same version again after a delete, which the bucket's duplicate window would drop), plus
-/// `extra`.
-fn mirror_headers(
-    event: Option<&SerializedHeaders>,
-    extra: &[(&HeaderName, &str)],
-) -> SerializedHeaders {
-    let size = event.map_or(0, SerializedHeaders::len)
-        + extra
-            .iter()
-            .map(|(n, v)| AsRef::<str>::as_ref(*n).len() + v.len() + 4)
-            .sum::<usize>();
-    let mut block = SerializedHeaders::builder(size);
-    if let Some(event) = event {
-        for (name, value) in event.iter() {
-            if name == "Nats-Msg-Id" || extra.iter().any(|(n, _)| AsRef::<str>::as_ref(*n) == name)
-            {
-                continue;
-            }
-            append(&mut block, name, value);
-        }
-    }
-    for (name, value) in extra {
-        // Values made here or already accepted in the event's block: never refused.
-        let _ = block.append(name, value);
-    }
+/// A put's header block: the event message's, less its `Nats-Msg-Id` (a KV key may be written
+/// with the same version again after a delete, which the bucket's duplicate window would drop),
+/// plus the key's expected revision. The event's lines are copied as they are, not parsed again.
+fn put_headers(event: &SerializedHeaders, expected: u64) -> SerializedHeaders {
+    let mut block = event.builder_from(&[MSG_ID], EXPECTED_LINE_BYTES);
+    append_expected(&mut block, expected);
     block.finish()
 }
 
-/// Appends a header line copied from another block.
-fn append(block: &mut SerializedHeadersBuilder, name: &str, value: &str) {
-    const KNOWN: [HeaderName; 10] = [
-        header::EVENT_TYPE,
-        header::RESOURCE_VERSION,
-        header::UID,
-        header::NAMESPACE,
-        header::NAME,
-        header::KIND,
-        header::API_VERSION,
-        header::SYNTHESIZED,
-        header::PAYLOAD,
-        header::CLUSTER,
-    ];
-    match KNOWN
-        .iter()
-        .find(|known| AsRef::<str>::as_ref(known) == name)
-    {
-        Some(known) => {
-            let _ = block.append(known, value);
-        }
-        None => {
-            if let Ok(parsed) = name.parse::<HeaderName>() {
-                let _ = block.append(&parsed, value);
-            }
+/// A delete marker's header block: the DELETED message's (when there was one) less its
+/// `Nats-Msg-Id` and `Kube-Resource-Version`, plus the marker's operation, TTL and version and the
+/// key's expected revision.
+fn delete_headers(
+    event: Option<&SerializedHeaders>,
+    version: &ResourceVersion,
+    ttl: &str,
+    expected: u64,
+) -> SerializedHeaders {
+    let extra = 64 + version.as_str().len() + EXPECTED_LINE_BYTES;
+    let mut block = match event {
+        Some(event) => event.builder_from(&[MSG_ID, header::RESOURCE_VERSION.as_ref()], extra),
+        None => SerializedHeaders::builder(extra),
+    };
+    // Values made here, or a version the event's block accepted: never refused.
+    let _ = block.append(&KV_OPERATION, "DEL");
+    let _ = block.append(&NATS_TTL, ttl);
+    let _ = block.append(&header::RESOURCE_VERSION, version.as_str());
+    append_expected(&mut block, expected);
+    block.finish()
+}
+
+const MSG_ID: &str = "Nats-Msg-Id";
+
+/// `Nats-Expected-Last-Subject-Sequence: <u64>\r\n` at its longest.
+const EXPECTED_LINE_BYTES: usize = 36 + 2 + 20 + 2;
+
+/// Appends `Nats-Expected-Last-Subject-Sequence`, formatted without an allocation.
+fn append_expected(block: &mut SerializedHeadersBuilder, expected: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut n = expected;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
         }
     }
+    let text = std::str::from_utf8(&digits[at..]).unwrap_or("0");
+    let _ = block.append(&EXPECTED_LAST_SUBJECT_SEQUENCE, text);
 }
 
 #[cfg(test)]
@@ -587,7 +575,7 @@ mod tests {
 
     fn put(version: &str) -> Write {
         Write {
-            key: "core.v1.pods.a.b".into(),
+            subject: "$KV.objects.core.v1.pods.a.b".into(),
             version: ResourceVersion::new(version),
             kind: WriteKind::Put {
                 headers: SerializedHeaders::builder(0).finish(),
@@ -642,20 +630,54 @@ mod tests {
     }
 
     #[test]
-    fn the_mirror_block_drops_the_message_id_and_adds_its_own() {
+    fn the_mirror_blocks_drop_the_message_id_and_add_their_own() {
         let mut event = SerializedHeaders::builder(64);
         event.append(&header::RESOURCE_VERSION, "5").unwrap();
         event.append(&header::MSG_ID, "w:u:5").unwrap();
         event.append(&header::NAME, "web").unwrap();
-        let block = mirror_headers(Some(&event.finish()), &[(&KV_OPERATION, "DEL")]);
-        let lines: Vec<_> = block.iter().collect();
+        let event = event.finish();
+        let lines = |block: &SerializedHeaders| {
+            block
+                .iter()
+                .map(|(n, v)| (n.to_owned(), v.to_owned()))
+                .collect::<Vec<_>>()
+        };
+        let owned = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(
-            lines,
-            [
+            lines(&put_headers(&event, 18_446_744_073_709_551_615)),
+            owned(&[
                 ("Kube-Resource-Version", "5"),
                 ("Kube-Name", "web"),
-                ("KV-Operation", "DEL")
-            ]
+                (
+                    "Nats-Expected-Last-Subject-Sequence",
+                    "18446744073709551615"
+                )
+            ])
+        );
+        let version = ResourceVersion::new("6");
+        assert_eq!(
+            lines(&delete_headers(Some(&event), &version, "900s", 0)),
+            owned(&[
+                ("Kube-Name", "web"),
+                ("KV-Operation", "DEL"),
+                ("Nats-TTL", "900s"),
+                ("Kube-Resource-Version", "6"),
+                ("Nats-Expected-Last-Subject-Sequence", "0")
+            ])
+        );
+        assert_eq!(
+            lines(&delete_headers(None, &version, "1s", 42)),
+            owned(&[
+                ("KV-Operation", "DEL"),
+                ("Nats-TTL", "1s"),
+                ("Kube-Resource-Version", "6"),
+                ("Nats-Expected-Last-Subject-Sequence", "42")
+            ])
         );
     }
 }

@@ -568,14 +568,14 @@ impl WatchTask {
         }
     }
 
-    /// The object's key in the mirror bucket and its version, when the watch is mirrored.
+    /// The subject of the object's mirror key and its version, when the watch is mirrored.
     fn mirror_key(&self, event: &ObjectEvent) -> Option<(String, ResourceVersion)> {
-        let mirror = self.mirror.as_ref()?;
-        Some((mirror.key(&event.meta), event.meta.resource_version.clone()))
+        let (mirror, meta) = (self.mirror.as_ref()?, &event.meta);
+        Some((mirror.subject(meta), meta.resource_version.clone()))
     }
 
     /// Hands the object of `message` to the mirror: a put, or for a deletion a delete. The
-    /// value gets bytes of its own, as held messages do ([`Staged::submit`]).
+    /// value shares the message's bytes until the bucket acknowledges it (docs/mirror.md, "Cost").
     async fn mirror(
         &mut self,
         key: Option<(String, ResourceVersion)>,
@@ -592,9 +592,8 @@ impl WatchTask {
                     .await
             }
             EventType::Added | EventType::Modified => {
-                let value = bytes::Bytes::copy_from_slice(&object);
                 mirror
-                    .put(key, version, message.headers.clone(), value)
+                    .put(key, version, message.headers.clone(), object)
                     .await
             }
         }

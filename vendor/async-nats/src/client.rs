@@ -826,7 +826,14 @@ impl Client {
     /// # }
     /// ```
     pub fn new_inbox(&self) -> String {
-        format!("{}.{}", self.inbox_prefix, crate::id_generator::next())
+        // Made once per request (every JetStream publish): joined without the formatting
+        // machinery.
+        let id = crate::id_generator::next();
+        let mut inbox = String::with_capacity(self.inbox_prefix.len() + 1 + id.len());
+        inbox.push_str(&self.inbox_prefix);
+        inbox.push('.');
+        inbox.push_str(&id);
+        inbox
     }
 
     /// Subscribes to a subject to receive [messages][Message].

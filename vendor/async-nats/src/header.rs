@@ -364,6 +364,34 @@ impl SerializedHeaders {
         }
     }
 
+    /// A builder that starts with this block's lines, less those of the headers in `without`
+    /// (names compared as written), with room for `capacity` more bytes of lines: a second
+    /// message that carries most of one block costs a copy of its bytes, not a rebuild.
+    pub fn builder_from(&self, without: &[&str], capacity: usize) -> SerializedHeadersBuilder {
+        let lines = &self.block[Self::VERSION_LINE.len()..self.block.len() - 2];
+        let mut block = bytes::BytesMut::with_capacity(self.block.len() + capacity);
+        block.extend_from_slice(Self::VERSION_LINE);
+        let mut kept = 0;
+        let mut at = 0;
+        while at < lines.len() {
+            // Values never hold CR (the builder refuses it): a line ends at its first one.
+            let end = memchr::memchr(b'\r', &lines[at..]).map_or(lines.len(), |i| at + i + 2);
+            let line = &lines[at..end];
+            let dropped = without.iter().any(|name| {
+                line.len() > name.len() + 1
+                    && line.starts_with(name.as_bytes())
+                    && line[name.len()] == b':'
+            });
+            if dropped {
+                block.extend_from_slice(&lines[kept..at]);
+                kept = end;
+            }
+            at = end;
+        }
+        block.extend_from_slice(&lines[kept..]);
+        SerializedHeadersBuilder { block }
+    }
+
     /// The first value of the header `name` (compared as written).
     pub fn get<N: AsRef<str>>(&self, name: N) -> Option<&str> {
         let name = name.as_ref();
@@ -1013,6 +1041,27 @@ mod tests {
         assert_eq!(block.get("kube-name"), None);
         assert!(!block.is_empty());
         assert!(SerializedHeaders::builder(8).finish().is_empty());
+    }
+
+    #[test]
+    fn a_builder_from_a_block_keeps_its_lines_but_the_named_ones() {
+        use super::SerializedHeaders;
+        let mut block = SerializedHeaders::builder(64);
+        for (name, value) in [("A", "1"), ("Drop", "x"), ("B", "Drop: y"), ("Dropped", "3")] {
+            block.append(&HeaderName::from_static(name), value).unwrap();
+        }
+        let block = block.finish();
+        let mut copy = block.builder_from(&["Drop", "C"], 8);
+        copy.append(&HeaderName::from_static("C"), "4").unwrap();
+        assert_eq!(
+            copy.finish().as_bytes(),
+            b"NATS/1.0\r\nA: 1\r\nB: Drop: y\r\nDropped: 3\r\nC: 4\r\n\r\n"
+        );
+        let none = SerializedHeaders::builder(0).finish();
+        assert_eq!(none.builder_from(&["A"], 0).finish(), none);
+        assert_eq!(block.builder_from(&[], 0).finish(), block);
+        let only = block.builder_from(&["A", "Drop", "B", "Dropped"], 0).finish();
+        assert!(only.is_empty());
     }
 
     #[test]

@@ -926,7 +926,10 @@ impl ConnectionHandler {
 
                 multiplexer.senders.insert(token.to_owned(), sender);
 
-                let respond: Subject = format!("{}{}", multiplexer.prefix, token).into();
+                let mut respond = String::with_capacity(multiplexer.prefix.len() + token.len());
+                respond.push_str(&multiplexer.prefix);
+                respond.push_str(token);
+                let respond = Subject::from(respond);
 
                 let pub_op = ClientOp::Publish {
                     subject,

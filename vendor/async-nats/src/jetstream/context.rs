@@ -1961,8 +1961,15 @@ impl PublishAckFuture {
                 if m.status == Some(StatusCode::NO_RESPONDERS) {
                     return Err(PublishError::new(PublishErrorKind::StreamNotFound));
                 }
-                let response = serde_json::from_slice(m.payload.as_ref())
-                    .map_err(|err| PublishError::with_source(PublishErrorKind::Other, err))?;
+                // Nearly every reply is an acknowledgement: read as one directly, not through
+                // the untagged enum (which buffers every field before trying each form).
+                let response = if memchr::memmem::find(m.payload.as_ref(), b"\"error\"").is_none()
+                {
+                    serde_json::from_slice::<PublishAck>(m.payload.as_ref()).map(Response::Ok)
+                } else {
+                    serde_json::from_slice(m.payload.as_ref())
+                }
+                .map_err(|err| PublishError::with_source(PublishErrorKind::Other, err))?;
                 match response {
                     Response::Err { error } => match error.error_code() {
                         ErrorCode::STREAM_WRONG_LAST_MESSAGE_ID => Err(PublishError::with_source(
