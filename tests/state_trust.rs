@@ -490,7 +490,7 @@ async fn every_journal_record_up_to_the_first_gap_is_loaded() {
 
     let daemon = Process::spawn(&config);
     let line = daemon.line_within(
-        &["a journal of objects published before a crash"],
+        &["a journal of what was published before a crash"],
         std::time::Duration::from_secs(120),
     );
     assert!(
