@@ -621,13 +621,9 @@ impl<'a> SavedObject<'a> {
     /// The object as received: what the journal records before its first message goes out.
     pub fn of(meta: &'a ObjectMeta) -> SavedObject<'a> {
         let uid = parse_uuid(&meta.uid).map_or(SavedUid::Text(&meta.uid), SavedUid::Uuid);
-        let version = match Version::new(&meta.resource_version) {
-            Version::Number(n) => SavedVersion::Number(n),
-            Version::Opaque(_) => SavedVersion::Text(meta.resource_version.as_str()),
-        };
         SavedObject {
             uid,
-            version,
+            version: SavedVersion::of_text(meta.resource_version.as_str()),
             name: &meta.name,
             namespace: meta.namespace.as_deref(),
             unconfirmed: false,

@@ -1,7 +1,7 @@
 //! Confirmations read back from the journal: what the memory knew when a message was settled
 //! (docs/durable-state.md, "What a crash can repeat").
 
-use super::keys::Version;
+use super::keys::{number, Version};
 use super::{saved_key, Dedupe, Named, Saved, SavedObject, SavedUid, SavedVersion, OPAQUE};
 use crate::event::ResourceVersion;
 
@@ -70,10 +70,7 @@ impl Dedupe {
 impl<'a> SavedVersion<'a> {
     /// A resourceVersion as the memory holds it: an integer where it is one, else its text.
     pub fn of_text(text: &'a str) -> SavedVersion<'a> {
-        match Version::new(&ResourceVersion::new(text)) {
-            Version::Number(n) => SavedVersion::Number(n),
-            Version::Opaque(_) => SavedVersion::Text(text),
-        }
+        number(text).map_or(SavedVersion::Text(text), SavedVersion::Number)
     }
 
     /// The resourceVersion's text.

@@ -30,16 +30,24 @@ pub(super) enum Version {
     Opaque(Box<str>),
 }
 
+/// The resourceVersion `text` as the integer the memory keeps, where it is one. Only the
+/// canonical spelling of an integer round-trips through u64 (no sign, no leading zero); u64::MAX
+/// marks an opaque version in storage, so it is kept as text.
+pub(super) fn number(text: &str) -> Option<u64> {
+    let canonical =
+        text.bytes().all(|c| c.is_ascii_digit()) && (text.len() == 1 || !text.starts_with('0'));
+    match text.parse() {
+        Ok(n) if canonical && n != OPAQUE => Some(n),
+        _ => None,
+    }
+}
+
 impl Version {
     pub(super) fn new(rv: &ResourceVersion) -> Version {
-        // Only the canonical spelling of an integer round-trips through u64 (no sign, no leading
-        // zero); u64::MAX marks an opaque version in storage, so it is kept as text.
         let text = rv.as_str();
-        let canonical =
-            text.bytes().all(|c| c.is_ascii_digit()) && (text.len() == 1 || !text.starts_with('0'));
-        match rv.as_u64() {
-            Some(n) if canonical && n != OPAQUE => Version::Number(n),
-            _ => Version::Opaque(text.into()),
+        match number(text) {
+            Some(n) => Version::Number(n),
+            None => Version::Opaque(text.into()),
         }
     }
 

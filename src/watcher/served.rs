@@ -1,8 +1,9 @@
 //! A watch whose resource stops being served: its CRD deleted. kube-apiserver deletes every
 //! object of the resource first (a DELETED event each, which the watch publishes as any other),
 //! then ends the watches and answers 404. Whatever the task still remembers then (a DELETED it
-//! missed: the watch was down meanwhile, the API server unreachable) is announced as deleted, `Kube-Synthesized: unserved`, and the task lists again with backoff
-//! until the resource is back; that list announces what it holds (docs/troubleshooting.md).
+//! missed: the watch was down meanwhile, the API server unreachable) is announced as deleted,
+//! `Kube-Synthesized: unserved`, and the task lists again with backoff until the resource is
+//! back; that list announces what it holds (docs/troubleshooting.md).
 
 use super::machine::Unserved;
 use super::WatchTask;
