@@ -76,13 +76,17 @@ impl Daemon {
         }
     }
 
-    async fn reloads(&self, result: &str) -> Option<f64> {
-        let text = reqwest::get(format!("{}/metrics", self.http))
+    async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.http))
             .await
             .expect("kube2nats /metrics")
             .text()
             .await
-            .unwrap_or_default();
+            .unwrap_or_default()
+    }
+
+    async fn reloads(&self, result: &str) -> Option<f64> {
+        let text = self.metrics().await;
         metric(
             &text,
             "kube2nats_config_reloads_total",
@@ -299,6 +303,13 @@ async fn a_reload_adds_removes_and_changes_watches_while_another_publishes_each_
     widgets.quiet_for(Duration::ZERO).await;
     assert_eq!(daemon.reloads("applied").await, Some(1.0));
     assert_eq!(daemon.reloads("invalid").await, Some(0.0));
+    // The removed watch's gauges are gone (no alert reads it as unsynced); the others report.
+    let text = daemon.metrics().await;
+    let synced = |watch| metric(&text, "kube2nats_watch_synced", &[("watch", watch)]);
+    assert_eq!(synced("configmaps"), None, "{text}");
+    assert_eq!(synced("pods"), Some(1.0));
+    assert_eq!(synced("deployments"), Some(1.0));
+    assert_eq!(synced("widgets"), Some(1.0));
 }
 
 /// An invalid file is refused (one line naming the key, counted) and everything keeps running;

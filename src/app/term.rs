@@ -250,7 +250,9 @@ impl Watches<'_> {
         term.stop(leaving.iter().copied(), self.config.shutdown.grace_period)
             .await;
         for name in &diff.removed {
-            tracing::info!(watch = %name, "watch removed by the reload: stopped; its saved state is kept (see docs/durable-state.md to remove it)");
+            self.metrics.watch.forget(name);
+            self.metrics.publish.forget(name);
+            tracing::info!(watch = %name, "watch removed by the reload: stopped; its saved state is kept (docs/configuration.md, \"Reloading the configuration\")");
         }
         let arrived = self.update_current(desired).await;
         for plan in &arrived.resolved {
