@@ -64,6 +64,7 @@ fn main() -> ExitCode {
             _ => LogFormat::Text,
         }),
     };
+    let content = source.content();
     let (raw, config) = match source.load() {
         Ok(loaded) => loaded,
         Err(errors) => return config_error(path, &errors),
@@ -73,7 +74,14 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let config_format = config.log.format;
-    match run(config, source, raw) {
+    match run(
+        config,
+        Loaded {
+            source,
+            raw,
+            content,
+        },
+    ) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             stopped_on(&e, config_format);
@@ -116,7 +124,14 @@ fn config_error(path: Option<&std::path::Path>, errors: &ConfigErrors) -> ExitCo
     ExitCode::from(EXIT_CONFIG)
 }
 
-fn run(config: Config, source: ConfigSource, raw: RawConfig) -> anyhow::Result<()> {
+/// Where the configuration in force came from, and what it was read as.
+struct Loaded {
+    source: ConfigSource,
+    raw: RawConfig,
+    content: Option<Vec<u8>>,
+}
+
+fn run(config: Config, loaded: Loaded) -> anyhow::Result<()> {
     logging::init(&config.log.filter, config.log.format)?;
     // A panicking watch task is reported by its supervisor in one log line.
     kube2nats::watcher::supervise::install_panic_hook();
@@ -135,8 +150,9 @@ fn run(config: Config, source: ConfigSource, raw: RawConfig) -> anyhow::Result<(
         let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .context("installing signal handlers")?;
         let reload = Reload {
-            source,
-            raw,
+            source: loaded.source,
+            raw: loaded.raw,
+            content: loaded.content,
             hangup: Some(hangup),
         };
         tracing::info!(

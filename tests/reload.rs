@@ -385,3 +385,52 @@ async fn an_invalid_file_leaves_everything_running_and_sighup_reloads() {
     assert_eq!(daemon.reloads("invalid").await, Some(1.0));
     drop(s.nats);
 }
+
+/// With leader election, the standby reloads too, and takes the reloaded watches when it next
+/// holds the Lease: the holder adds a watch in its term; after it hands over (SIGTERM), the new
+/// holder runs that watch, resuming from the checkpoint (nothing published twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_the_reloaded_watches_when_it_takes_over() {
+    let s = setup().await;
+    s.sim.create("pods", Some("default"), pod("p"));
+    s.sim.create(
+        "configmaps",
+        Some("default"),
+        json!({"metadata": {"name": "c1"}}),
+    );
+    let mut pods = Inbox::subscribe(&s.client, "kube.core.v1.pods.>").await;
+    let mut configmaps = Inbox::subscribe(&s.client, "kube.core.v1.configmaps.>").await;
+    let election = "[leader_election]\nenabled = true\nnamespace = \"default\"\nlease_duration = \"3s\"\nrenew_deadline = \"2s\"\nretry_period = \"500ms\"\n[state]\ncheckpoint_interval = \"1s\"\n";
+    let path = s.dir.path().join("kube2nats.toml");
+    let pods_only = format!("{}{election}{}", s.settings, watch("pods", "pods", ""));
+    std::fs::write(&path, &pods_only).unwrap();
+    let replica = |pod: &'static str| {
+        Process::spawn_file(&path, move |command| {
+            command.env("POD_NAME", pod).args(["--log-format", "json"]);
+        })
+    };
+    let holder = replica("replica-a");
+    holder.line_with(&["acquired the Lease"]);
+    assert_eq!(pods.next().await.short(), "ADDED p");
+    let standby = replica("replica-b");
+    standby.line_with(&["standing by"]);
+
+    replace_file(
+        &path,
+        &format!("{pods_only}{}", watch("configmaps", "configmaps", "")),
+    );
+    holder.line_with(&["applying the watch changes", "configmaps"]);
+    standby.line_with(&["applying the watch changes", "configmaps"]);
+    assert_eq!(configmaps.next().await.short(), "ADDED c1");
+
+    holder.terminate();
+    standby.line_with(&["acquired the Lease"]);
+    s.sim.create(
+        "configmaps",
+        Some("default"),
+        json!({"metadata": {"name": "c2"}}),
+    );
+    assert_eq!(configmaps.next().await.short(), "ADDED c2");
+    configmaps.quiet_for(QUIET).await;
+    pods.quiet_for(Duration::ZERO).await;
+}

@@ -39,6 +39,12 @@ pub struct ConfigSource {
 }
 
 impl ConfigSource {
+    /// The file's content now (`None`: no file, or unreadable). Read before [`load`](Self::load),
+    /// it lets the reloader see a change made while the configuration was being loaded.
+    pub fn content(&self) -> Option<Vec<u8>> {
+        self.path.as_deref().and_then(|p| std::fs::read(p).ok())
+    }
+
     /// Reads and checks the configuration (every problem, one per key).
     pub fn load(&self) -> Result<(RawConfig, Config), ConfigErrors> {
         let (mut raw, mut config) = config::load_with_raw(self.path.as_deref(), None)?;
@@ -55,6 +61,8 @@ pub struct Reload {
     pub source: ConfigSource,
     /// The configuration in force, as read: the settings a reload compares.
     pub raw: RawConfig,
+    /// [`ConfigSource::content`], read before the configuration in force was loaded.
+    pub content: Option<Vec<u8>>,
     /// SIGHUP, its handler installed before the runtime could miss one (a SIGHUP without a
     /// handler ends the process).
     pub hangup: Option<Signal>,
@@ -195,15 +203,10 @@ impl Reloader {
         metrics: ReloadMetrics,
     ) -> (Reloader, watch::Receiver<WatchSet>) {
         let (sender, receiver) = watch::channel(watches.clone());
-        let content = reload
-            .source
-            .path
-            .as_deref()
-            .and_then(|p| std::fs::read(p).ok());
         let reloader = Reloader {
+            content: reload.content.clone(),
             reload,
             watches,
-            content,
             sender,
             metrics,
         };
