@@ -12,6 +12,13 @@
 //! With leader election, a replica is warm (discovery, RBAC check, stream, NATS) before it stands
 //! by, and runs the watch targets only for the terms it holds the Lease ([`crate::leader`]); a
 //! lost term stops every watch task at once, a shutdown settles them before the Lease is released.
+//!
+//! A reloaded configuration's watches are applied to the running term, and a later term starts
+//! the watches then in force (docs/configuration.md, "Reloading the configuration").
+//!
+//! The parts: `plan` (discovery, waiting watches, the RBAC check), `term` (one term's tasks,
+//! grouped per watch, and the reloads applied to them), `task` (what one target's task is built
+//! from), `reload` (the triggers, the checks and the diff), `stages` (the metric families).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,37 +27,29 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::budget::Budget;
-use crate::config::{BackoffConfig, Config, InitialState, NatsMode, PayloadMode};
-use crate::event::EventType;
-use crate::kube::client::register_api_requests;
+use crate::config::{BackoffConfig, Config, NatsMode};
 use crate::kube::credentials;
 use crate::kube::discovery::Discovery;
 use crate::kube::ApiClient;
-use crate::leader::{Candidate, Elector, LeaderMetrics};
-use crate::mirror::metrics::{MirrorFamilies, MirrorMetrics};
-use crate::mirror::{Mirror, MirrorBucket};
-use crate::noise::NoiseControl;
-use crate::publish::metrics::{PublishFamilies, PublishMetrics};
-use crate::publish::{connect, MessageBuilder, MessageSpec, Nats, Outbox};
-use crate::scope::{self, Scope};
-use crate::state::{StateMetrics, StateStore};
+use crate::leader::{Candidate, Elector};
+use crate::publish::{connect, Nats};
+use crate::state::StateStore;
 use crate::telemetry::http::{self, Readiness};
 use crate::telemetry::metrics::Metrics;
-use crate::telemetry::target::TargetGauges;
-use crate::watcher::machine::{Machine, Target};
-use crate::watcher::metrics::{WatchFamilies, WatchMetrics};
-use crate::watcher::{ListSlots, WatchTask};
-use plan::{check_rbac, plan, WatchPlan};
+use crate::watcher::ListSlots;
+use plan::{check_rbac, plan};
 use reload::{ReloadMetrics, Reloader, WatchSet};
-use term::Watches;
+use stages::StageMetrics;
+use term::{QueuedAfterLostTerm, Watches};
 
 mod plan;
 mod reload;
+mod stages;
+mod task;
 mod term;
 
 pub use reload::{ConfigSource, Reload};
@@ -82,29 +81,6 @@ impl Daemon {
     /// Waits until the daemon has stopped: after [`shutdown`](Self::shutdown), or on a fatal error.
     pub async fn wait(self) -> anyhow::Result<()> {
         self.main.await.context("kube2nats main task panicked")?
-    }
-}
-
-/// Every stage's metric families, registered into the one registry.
-struct StageMetrics {
-    watch: WatchFamilies,
-    publish: PublishFamilies,
-    api_requests: prometheus::IntCounterVec,
-    state: StateMetrics,
-    leader: LeaderMetrics,
-    mirror: MirrorFamilies,
-}
-
-impl StageMetrics {
-    fn register(registry: &prometheus::Registry) -> prometheus::Result<StageMetrics> {
-        Ok(StageMetrics {
-            watch: WatchFamilies::register(registry)?,
-            publish: PublishFamilies::register(registry)?,
-            api_requests: register_api_requests(registry)?,
-            state: StateMetrics::register(registry)?,
-            leader: LeaderMetrics::register(registry)?,
-            mirror: MirrorFamilies::register(registry)?,
-        })
     }
 }
 
@@ -373,225 +349,6 @@ fn elector(
         config.leader_election.clone(),
         metrics.leader.clone(),
     )))
-}
-
-/// A term was lost while NATS did not take the messages already handed to the client (not
-/// flushed within `within`). Once reconnected the client would publish them after another
-/// replica had taken over, out of order with its messages, so kube2nats exits without draining
-/// (its pod restarts as a standby) — as client-go's controllers exit on a lost lease.
-#[derive(Debug, thiserror::Error)]
-#[error("lost the Lease with messages still queued for NATS (not flushed within {within:?}); exiting so that they are never published after another replica took over")]
-struct QueuedAfterLostTerm {
-    within: Duration,
-}
-
-/// What one watch target's task is built from.
-struct TaskParts<'a> {
-    config: &'a Config,
-    client: &'a Arc<ApiClient>,
-    nats: &'a Nats,
-    budget: &'a Budget,
-    list_slots: &'a ListSlots,
-    state: &'a StateStore,
-    plan: &'a WatchPlan,
-    /// The matching namespaces of the watch's `namespace_selector`.
-    selected: Option<watch::Receiver<scope::Selected>>,
-    /// The mirror bucket and the watch's mirror metrics, when the watch is mirrored.
-    mirror: Option<(&'a MirrorBucket, MirrorMetrics)>,
-}
-
-impl TaskParts<'_> {
-    fn target(&self, namespace: Option<String>) -> Target {
-        let (config, watch) = (self.config, &*self.plan.watch);
-        Target {
-            resource: self.plan.resource.clone(),
-            namespace,
-            label_selector: watch.label_selector.clone(),
-            field_selector: watch.field_selector.clone(),
-            page_size: config.kubernetes.list_page_size,
-            watch_timeout: config.kubernetes.watch_timeout,
-            streaming_list: config.kubernetes.streaming_list,
-            max_line_bytes: config.kubernetes.max_line_bytes,
-            metadata_only: watch.payload == PayloadMode::Metadata,
-        }
-    }
-
-    /// What starts the task of one target (`namespace: None`: all namespaces): its list+watch
-    /// state machine, its outbox and the messages it builds.
-    fn watch_task(
-        &self,
-        namespace: Option<String>,
-        watch_metrics: WatchMetrics,
-        publish_metrics: PublishMetrics,
-        gauges: TargetGauges,
-    ) -> TaskFactory {
-        let (config, watch) = (self.config, &*self.plan.watch);
-        let target = Arc::new(self.target(namespace));
-        // Cluster-scoped objects have no namespace to choose by (`plan` warned).
-        let (exclude, selected) = match self.plan.resource.namespaced {
-            true => (
-                watch.namespaces_exclude.clone().into(),
-                self.selected.clone(),
-            ),
-            false => (Arc::from([]), None),
-        };
-        let messages = MessageBuilder::new(MessageSpec {
-            watch: watch.name.clone(),
-            subject: watch.subject.clone(),
-            prefix: watch.subject_prefix.clone(),
-            cluster: watch.cluster.clone(),
-            resource: self.plan.resource.clone(),
-            payload: watch.payload,
-            format: watch.format,
-        });
-        let max_in_flight = match &config.nats.mode {
-            NatsMode::Core => 1,
-            NatsMode::JetStream(js) => js.max_ack_inflight,
-        };
-        let mirror = self.mirror.as_ref().map(|(bucket, metrics)| MirrorParts {
-            bucket: (*bucket).clone(),
-            prefix: crate::mirror::key::watch_prefix(&watch.cluster, &self.plan.resource),
-            metrics: metrics.clone(),
-        });
-        TaskFactory {
-            mirror,
-            client: self.client.clone(),
-            state: self.state.clone(),
-            watch_name: watch.name.clone(),
-            target,
-            backoff: config.kubernetes.backoff,
-            nats: self.nats.clone(),
-            budget: self.budget.clone(),
-            list_slots: self.list_slots.clone(),
-            max_in_flight,
-            messages,
-            events: watch.events.clone(),
-            noise: NoiseControl::new(&watch.noise),
-            initial_state: watch.initial_state,
-            watch_metrics,
-            publish_metrics,
-            gauges,
-            exclude,
-            selected,
-        }
-    }
-}
-
-/// Everything one target's task is made of, owned, so that its supervisor can build a fresh task
-/// after a crash.
-struct TaskFactory {
-    mirror: Option<MirrorParts>,
-    client: Arc<ApiClient>,
-    /// Each build loads the target's saved state afresh: a restarted task resumes from the last
-    /// checkpoint, which only ever holds what was published.
-    state: StateStore,
-    watch_name: String,
-    target: Arc<Target>,
-    backoff: BackoffConfig,
-    nats: Nats,
-    budget: Budget,
-    list_slots: ListSlots,
-    max_in_flight: usize,
-    messages: MessageBuilder,
-    events: Vec<EventType>,
-    noise: NoiseControl,
-    initial_state: InitialState,
-    watch_metrics: WatchMetrics,
-    publish_metrics: PublishMetrics,
-    gauges: TargetGauges,
-    exclude: Arc<[String]>,
-    selected: Option<watch::Receiver<scope::Selected>>,
-}
-
-impl TaskFactory {
-    fn build(&self) -> WatchTask {
-        let machine = Machine::new(
-            self.client.clone(),
-            self.target.clone(),
-            Backoff::new(self.backoff),
-        )
-        .with_budget(self.budget.clone())
-        .with_list_slots(self.list_slots.clone())
-        .with_served(self.watch_metrics.sync.served().cloned());
-        let outbox = Outbox::new(
-            self.nats.clone(),
-            self.max_in_flight,
-            self.publish_metrics.clone(),
-            self.gauges.clone(),
-        )
-        .with_budget(self.budget.clone());
-        WatchTask::new(
-            machine,
-            outbox,
-            self.messages.clone(),
-            self.events.clone(),
-            self.noise.clone(),
-            self.initial_state,
-            self.watch_metrics.clone(),
-            self.state.target(&self.watch_name, &self.target),
-            self.gauges.clone(),
-            Scope::new(self.exclude.clone(), self.selected.clone()),
-        )
-        .with_mirror(self.mirror.as_ref().map(|m| {
-            Mirror::start(
-                &m.bucket,
-                m.prefix.clone(),
-                self.target.namespace.as_deref(),
-                &self.watch_name,
-                m.metrics.clone(),
-            )
-        }))
-    }
-}
-
-/// What a mirrored target's writer is made of.
-struct MirrorParts {
-    bucket: MirrorBucket,
-    /// The watch's keys: [`crate::mirror::key::watch_prefix`].
-    prefix: String,
-    metrics: MirrorMetrics,
-}
-
-/// Waits for the watch tasks, which publish what they hold and stop, within the grace period;
-/// past it, aborts them and says how much was abandoned.
-async fn drain(
-    mut sets: Vec<JoinSet<()>>,
-    grace_period: Duration,
-    targets: &[TargetGauges],
-) -> anyhow::Result<()> {
-    tracing::info!(grace_period = ?grace_period, "shutting down: stopping watches and publishing what is in flight");
-    let tasks: usize = sets.iter().map(JoinSet::len).sum();
-    if let Err(abandoned) = join_within(&mut sets, grace_period, targets).await {
-        anyhow::bail!(
-            "shutdown grace period of {:?} exceeded: abandoned {abandoned} message(s) not yet acknowledged or flushed by NATS, held by up to {tasks} watch task(s); the next start re-announces them (by its list, or from the checkpoint)",
-            grace_period,
-        );
-    }
-    tracing::info!("all watches stopped; in-flight messages published");
-    Ok(())
-}
-
-/// Waits for the tasks of `sets`, asked to stop, within `grace_period`; past it, aborts those
-/// left and returns how many messages `targets` held unconfirmed.
-async fn join_within(
-    sets: &mut [JoinSet<()>],
-    grace_period: Duration,
-    targets: &[TargetGauges],
-) -> Result<(), i64> {
-    let drained = tokio::time::timeout(grace_period, async {
-        for set in sets.iter_mut() {
-            while set.join_next().await.is_some() {}
-        }
-    })
-    .await;
-    if drained.is_ok() {
-        return Ok(());
-    }
-    let abandoned: i64 = targets.iter().map(TargetGauges::unconfirmed).sum();
-    for set in sets.iter_mut() {
-        set.abort_all();
-    }
-    Err(abandoned)
 }
 
 /// Creates (or checks) the JetStream stream when kube2nats manages it, before any watch publishes:

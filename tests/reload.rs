@@ -272,7 +272,7 @@ async fn a_reload_adds_removes_and_changes_watches_while_another_publishes_each_
         watch("widgets", "widgets.example.com", "")
     );
     mount.update(&after);
-    let swapped = std::time::Instant::now();
+    let swapped = tokio::time::Instant::now();
     let line = daemon
         .process
         .line_with(&["configuration reloaded: applying the watch changes"]);

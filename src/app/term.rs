@@ -16,7 +16,8 @@ use tracing::Instrument;
 
 use super::plan::{check_rbac_late, plan, Plans, Waiting, WatchPlan};
 use super::reload::{diff_watches, WatchSet};
-use super::{drain, join_within, QueuedAfterLostTerm, StageMetrics, TaskParts};
+use super::stages::StageMetrics;
+use super::task::TaskParts;
 use crate::backoff::Backoff;
 use crate::budget::Budget;
 use crate::config::{Config, WatchConfig};
@@ -468,4 +469,56 @@ impl Plans {
         });
         resolved.chain(waiting).collect()
     }
+}
+
+/// A term was lost while NATS did not take the messages already handed to the client (not
+/// flushed within `within`). Once reconnected the client would publish them after another
+/// replica had taken over, out of order with its messages, so kube2nats exits without draining
+/// (its pod restarts as a standby) — as client-go's controllers exit on a lost lease.
+#[derive(Debug, thiserror::Error)]
+#[error("lost the Lease with messages still queued for NATS (not flushed within {within:?}); exiting so that they are never published after another replica took over")]
+pub(super) struct QueuedAfterLostTerm {
+    within: Duration,
+}
+
+/// Waits for the watch tasks, which publish what they hold and stop, within the grace period;
+/// past it, aborts them and says how much was abandoned.
+pub(super) async fn drain(
+    mut sets: Vec<JoinSet<()>>,
+    grace_period: Duration,
+    targets: &[TargetGauges],
+) -> anyhow::Result<()> {
+    tracing::info!(grace_period = ?grace_period, "shutting down: stopping watches and publishing what is in flight");
+    let tasks: usize = sets.iter().map(JoinSet::len).sum();
+    if let Err(abandoned) = join_within(&mut sets, grace_period, targets).await {
+        anyhow::bail!(
+            "shutdown grace period of {:?} exceeded: abandoned {abandoned} message(s) not yet acknowledged or flushed by NATS, held by up to {tasks} watch task(s); the next start re-announces them (by its list, or from the checkpoint)",
+            grace_period,
+        );
+    }
+    tracing::info!("all watches stopped; in-flight messages published");
+    Ok(())
+}
+
+/// Waits for the tasks of `sets`, asked to stop, within `grace_period`; past it, aborts those
+/// left and returns how many messages `targets` held unconfirmed.
+async fn join_within(
+    sets: &mut [JoinSet<()>],
+    grace_period: Duration,
+    targets: &[TargetGauges],
+) -> Result<(), i64> {
+    let drained = tokio::time::timeout(grace_period, async {
+        for set in sets.iter_mut() {
+            while set.join_next().await.is_some() {}
+        }
+    })
+    .await;
+    if drained.is_ok() {
+        return Ok(());
+    }
+    let abandoned: i64 = targets.iter().map(TargetGauges::unconfirmed).sum();
+    for set in sets.iter_mut() {
+        set.abort_all();
+    }
+    Err(abandoned)
 }
