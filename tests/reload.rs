@@ -358,6 +358,8 @@ async fn an_invalid_file_leaves_everything_running_and_sighup_reloads() {
         .line_with(&["configuration reload refused", "watches[0].events"]);
     assert!(line.contains("\"level\":\"ERROR\""), "{line}");
     assert_eq!(daemon.reloads("invalid").await, Some(1.0));
+    let successful = |text: &str| metric(text, "kube2nats_config_last_reload_successful", &[]);
+    assert_eq!(successful(&daemon.metrics().await), Some(0.0));
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let valid = format!(
@@ -379,6 +381,7 @@ async fn an_invalid_file_leaves_everything_running_and_sighup_reloads() {
         .process
         .line_with(&["applying the watch changes", "configmaps"]);
     assert_eq!(configmaps.next().await.short(), "ADDED c1");
+    assert_eq!(successful(&daemon.metrics().await), Some(1.0));
 
     daemon.hangup();
     daemon

@@ -13,13 +13,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus::{IntCounter, IntCounterVec, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Registry};
 use tokio::signal::unix::Signal;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Config, ConfigErrors, LogFormat, Named as _, RawConfig, WatchConfig};
-use crate::telemetry::metrics::counter;
+use crate::telemetry::metrics::{counter, opts};
 
 /// The configured watches, as a reload hands them to the term.
 pub(crate) type WatchSet = Arc<[Arc<WatchConfig>]>;
@@ -68,12 +68,14 @@ pub struct Reload {
     pub hangup: Option<Signal>,
 }
 
-/// The outcome counter, `kube2nats_config_reloads_total{result}`.
+/// The outcome counter, `kube2nats_config_reloads_total{result}`, and whether the last reload
+/// was accepted, `kube2nats_config_last_reload_successful`.
 #[derive(Clone)]
 pub(crate) struct ReloadMetrics {
     applied: IntCounter,
     unchanged: IntCounter,
     invalid: IntCounter,
+    successful: IntGauge,
 }
 
 impl ReloadMetrics {
@@ -84,7 +86,14 @@ impl ReloadMetrics {
             "Configuration reloads (SIGHUP or the file changed), by result: applied (watches added, removed or changed), unchanged (no watch changed; settings that need a restart are logged), invalid (the file was refused; the configuration in force stays).",
             &["result"],
         )?;
+        let successful = IntGauge::with_opts(opts(
+            "config_last_reload_successful",
+            "1 while the file last read (at start, or by the last reload) was valid; 0 after a reload refused an invalid file, until a valid one is read.",
+        ))?;
+        registry.register(Box::new(successful.clone()))?;
+        successful.set(1);
         Ok(ReloadMetrics {
+            successful,
             applied: reloads.with_label_values(&["applied"]),
             unchanged: reloads.with_label_values(&["unchanged"]),
             invalid: reloads.with_label_values(&["invalid"]),
@@ -254,12 +263,14 @@ impl Reloader {
             Ok(loaded) => loaded,
             Err(errors) => {
                 self.metrics.invalid.inc();
+                self.metrics.successful.set(0);
                 for problem in &errors.0 {
                     tracing::error!(trigger, key = %problem.key, problem = %problem, "configuration reload refused: the file is invalid; the configuration in force stays");
                 }
                 return;
             }
         };
+        self.metrics.successful.set(1);
         let restart = restart_needed(&self.reload.raw, &raw);
         if !restart.is_empty() {
             tracing::warn!(trigger, settings = %restart.join(", "), "configuration reload: these settings cannot change in place; they keep their running values until kube2nats restarts");
