@@ -138,6 +138,15 @@ impl Flow {
     }
 }
 
+/// The requests for pods the API server has answered so far (lists and watches).
+fn pod_requests(sim: &ApiServer) -> usize {
+    let requests = sim.requests();
+    requests
+        .iter()
+        .filter(|r| r.path.ends_with("/pods"))
+        .count()
+}
+
 /// Asserts that `pods` carries the ADDED of `p` at `added`, then a MODIFIED for each of
 /// `changes`, each once and in order, and nothing more.
 async fn every_change_once(pods: &mut Inbox, added: &str, changes: &[String]) {
@@ -271,6 +280,11 @@ async fn a_reload_adds_removes_and_changes_watches_while_another_publishes_each_
         ),
         watch("widgets", "widgets.example.com", "")
     );
+    let pods_requests = pod_requests(&s.sim);
+    assert!(
+        pods_requests >= 2,
+        "the pods list and watch: {pods_requests}"
+    );
     mount.update(&after);
     let swapped = tokio::time::Instant::now();
     let line = daemon
@@ -305,6 +319,8 @@ async fn a_reload_adds_removes_and_changes_watches_while_another_publishes_each_
         "{} changes of pod p flowed across the reload",
         changes.len()
     );
+    // The pods watch was not touched: no list, no new watch request, one stream throughout.
+    assert_eq!(pod_requests(&s.sim), pods_requests);
     every_change_once(&mut pods, &rv(&pod), &changes).await;
     configmaps.quiet_for(Duration::ZERO).await;
     deployments.quiet_for(Duration::ZERO).await;
