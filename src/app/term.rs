@@ -250,6 +250,8 @@ impl Watches<'_> {
         waiting.forget(&leaving);
         term.stop(leaving.iter().copied(), self.config.shutdown.grace_period)
             .await;
+        // Readiness no longer waits for the watches stopped.
+        self.readiness.set_watches(term.syncs());
         for name in &diff.removed {
             self.metrics.watch.forget(name);
             self.metrics.publish.forget(name);
