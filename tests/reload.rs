@@ -462,3 +462,55 @@ async fn a_standby_takes_the_reloaded_watches_when_it_takes_over() {
     configmaps.quiet_for(QUIET).await;
     pods.quiet_for(Duration::ZERO).await;
 }
+
+/// A watch added for a resource not served yet waits for it as at start (`watch_served` 0), starts
+/// once its CRD is created, and a later reload removing it stops it: its gauges leave `/metrics`
+/// and its objects are no longer published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_added_before_its_crd_waits_for_it_and_can_be_removed_again() {
+    let s = setup().await;
+    assert_eq!(s.sim.delete_crd("widgets"), 0);
+    let mut widgets = Inbox::subscribe(&s.client, "kube.example_com.v1.widgets.>").await;
+    let path = s.dir.path().join("kube2nats.toml");
+    let pods_only = format!("{}{}", s.settings, watch("pods", "pods", ""));
+    std::fs::write(&path, &pods_only).unwrap();
+    let daemon = Daemon::spawn(&path);
+    assert!(s.sim.wait_for_watches(1, WAIT).await, "watch not open");
+    let served = |text: &str| metric(text, "kube2nats_watch_served", &[("watch", "widgets")]);
+
+    let with_widgets = format!("{pods_only}{}", watch("widgets", "widgets.example.com", ""));
+    replace_file(&path, &with_widgets);
+    daemon
+        .process
+        .line_with(&["resource not served yet", "\"watch\":\"widgets\""]);
+    eventually_async(|| async { served(&daemon.metrics().await) == Some(0.0) }).await;
+    s.sim.create_crd("widgets");
+    let widget = |name: &str| json!({"metadata": {"name": name}, "spec": {"size": 1}});
+    s.sim.create("widgets", Some("default"), widget("w1"));
+    assert_eq!(widgets.next().await.short(), "ADDED w1");
+    eventually_async(|| async { served(&daemon.metrics().await) == Some(1.0) }).await;
+
+    replace_file(&path, &pods_only);
+    daemon
+        .process
+        .line_with(&["applying the watch changes", r#"removed":"[\"widgets\"]"#]);
+    eventually_async(|| async { served(&daemon.metrics().await).is_none() }).await;
+    s.sim.create("widgets", Some("default"), widget("w2"));
+    widgets.quiet_for(QUIET).await;
+}
+
+/// Waits until the future that `f` makes resolves to `true`, polling.
+async fn eventually_async<F, Fut>(mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !f().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
