@@ -6,6 +6,7 @@ kubernetes-validate and checkov like the kustomize output) and each rendered Con
 OUT/helm-*.toml (checked with kube2nats --check-config). Checks here: `helm lint --strict`, every
 watch of the rendered configuration has its RBAC rule in the rendered Role/ClusterRole, with
 leader election the Lease's rules, downward-API identity, durable state's instance per release, PodDisruptionBudget and anti-affinity
+and the configuration's rollout (a checksum annotation, or `reloadConfig`)
 agree with the configuration, values that kube2nats cannot honour are refused at render time, and
 the chart's copy of the alerts is deploy/monitoring/prometheusrule.yaml.
 
@@ -44,9 +45,11 @@ VARIANTS = {
 }
 
 VARIANTS["helm-replicas"] = {
-    # Three replicas, one publisher: leader election, a PodDisruptionBudget, spread over nodes.
+    # Three replicas, one publisher: leader election, a PodDisruptionBudget, spread over nodes;
+    # a changed configuration reloaded by the pods rather than rolling them.
     "replicas": 3,
     "leaderElection": {"enabled": True},
+    "reloadConfig": True,
 }
 
 REFUSED = {
@@ -176,6 +179,20 @@ def check_leader_election(name, docs, config):
             fail(f"{name}: no pod anti-affinity spreading the replicas")
 
 
+def check_config_rollout(name, docs, values):
+    """A changed configuration rolls the pods (the checksum annotation) unless `reloadConfig`
+    leaves it to kube2nats' reload; the ConfigMap is mounted as a directory either way (a subPath
+    mount would never see an update)."""
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]
+    rolls = "checksum/config" in pod["metadata"].get("annotations", {})
+    if rolls == bool(values.get("reloadConfig")):
+        fail(f"{name}: checksum/config annotation {'present' if rolls else 'missing'} with reloadConfig={values.get('reloadConfig', False)}")
+    mounts = [m for c in pod["spec"]["containers"] for m in c.get("volumeMounts", []) if m["name"] == "config"]
+    if not mounts or any("subPath" in m for m in mounts):
+        fail(f"{name}: the configuration must be mounted as a directory, without subPath, to be reloaded")
+
+
 def check_state_owner(name, docs, config):
     """Durable state's instance is the release's own (namespace and full name), so two releases
     sharing a state bucket never share state."""
@@ -207,6 +224,7 @@ def main(out):
         check_hardening(name, docs)
         check_leader_election(name, docs, config)
         check_state_owner(name, docs, config)
+        check_config_rollout(name, docs, values)
         kinds = ",".join(d["kind"] for d in docs)
         print(f"{name}: {len(docs)} objects ({kinds})", file=sys.stderr)
 

@@ -12,8 +12,14 @@
 //! With leader election, a replica is warm (discovery, RBAC check, stream, NATS) before it stands
 //! by, and runs the watch targets only for the terms it holds the Lease ([`crate::leader`]); a
 //! lost term stops every watch task at once, a shutdown settles them before the Lease is released.
+//!
+//! A reloaded configuration's watches are applied to the running term, and a later term starts
+//! the watches then in force (docs/configuration.md, "Reloading the configuration").
+//!
+//! The parts: `plan` (discovery, waiting watches, the RBAC check), `term` (one term's tasks,
+//! grouped per watch, and the reloads applied to them), `task` (what one target's task is built
+//! from), `reload` (the triggers, the checks and the diff), `stages` (the metric families).
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,37 +27,32 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::backoff::Backoff;
 use crate::budget::Budget;
-use crate::config::{BackoffConfig, Config, InitialState, NatsMode, PayloadMode, WatchConfig};
-use crate::event::EventType;
-use crate::kube::client::register_api_requests;
+use crate::config::{BackoffConfig, Config, NatsMode};
 use crate::kube::credentials;
 use crate::kube::discovery::Discovery;
 use crate::kube::ApiClient;
-use crate::leader::{Candidate, Elector, LeaderMetrics};
-use crate::mirror::metrics::{MirrorFamilies, MirrorMetrics};
-use crate::mirror::{Mirror, MirrorBucket};
-use crate::noise::NoiseControl;
-use crate::publish::metrics::{PublishFamilies, PublishMetrics};
-use crate::publish::{connect, MessageBuilder, MessageSpec, Nats, Outbox};
-use crate::scope::{self, Scope};
-use crate::state::{target_key, StateMetrics, StateStore};
+use crate::leader::{Candidate, Elector};
+use crate::publish::{connect, Nats};
+use crate::state::StateStore;
 use crate::telemetry::http::{self, Readiness};
-use crate::telemetry::metrics::{Metrics, WatchSync};
-use crate::telemetry::target::TargetGauges;
-use crate::watcher::machine::{Machine, Target};
-use crate::watcher::metrics::{WatchFamilies, WatchMetrics};
-use crate::watcher::supervise::supervise;
-use crate::watcher::NamespaceWatcher;
-use crate::watcher::{ListSlots, WatchTask};
-use plan::{check_rbac, check_rbac_late, plan, Plans, Waiting, WatchPlan};
+use crate::telemetry::metrics::Metrics;
+use crate::watcher::ListSlots;
+use plan::{check_rbac, plan};
+use reload::{ReloadMetrics, Reloader, WatchSet};
+use stages::StageMetrics;
+use term::{QueuedAfterLostTerm, Watches};
 
 mod plan;
+mod reload;
+mod stages;
+mod task;
+mod term;
+
+pub use reload::{ConfigSource, Reload};
 
 /// How long the NATS connection may take to drain at shutdown, after the watches' grace period
 /// and [`WATCHES_STOP_MARGIN`]: enough for a reachable server, and keeps the whole shutdown, the
@@ -83,33 +84,20 @@ impl Daemon {
     }
 }
 
-/// Every stage's metric families, registered into the one registry.
-struct StageMetrics {
-    watch: WatchFamilies,
-    publish: PublishFamilies,
-    api_requests: prometheus::IntCounterVec,
-    state: StateMetrics,
-    leader: LeaderMetrics,
-    mirror: MirrorFamilies,
-}
-
-impl StageMetrics {
-    fn register(registry: &prometheus::Registry) -> prometheus::Result<StageMetrics> {
-        Ok(StageMetrics {
-            watch: WatchFamilies::register(registry)?,
-            publish: PublishFamilies::register(registry)?,
-            api_requests: register_api_requests(registry)?,
-            state: StateMetrics::register(registry)?,
-            leader: LeaderMetrics::register(registry)?,
-            mirror: MirrorFamilies::register(registry)?,
-        })
-    }
-}
-
 /// Runs kube2nats until `shutdown` resolves (SIGTERM in production, anything in tests), or until
 /// a fatal error (a refused RBAC check with `rbac_check = "fail"`) stops it.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let mut daemon = start(config).await?;
+    run_reloading(config, None, shutdown).await
+}
+
+/// [`run`], reloading the configuration on SIGHUP and when its file changes
+/// (docs/configuration.md, "Reloading the configuration") when `reload` is given.
+pub async fn run_reloading(
+    config: Config,
+    reload: Option<Reload>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let mut daemon = start_reloading(config, reload).await?;
     tokio::select! {
         () = shutdown => {
             daemon.shutdown();
@@ -121,6 +109,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
 
 /// Starts every stage; returns once the HTTP endpoints are bound.
 pub async fn start(config: Config) -> anyhow::Result<Daemon> {
+    start_reloading(config, None).await
+}
+
+/// [`start`], reloading the configuration as `reload` says.
+pub async fn start_reloading(config: Config, reload: Option<Reload>) -> anyhow::Result<Daemon> {
     // Before anything is served: without a cluster to watch, the one line that says so is all
     // an operator should see (docs/troubleshooting.md, "Exit codes").
     let endpoint = credentials::resolve(&config.kubernetes, |name| std::env::var(name).ok())
@@ -174,6 +167,18 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         .context("building the Kubernetes API client")?,
     );
 
+    let reload_metrics =
+        ReloadMetrics::register(&metrics.registry).context("registering metrics")?;
+    let watch_set: WatchSet = config.watches.iter().cloned().map(Arc::new).collect();
+    let reloads = match reload {
+        Some(reload) => {
+            let (reloader, reloads) = Reloader::new(reload, watch_set, reload_metrics);
+            tokio::spawn(reloader.run(shutdown.clone()));
+            reloads
+        }
+        // Nothing sends: the term sees the channel closed and stops looking.
+        None => watch::channel(watch_set).1,
+    };
     let main = {
         let shutdown = shutdown.clone();
         let bound = config.shutdown.grace_period + WATCHES_STOP_MARGIN;
@@ -184,6 +189,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
                 nats.clone(),
                 stages,
                 readiness,
+                reloads,
                 shutdown.clone(),
             );
             let result = stopped_within(watches, &shutdown, bound).await;
@@ -247,14 +253,15 @@ async fn run_watches(
     nats: Nats,
     metrics: StageMetrics,
     readiness: Arc<Readiness>,
+    reloads: watch::Receiver<WatchSet>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let elector = elector(&config, &client, &metrics)?;
     let Some(discovery) = discover(&client, &config, &shutdown).await? else {
         return Ok(());
     };
-    let Plans { resolved, waiting } = plan(&config, &discovery);
-    check_rbac(&client, &config, &resolved, elector.as_ref()).await?;
+    let plans = plan(&reloads.borrow(), &discovery);
+    check_rbac(&client, &config, &plans.resolved, elector.as_ref()).await?;
     if !ensure_stream(&config, &nats, &shutdown).await {
         return Ok(());
     }
@@ -304,8 +311,8 @@ async fn run_watches(
         metrics: &metrics,
         readiness: &readiness,
         state: &state,
-        plans: &resolved,
-        waiting: &waiting,
+        current: std::sync::Mutex::new(plans),
+        reloads,
         mirror: mirror.as_ref(),
     };
     match elector {
@@ -342,452 +349,6 @@ fn elector(
         config.leader_election.clone(),
         metrics.leader.clone(),
     )))
-}
-
-/// A term was lost while NATS did not take the messages already handed to the client (not
-/// flushed within `within`). Once reconnected the client would publish them after another
-/// replica had taken over, out of order with its messages, so kube2nats exits without draining
-/// (its pod restarts as a standby) — as client-go's controllers exit on a lost lease.
-#[derive(Debug, thiserror::Error)]
-#[error("lost the Lease with messages still queued for NATS (not flushed within {within:?}); exiting so that they are never published after another replica took over")]
-struct QueuedAfterLostTerm {
-    within: Duration,
-}
-
-/// What a term of watching needs: everything resolved while warm.
-struct Watches<'a> {
-    config: &'a Config,
-    client: &'a Arc<ApiClient>,
-    nats: &'a Nats,
-    /// `nats.max_buffered_bytes`, shared by every target.
-    budget: &'a Budget,
-    /// `kubernetes.max_concurrent_lists`, shared by every target.
-    list_slots: &'a ListSlots,
-    metrics: &'a StageMetrics,
-    readiness: &'a Readiness,
-    state: &'a StateStore,
-    plans: &'a [WatchPlan<'a>],
-    /// The watches whose resource was not served when discovery ran: each term looks for them.
-    waiting: &'a [&'a WatchConfig],
-    /// The mirror bucket, when a watch is mirrored.
-    mirror: Option<&'a MirrorBucket>,
-}
-
-/// One term's watch tasks and the metrics they report through.
-#[derive(Default)]
-struct Term {
-    tasks: JoinSet<()>,
-    syncs: Vec<WatchSync>,
-    watch_metrics: Vec<WatchMetrics>,
-    publish_metrics: Vec<PublishMetrics>,
-    /// Each target's share of its watch's gauges, for the abandoned count at shutdown.
-    targets: Vec<TargetGauges>,
-    /// The namespace watcher of each `namespace_selector`, shared by the watches that use it.
-    selectors: HashMap<String, watch::Receiver<scope::Selected>>,
-}
-
-impl Watches<'_> {
-    /// Runs one task per watch target, each with fresh memory, until `shutdown` (then waits for
-    /// them to publish what is in flight, within the grace period) or until `lost` (then stops
-    /// every task at once: nothing more is published, nothing that publishes is awaited).
-    async fn run_term(
-        &self,
-        shutdown: &CancellationToken,
-        lost: CancellationToken,
-    ) -> anyhow::Result<()> {
-        let mut term = Term::default();
-        for plan in self.plans {
-            self.spawn(plan, &mut term, shutdown);
-        }
-        let mut waiting = Waiting::new(self.waiting);
-        for watch in self.waiting {
-            let placeholder = self.metrics.watch.for_watch(&watch.name, 1);
-            if let Some(served) = placeholder.sync.served() {
-                served.set(0);
-            }
-            term.syncs.push(placeholder.sync.clone());
-            term.watch_metrics.push(placeholder);
-        }
-        self.readiness.set_watches(term.syncs.clone());
-        tokio::spawn(self.state.clone().purge_removed(self.targets()));
-        loop {
-            tokio::select! {
-                _ = lost.cancelled() => break,
-                _ = shutdown.cancelled() => {
-                    let tasks = std::mem::take(&mut term.tasks);
-                    let grace_period = self.config.shutdown.grace_period;
-                    // Losing the Lease while draining drops the drain, and with it the JoinSet,
-                    // which aborts every task.
-                    tokio::select! {
-                        _ = lost.cancelled() => break,
-                        drained = drain(tasks, grace_period, &term.targets) => return drained,
-                    }
-                }
-                plans = waiting.resolved(self.client), if !waiting.is_empty() => {
-                    for plan in &plans {
-                        term.tasks.spawn(check_rbac_late(self.client, plan));
-                        let name = &*plan.watch.name;
-                        term.syncs.retain(|sync| &*sync.watch != name);
-                        self.spawn(plan, &mut term, shutdown);
-                    }
-                    self.readiness.set_watches(term.syncs.clone());
-                }
-            }
-        }
-        term.tasks.abort_all();
-        while term.tasks.join_next().await.is_some() {}
-        self.flush_after_lost_term().await?;
-        self.readiness.set_standby();
-        for m in &term.watch_metrics {
-            m.clear();
-        }
-        for m in &term.publish_metrics {
-            m.queue_depth.set(0);
-        }
-        Ok(())
-    }
-
-    /// After a lost term, makes sure the messages already handed to the NATS client reach the
-    /// server before another replica can take over; if they cannot (NATS unreachable), the
-    /// client would send them on reconnecting, behind the next holder's: only ending the process
-    /// discards them.
-    async fn flush_after_lost_term(&self) -> Result<(), QueuedAfterLostTerm> {
-        let election = &self.config.leader_election;
-        // Another replica acquires no sooner than lease_duration after this one's last renewal,
-        // which is renew_deadline before now: half that margin leaves the flush room to land.
-        let within = election
-            .lease_duration
-            .saturating_sub(election.renew_deadline)
-            / 2;
-        match tokio::time::timeout(within, self.nats.client().flush()).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(_)) | Err(_) => Err(QueuedAfterLostTerm { within }),
-        }
-    }
-
-    /// The keys of every target the configuration has, the waiting watches' in each scope
-    /// they may turn out to have: the state of any other target of these watches is removed.
-    fn targets(&self) -> Vec<String> {
-        let resolved = self.plans.iter().flat_map(|p| {
-            p.namespaces
-                .iter()
-                .map(|ns| target_key(&p.watch.name, ns.as_deref()))
-        });
-        let waiting = self.waiting.iter().flat_map(|w| {
-            let namespaces = w.namespaces.iter().map(|ns| Some(ns.as_str()));
-            std::iter::once(None)
-                .chain(namespaces)
-                .map(|ns| target_key(&w.name, ns))
-        });
-        resolved.chain(waiting).collect()
-    }
-
-    /// Starts the tasks of `plan`'s targets (and the namespace watcher of its selector, unless
-    /// running) in `term`.
-    fn spawn(&self, plan: &WatchPlan<'_>, term: &mut Term, shutdown: &CancellationToken) {
-        let name = &plan.watch.name;
-        let metrics = self.metrics;
-        let watch = metrics.watch.for_watch(name, plan.namespaces.len());
-        let publish = metrics
-            .publish
-            .for_watch(name, metrics.watch.dropped_too_large(name));
-        term.syncs.push(watch.sync.clone());
-        term.watch_metrics.push(watch.clone());
-        term.publish_metrics.push(publish.clone());
-        if let Some(served) = watch.sync.served() {
-            served.set(1);
-        }
-        let selected = self.namespace_watcher(plan, (&watch, &publish), term, shutdown);
-        for namespace in &plan.namespaces {
-            // Every line a watch task logs (its publishes included) carries these fields.
-            let span = tracing::info_span!("watch", watch = %name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
-            let parts = TaskParts {
-                config: self.config,
-                client: self.client,
-                nats: self.nats,
-                budget: self.budget,
-                list_slots: self.list_slots,
-                state: self.state,
-                plan,
-                selected: selected.clone(),
-                mirror: self
-                    .mirror
-                    .filter(|_| plan.watch.mirror)
-                    .map(|bucket| (bucket, metrics.mirror.for_watch(name))),
-            };
-            let gauges = TargetGauges::new(
-                watch.sync.clone(),
-                watch.tracked_objects.clone(),
-                publish.queue_depth.clone(),
-            );
-            term.targets.push(gauges.clone());
-            let factory = parts.watch_task(
-                namespace.clone(),
-                watch.clone(),
-                publish.clone(),
-                gauges.clone(),
-            );
-            let start = move |stop| factory.build().run(stop).instrument(span.clone());
-            let namespace = namespace.as_deref().unwrap_or("*").to_owned();
-            term.tasks.spawn(supervise(
-                start,
-                watch.clone(),
-                gauges,
-                namespace,
-                shutdown.clone(),
-            ));
-        }
-    }
-}
-
-impl Watches<'_> {
-    /// Where the matching namespaces of `plan`'s `namespace_selector` arrive: from the watcher
-    /// already running for that selector, or from one started now, supervised like a watch task
-    /// under this watch's metrics (a crash is logged and counted, and the watcher restarts).
-    fn namespace_watcher(
-        &self,
-        plan: &WatchPlan<'_>,
-        metrics: (&WatchMetrics, &PublishMetrics),
-        term: &mut Term,
-        shutdown: &CancellationToken,
-    ) -> Option<watch::Receiver<scope::Selected>> {
-        let selector = plan.watch.namespace_selector.as_ref()?;
-        if !plan.resource.namespaced {
-            return None;
-        }
-        if let Some(receiver) = term.selectors.get(selector) {
-            return Some(receiver.clone());
-        }
-        let template = TaskParts {
-            config: self.config,
-            client: self.client,
-            nats: self.nats,
-            state: self.state,
-            plan,
-            selected: None,
-            budget: self.budget,
-            list_slots: self.list_slots,
-            mirror: None,
-        }
-        .target(None);
-        let target = Arc::new(NamespaceWatcher::target(selector, &template));
-        let (updates, receiver) = NamespaceWatcher::channel();
-        let (client, backoff) = (self.client.clone(), self.config.kubernetes.backoff);
-        let span = tracing::info_span!("namespaces", watch = %plan.watch.name, namespace_selector = %selector);
-        let start = move |stop| {
-            let machine = Machine::new(client.clone(), target.clone(), Backoff::new(backoff));
-            let watcher = NamespaceWatcher::new(machine, updates.clone());
-            watcher.run(stop).instrument(span.clone())
-        };
-        let (watch_metrics, publish_metrics) = metrics;
-        // A share of the watch's gauges that stays empty: the watcher tracks no objects.
-        let gauges = TargetGauges::new(
-            watch_metrics.sync.clone(),
-            watch_metrics.tracked_objects.clone(),
-            publish_metrics.queue_depth.clone(),
-        );
-        term.tasks.spawn(supervise(
-            start,
-            watch_metrics.clone(),
-            gauges,
-            "namespaces".to_owned(),
-            shutdown.clone(),
-        ));
-        term.selectors.insert(selector.clone(), receiver.clone());
-        Some(receiver)
-    }
-}
-
-/// What one watch target's task is built from.
-struct TaskParts<'a> {
-    config: &'a Config,
-    client: &'a Arc<ApiClient>,
-    nats: &'a Nats,
-    budget: &'a Budget,
-    list_slots: &'a ListSlots,
-    state: &'a StateStore,
-    plan: &'a WatchPlan<'a>,
-    /// The matching namespaces of the watch's `namespace_selector`.
-    selected: Option<watch::Receiver<scope::Selected>>,
-    /// The mirror bucket and the watch's mirror metrics, when the watch is mirrored.
-    mirror: Option<(&'a MirrorBucket, MirrorMetrics)>,
-}
-
-impl TaskParts<'_> {
-    fn target(&self, namespace: Option<String>) -> Target {
-        let (config, watch) = (self.config, self.plan.watch);
-        Target {
-            resource: self.plan.resource.clone(),
-            namespace,
-            label_selector: watch.label_selector.clone(),
-            field_selector: watch.field_selector.clone(),
-            page_size: config.kubernetes.list_page_size,
-            watch_timeout: config.kubernetes.watch_timeout,
-            streaming_list: config.kubernetes.streaming_list,
-            max_line_bytes: config.kubernetes.max_line_bytes,
-            metadata_only: watch.payload == PayloadMode::Metadata,
-        }
-    }
-
-    /// What starts the task of one target (`namespace: None`: all namespaces): its list+watch
-    /// state machine, its outbox and the messages it builds.
-    fn watch_task(
-        &self,
-        namespace: Option<String>,
-        watch_metrics: WatchMetrics,
-        publish_metrics: PublishMetrics,
-        gauges: TargetGauges,
-    ) -> TaskFactory {
-        let (config, watch) = (self.config, self.plan.watch);
-        let target = Arc::new(self.target(namespace));
-        // Cluster-scoped objects have no namespace to choose by (`plan` warned).
-        let (exclude, selected) = match self.plan.resource.namespaced {
-            true => (
-                watch.namespaces_exclude.clone().into(),
-                self.selected.clone(),
-            ),
-            false => (Arc::from([]), None),
-        };
-        let messages = MessageBuilder::new(MessageSpec {
-            watch: watch.name.clone(),
-            subject: watch.subject.clone(),
-            prefix: watch.subject_prefix.clone(),
-            cluster: watch.cluster.clone(),
-            resource: self.plan.resource.clone(),
-            payload: watch.payload,
-            format: watch.format,
-        });
-        let max_in_flight = match &config.nats.mode {
-            NatsMode::Core => 1,
-            NatsMode::JetStream(js) => js.max_ack_inflight,
-        };
-        let mirror = self.mirror.as_ref().map(|(bucket, metrics)| MirrorParts {
-            bucket: (*bucket).clone(),
-            prefix: crate::mirror::key::watch_prefix(&watch.cluster, &self.plan.resource),
-            metrics: metrics.clone(),
-        });
-        TaskFactory {
-            mirror,
-            client: self.client.clone(),
-            state: self.state.clone(),
-            watch_name: watch.name.clone(),
-            target,
-            backoff: config.kubernetes.backoff,
-            nats: self.nats.clone(),
-            budget: self.budget.clone(),
-            list_slots: self.list_slots.clone(),
-            max_in_flight,
-            messages,
-            events: watch.events.clone(),
-            noise: NoiseControl::new(&watch.noise),
-            initial_state: watch.initial_state,
-            watch_metrics,
-            publish_metrics,
-            gauges,
-            exclude,
-            selected,
-        }
-    }
-}
-
-/// Everything one target's task is made of, owned, so that its supervisor can build a fresh task
-/// after a crash.
-struct TaskFactory {
-    mirror: Option<MirrorParts>,
-    client: Arc<ApiClient>,
-    /// Each build loads the target's saved state afresh: a restarted task resumes from the last
-    /// checkpoint, which only ever holds what was published.
-    state: StateStore,
-    watch_name: String,
-    target: Arc<Target>,
-    backoff: BackoffConfig,
-    nats: Nats,
-    budget: Budget,
-    list_slots: ListSlots,
-    max_in_flight: usize,
-    messages: MessageBuilder,
-    events: Vec<EventType>,
-    noise: NoiseControl,
-    initial_state: InitialState,
-    watch_metrics: WatchMetrics,
-    publish_metrics: PublishMetrics,
-    gauges: TargetGauges,
-    exclude: Arc<[String]>,
-    selected: Option<watch::Receiver<scope::Selected>>,
-}
-
-impl TaskFactory {
-    fn build(&self) -> WatchTask {
-        let machine = Machine::new(
-            self.client.clone(),
-            self.target.clone(),
-            Backoff::new(self.backoff),
-        )
-        .with_budget(self.budget.clone())
-        .with_list_slots(self.list_slots.clone())
-        .with_served(self.watch_metrics.sync.served().cloned());
-        let outbox = Outbox::new(
-            self.nats.clone(),
-            self.max_in_flight,
-            self.publish_metrics.clone(),
-            self.gauges.clone(),
-        )
-        .with_budget(self.budget.clone());
-        WatchTask::new(
-            machine,
-            outbox,
-            self.messages.clone(),
-            self.events.clone(),
-            self.noise.clone(),
-            self.initial_state,
-            self.watch_metrics.clone(),
-            self.state.target(&self.watch_name, &self.target),
-            self.gauges.clone(),
-            Scope::new(self.exclude.clone(), self.selected.clone()),
-        )
-        .with_mirror(self.mirror.as_ref().map(|m| {
-            Mirror::start(
-                &m.bucket,
-                m.prefix.clone(),
-                self.target.namespace.as_deref(),
-                &self.watch_name,
-                m.metrics.clone(),
-            )
-        }))
-    }
-}
-
-/// What a mirrored target's writer is made of.
-struct MirrorParts {
-    bucket: MirrorBucket,
-    /// The watch's keys: [`crate::mirror::key::watch_prefix`].
-    prefix: String,
-    metrics: MirrorMetrics,
-}
-
-/// Waits for the watch tasks, which publish what they hold and stop, within the grace period;
-/// past it, aborts them and says how much was abandoned.
-async fn drain(
-    mut tasks: JoinSet<()>,
-    grace_period: Duration,
-    targets: &[TargetGauges],
-) -> anyhow::Result<()> {
-    tracing::info!(grace_period = ?grace_period, "shutting down: stopping watches and publishing what is in flight");
-    let drained = tokio::time::timeout(grace_period, async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        let abandoned: i64 = targets.iter().map(TargetGauges::unconfirmed).sum();
-        tasks.abort_all();
-        anyhow::bail!(
-            "shutdown grace period of {:?} exceeded: abandoned {abandoned} message(s) not yet acknowledged or flushed by NATS, held by {} watch task(s); the next start re-announces them (by its list, or from the checkpoint)",
-            grace_period,
-            tasks.len()
-        );
-    }
-    tracing::info!("all watches stopped; in-flight messages published");
-    Ok(())
 }
 
 /// Creates (or checks) the JetStream stream when kube2nats manages it, before any watch publishes:

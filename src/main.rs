@@ -1,5 +1,6 @@
 //! The `kube2nats` command: parses flags, loads the configuration, installs logging and signal
-//! handling, and runs [`kube2nats::app::run`] until SIGTERM or SIGINT.
+//! handling, and runs [`kube2nats::app::run_reloading`] until SIGTERM or SIGINT, reloading the
+//! configuration on SIGHUP and when its file changes.
 //!
 //! Exit codes: `0` clean stop (or a valid `--check-config`), `1` runtime error (the error chain is
 //! printed), `2` invalid configuration or command line (one line per problem on stderr, printed
@@ -15,7 +16,8 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Parser;
-use kube2nats::config::{self, Config, ConfigErrors, LogFormat};
+use kube2nats::app::{ConfigSource, Reload};
+use kube2nats::config::{Config, ConfigErrors, LogFormat, RawConfig};
 use kube2nats::telemetry::logging;
 
 /// The static musl build (the container image) allocates through mimalloc: musl's malloc is slow
@@ -54,19 +56,16 @@ fn main() -> ExitCode {
         Some(Some(file)) => Some(file.as_path()),
         _ => cli.config.as_deref(),
     };
-    let loaded = config::load_with_raw(path, None).map(|(mut raw, mut config)| {
+    let source = ConfigSource {
+        path: path.map(PathBuf::from),
         // The flag wins over the file and the environment; clap has checked its value.
-        if let Some(format) = &cli.log_format {
-            raw.log.format.clone_from(format);
-            config.log.format = if format == "json" {
-                LogFormat::Json
-            } else {
-                LogFormat::Text
-            };
-        }
-        (raw, config)
-    });
-    let (raw, config) = match loaded {
+        log_format: cli.log_format.as_deref().map(|format| match format {
+            "json" => LogFormat::Json,
+            _ => LogFormat::Text,
+        }),
+    };
+    let content = source.content();
+    let (raw, config) = match source.load() {
         Ok(loaded) => loaded,
         Err(errors) => return config_error(path, &errors),
     };
@@ -75,7 +74,14 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let config_format = config.log.format;
-    match run(config) {
+    match run(
+        config,
+        Loaded {
+            source,
+            raw,
+            content,
+        },
+    ) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             stopped_on(&e, config_format);
@@ -118,7 +124,14 @@ fn config_error(path: Option<&std::path::Path>, errors: &ConfigErrors) -> ExitCo
     ExitCode::from(EXIT_CONFIG)
 }
 
-fn run(config: Config) -> anyhow::Result<()> {
+/// Where the configuration in force came from, and what it was read as.
+struct Loaded {
+    source: ConfigSource,
+    raw: RawConfig,
+    content: Option<Vec<u8>>,
+}
+
+fn run(config: Config, loaded: Loaded) -> anyhow::Result<()> {
     logging::init(&config.log.filter, config.log.format)?;
     // A panicking watch task is reported by its supervisor in one log line.
     kube2nats::watcher::supervise::install_panic_hook();
@@ -132,13 +145,23 @@ fn run(config: Config) -> anyhow::Result<()> {
         .context("starting the tokio runtime")?;
     let result = runtime.block_on(async {
         let shutdown = shutdown_signal().context("installing signal handlers")?;
+        // SIGHUP reloads the configuration (docs/configuration.md); without a handler it would
+        // end the process.
+        let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("installing signal handlers")?;
+        let reload = Reload {
+            source: loaded.source,
+            raw: loaded.raw,
+            content: loaded.content,
+            hangup: Some(hangup),
+        };
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
             revision = kube2nats::telemetry::metrics::REVISION,
             watches = config.watches.len(),
             "kube2nats starting"
         );
-        kube2nats::app::run(config, shutdown).await
+        kube2nats::app::run_reloading(config, Some(reload), shutdown).await
     });
     // Blocking work still running (a file read, a name lookup) must not hold up the exit.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));

@@ -17,33 +17,32 @@ use crate::scope;
 
 /// One configured watch, resolved: what it watches and in which namespaces (`None`: all, or
 /// cluster-scoped).
-pub(super) struct WatchPlan<'a> {
-    pub(super) watch: &'a WatchConfig,
+#[derive(Clone)]
+pub(super) struct WatchPlan {
+    pub(super) watch: Arc<WatchConfig>,
     pub(super) resource: ResourceInfo,
     pub(super) namespaces: Vec<Option<String>>,
 }
 
 /// Every configured watch: resolved, or waiting for the API server to serve its resource.
-pub(super) struct Plans<'a> {
-    pub(super) resolved: Vec<WatchPlan<'a>>,
-    pub(super) waiting: Vec<&'a WatchConfig>,
+#[derive(Clone, Default)]
+pub(super) struct Plans {
+    pub(super) resolved: Vec<WatchPlan>,
+    pub(super) waiting: Vec<Arc<WatchConfig>>,
 }
 
 /// Resolves every watch through discovery. A resource discovery does not list is not fatal: a
 /// CRD applied in the same sync as kube2nats may not be established yet. Its watch waits (one
 /// warning, `kube2nats_watch_served` 0, `/readyz` names it) and the others run; a name that
 /// will never exist (a typo) stays visible the same way, the warning naming close matches.
-pub(super) fn plan<'a>(config: &'a Config, discovery: &Discovery) -> Plans<'a> {
-    let mut plans = Plans {
-        resolved: Vec::new(),
-        waiting: Vec::new(),
-    };
-    for watch in &config.watches {
+pub(super) fn plan(watches: &[Arc<WatchConfig>], discovery: &Discovery) -> Plans {
+    let mut plans = Plans::default();
+    for watch in watches {
         match discovery.resolve(&watch.resource) {
-            Ok(resource) => plans.resolved.push(resolved(watch, resource)),
+            Ok(resource) => plans.resolved.push(resolved(watch.clone(), resource)),
             Err(e) => {
                 tracing::warn!(watch = %watch.name, resource = %watch.resource, error = %e, "resource not served yet (CRD not installed?); waiting");
-                plans.waiting.push(watch);
+                plans.waiting.push(watch.clone());
             }
         }
     }
@@ -51,7 +50,7 @@ pub(super) fn plan<'a>(config: &'a Config, discovery: &Discovery) -> Plans<'a> {
 }
 
 /// The plan of `watch`, whose resource discovery found.
-fn resolved(watch: &WatchConfig, resource: ResourceInfo) -> WatchPlan<'_> {
+fn resolved(watch: Arc<WatchConfig>, resource: ResourceInfo) -> WatchPlan {
     if !resource.namespaced && !watch.namespaces.is_empty() {
         tracing::warn!(watch = %watch.name, resource = %resource.plural, "resource is cluster-scoped; ignoring the configured namespaces");
     }
@@ -86,17 +85,31 @@ const WAITING_BACKOFF: BackoffConfig = BackoffConfig::checked(
 );
 
 /// The watches of one term still waiting for their resource.
-pub(super) struct Waiting<'a> {
-    watches: Vec<&'a WatchConfig>,
+pub(super) struct Waiting {
+    watches: Vec<Arc<WatchConfig>>,
     backoff: Backoff,
 }
 
-impl<'a> Waiting<'a> {
-    pub(super) fn new(watches: &[&'a WatchConfig]) -> Waiting<'a> {
+impl Waiting {
+    pub(super) fn new(watches: &[Arc<WatchConfig>]) -> Waiting {
         Waiting {
             watches: watches.to_vec(),
             backoff: Backoff::new(WAITING_BACKOFF),
         }
+    }
+
+    /// Waits for these watches too (added by a reload): discovery runs again within about a
+    /// second, then backs off as at start.
+    pub(super) fn add(&mut self, watches: &[Arc<WatchConfig>]) {
+        if !watches.is_empty() {
+            self.watches.extend(watches.iter().cloned());
+            self.backoff = Backoff::new(WAITING_BACKOFF);
+        }
+    }
+
+    /// No longer waits for the watches named (removed or changed by a reload).
+    pub(super) fn forget(&mut self, names: &[&str]) {
+        self.watches.retain(|w| !names.contains(&w.name.as_str()));
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -105,7 +118,7 @@ impl<'a> Waiting<'a> {
 
     /// Runs discovery again with backoff until it serves the resource of one or more waiting
     /// watches; returns their plans. Cancel-safe: nothing is lost if dropped while waiting.
-    pub(super) async fn resolved(&mut self, client: &ApiClient) -> Vec<WatchPlan<'a>> {
+    pub(super) async fn resolved(&mut self, client: &ApiClient) -> Vec<WatchPlan> {
         loop {
             tokio::time::sleep(self.backoff.next_delay()).await;
             let discovery = match Discovery::fetch(client).await {
@@ -120,7 +133,7 @@ impl<'a> Waiting<'a> {
                 .retain(|watch| match discovery.resolve(&watch.resource) {
                     Ok(resource) => {
                         tracing::info!(watch = %watch.name, "resource now served; starting the watch");
-                        plans.push(resolved(watch, resource));
+                        plans.push(resolved(watch.clone(), resource));
                         false
                     }
                     Err(_) => true,
@@ -138,7 +151,7 @@ impl<'a> Waiting<'a> {
 pub(super) async fn check_rbac(
     client: &ApiClient,
     config: &Config,
-    plans: &[WatchPlan<'_>],
+    plans: &[WatchPlan],
     elector: Option<&Elector>,
 ) -> anyhow::Result<()> {
     let leases = rbac::lease_resource();
@@ -171,7 +184,7 @@ pub(super) async fn check_rbac(
 /// the watch reports the refusals itself as it retries.
 pub(super) fn check_rbac_late(
     client: &Arc<ApiClient>,
-    plan: &WatchPlan<'_>,
+    plan: &WatchPlan,
 ) -> impl Future<Output = ()> + Send + 'static {
     let client = client.clone();
     let watch = plan.watch.name.clone();
@@ -191,7 +204,7 @@ pub(super) fn check_rbac_late(
     }
 }
 
-fn watch_accesses<'p>(plans: &'p [WatchPlan<'_>]) -> Vec<rbac::Access<'p>> {
+fn watch_accesses(plans: &[WatchPlan]) -> Vec<rbac::Access<'_>> {
     plans
         .iter()
         .flat_map(|p| {

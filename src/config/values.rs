@@ -324,7 +324,7 @@ pub struct ShutdownConfig {
 }
 
 /// One configured watch.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WatchConfig {
     /// Unique; the `watch` label of every metric and the `watch` field of every log line.
     pub name: String,

@@ -76,6 +76,11 @@ impl PublishFamilies {
 
     /// Handles for one configured watch, resolved once; `dropped_too_large` is its
     /// `events_dropped_total{reason="too_large"}`, a family of the watch stage.
+    /// A watch removed by a reload: its queue depth leaves `/metrics` (its counters stay).
+    pub(crate) fn forget(&self, watch: &str) {
+        let _ = self.publish_queue_depth.remove_label_values(&[watch]);
+    }
+
     pub fn for_watch(&self, watch: &str, dropped_too_large: IntCounter) -> PublishMetrics {
         PublishMetrics {
             watch: watch.into(),

@@ -96,6 +96,19 @@ impl WatchFamilies {
         })
     }
 
+    /// A watch removed by a reload: its level gauges leave `/metrics`, so that no alert reads a
+    /// watch that no longer runs as unsynced or stalled. Its counters stay (flat) until restart.
+    pub(crate) fn forget(&self, watch: &str) {
+        for family in [
+            &self.watch_synced,
+            &self.watch_served,
+            &self.tracked_objects,
+        ] {
+            let _ = family.remove_label_values(&[watch]);
+        }
+        let _ = self.last_event_timestamp.remove_label_values(&[watch]);
+    }
+
     /// Handles for one configured watch, resolved once. `targets` is how many independent
     /// list+watch loops (namespaces) the watch runs; it counts as synced when all of them are.
     pub fn for_watch(&self, watch: &str, targets: usize) -> WatchMetrics {

@@ -416,7 +416,7 @@ fn samples<'a>(
 pub struct Process {
     child: Child,
     lines: std::sync::mpsc::Receiver<String>,
-    _config: tempfile::NamedTempFile,
+    _config: Option<tempfile::NamedTempFile>,
 }
 
 impl Process {
@@ -442,6 +442,14 @@ impl Process {
     pub fn spawn_command(config: &str, adjust: impl FnOnce(&mut Command)) -> Process {
         let mut file = tempfile::NamedTempFile::new().unwrap();
         file.write_all(config.as_bytes()).unwrap();
+        let mut process = Process::spawn_file(file.path(), adjust);
+        process._config = Some(file);
+        process
+    }
+
+    /// Starts the binary with `--config path`, a file the test owns (and may rewrite), adjusted
+    /// as by [`Process::spawn_command`].
+    pub fn spawn_file(path: &Path, adjust: impl FnOnce(&mut Command)) -> Process {
         let mut command = Command::new(env!("CARGO_BIN_EXE_kube2nats"));
         command
             .env("RUST_LOG", "info")
@@ -450,7 +458,7 @@ impl Process {
         adjust(&mut command);
         let mut child = command
             .arg("--config")
-            .arg(file.path())
+            .arg(path)
             .spawn()
             .expect("starting kube2nats");
         let stderr = child.stderr.take().unwrap();
@@ -465,7 +473,7 @@ impl Process {
         Process {
             child,
             lines,
-            _config: file,
+            _config: None,
         }
     }
 

@@ -1,0 +1,526 @@
+//! One term of watching: a task per watch target, the watches waiting for their resource, and the
+//! configuration reloads applied while it runs (docs/configuration.md, "Reloading the
+//! configuration"). Each watch's tasks form a group with their own stop, so that a reload stops
+//! the watches it removes or changes (drained and checkpointed as at shutdown) and starts the
+//! added and changed ones, while the tasks of every other watch run on untouched.
+
+use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::plan::{check_rbac_late, plan, Plans, Waiting, WatchPlan};
+use super::reload::{diff_watches, WatchSet};
+use super::stages::StageMetrics;
+use super::task::TaskParts;
+use crate::backoff::Backoff;
+use crate::budget::Budget;
+use crate::config::{Config, WatchConfig};
+use crate::kube::discovery::Discovery;
+use crate::kube::ApiClient;
+use crate::mirror::MirrorBucket;
+use crate::publish::metrics::PublishMetrics;
+use crate::publish::Nats;
+use crate::scope;
+use crate::state::{target_key, StateStore};
+use crate::telemetry::http::Readiness;
+use crate::telemetry::metrics::WatchSync;
+use crate::telemetry::target::TargetGauges;
+use crate::watcher::machine::Machine;
+use crate::watcher::metrics::WatchMetrics;
+use crate::watcher::supervise::supervise;
+use crate::watcher::{ListSlots, NamespaceWatcher};
+
+/// What a term of watching needs: everything resolved while warm.
+pub(super) struct Watches<'a> {
+    pub(super) config: &'a Config,
+    pub(super) client: &'a Arc<ApiClient>,
+    pub(super) nats: &'a Nats,
+    /// `nats.max_buffered_bytes`, shared by every target.
+    pub(super) budget: &'a Budget,
+    /// `kubernetes.max_concurrent_lists`, shared by every target.
+    pub(super) list_slots: &'a ListSlots,
+    pub(super) metrics: &'a StageMetrics,
+    pub(super) readiness: &'a Readiness,
+    pub(super) state: &'a StateStore,
+    /// The watches of the configuration in force, which each term starts.
+    pub(super) current: Mutex<Plans>,
+    /// The watches of each reloaded configuration.
+    pub(super) reloads: watch::Receiver<WatchSet>,
+    /// The mirror bucket, when a watch is mirrored.
+    pub(super) mirror: Option<&'a MirrorBucket>,
+}
+
+/// One watch's tasks in a term: stopped on their own when a reload removes or changes the watch.
+struct Group {
+    tasks: JoinSet<()>,
+    /// A child of the shutdown: the tasks drain and checkpoint on either.
+    stop: CancellationToken,
+    /// Each target's share of the watch's gauges, for the abandoned count.
+    targets: Vec<TargetGauges>,
+    watch_metrics: WatchMetrics,
+    publish_metrics: PublishMetrics,
+}
+
+impl Group {
+    /// The watch no longer runs here: its gauges say so.
+    fn clear_metrics(&self) {
+        self.watch_metrics.clear();
+        self.publish_metrics.queue_depth.set(0);
+    }
+}
+
+/// One term's watch tasks and the metrics they report through.
+#[derive(Default)]
+struct Term {
+    /// The running watches, by name (ordered, so that `/readyz` lists them in a stable order).
+    groups: BTreeMap<String, Group>,
+    /// The metrics of each watch waiting for its resource.
+    waiting: BTreeMap<String, WatchMetrics>,
+    /// What serves every watch: the namespace watchers, the late RBAC checks.
+    shared: JoinSet<()>,
+    /// The namespace watcher of each `namespace_selector`, shared by the watches that use it.
+    selectors: HashMap<String, watch::Receiver<scope::Selected>>,
+}
+
+impl Term {
+    fn syncs(&self) -> Vec<WatchSync> {
+        let running = self.groups.values().map(|g| g.watch_metrics.sync.clone());
+        let waiting = self.waiting.values().map(|m| m.sync.clone());
+        running.chain(waiting).collect()
+    }
+
+    fn targets(&self) -> Vec<TargetGauges> {
+        self.groups
+            .values()
+            .flat_map(|g| g.targets.iter().cloned())
+            .collect()
+    }
+
+    /// Every task of the term, the shared ones last.
+    fn task_sets(&mut self) -> Vec<JoinSet<()>> {
+        let groups = self
+            .groups
+            .values_mut()
+            .map(|g| std::mem::take(&mut g.tasks));
+        let shared = std::iter::once(std::mem::take(&mut self.shared));
+        groups.chain(shared).collect()
+    }
+
+    /// `watch` waits for its resource: `watch_served` 0, and `/readyz` names it.
+    fn wait_for(&mut self, metrics: &StageMetrics, watch: &WatchConfig) {
+        let placeholder = metrics.watch.for_watch(&watch.name, 1);
+        if let Some(served) = placeholder.sync.served() {
+            served.set(0);
+        }
+        self.waiting.insert(watch.name.clone(), placeholder);
+    }
+
+    /// Stops the tasks of the watches named (drained within `grace_period`, as at shutdown).
+    async fn stop<'n>(&mut self, names: impl Iterator<Item = &'n str>, grace_period: Duration) {
+        let mut stopping = Vec::new();
+        for name in names {
+            if let Some(placeholder) = self.waiting.remove(name) {
+                placeholder.clear();
+            }
+            if let Some(group) = self.groups.remove(name) {
+                group.stop.cancel();
+                stopping.push(group);
+            }
+        }
+        let targets: Vec<TargetGauges> = stopping
+            .iter()
+            .flat_map(|g| g.targets.iter().cloned())
+            .collect();
+        let mut sets: Vec<JoinSet<()>> = stopping
+            .iter_mut()
+            .map(|g| std::mem::take(&mut g.tasks))
+            .collect();
+        if let Err(abandoned) = join_within(&mut sets, grace_period, &targets).await {
+            tracing::warn!(grace_period = ?grace_period, abandoned, "watches stopped by the reload did not drain within the grace period; their unconfirmed messages are re-announced when they start again");
+        }
+        for group in &stopping {
+            group.clear_metrics();
+        }
+        // Finished late RBAC checks and namespace watchers need not be kept.
+        while self.shared.try_join_next().is_some() {}
+    }
+}
+
+impl Watches<'_> {
+    fn current(&self) -> MutexGuard<'_, Plans> {
+        // Every writer leaves the plans whole, so a poisoned lock still holds valid ones.
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs one task per watch target, each with fresh memory, until `shutdown` (then waits for
+    /// them to publish what is in flight, within the grace period) or until `lost` (then stops
+    /// every task at once: nothing more is published, nothing that publishes is awaited).
+    pub(super) async fn run_term(
+        &self,
+        shutdown: &CancellationToken,
+        lost: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let mut reloads = self.reloads.clone();
+        // A reload while this replica stood by: the term starts the watches now in force.
+        let desired = reloads.borrow_and_update().clone();
+        self.update_current(&desired).await;
+        let current = self.current().clone();
+        let mut term = Term::default();
+        for plan in &current.resolved {
+            self.spawn(plan, &mut term, shutdown);
+        }
+        let mut waiting = Waiting::new(&current.waiting);
+        for watch in &current.waiting {
+            term.wait_for(self.metrics, watch);
+        }
+        self.readiness.set_watches(term.syncs());
+        tokio::spawn(self.state.clone().purge_removed(current.targets()));
+        let mut reloading = true;
+        loop {
+            tokio::select! {
+                _ = lost.cancelled() => break,
+                _ = shutdown.cancelled() => {
+                    let sets = term.task_sets();
+                    let targets = term.targets();
+                    let grace_period = self.config.shutdown.grace_period;
+                    // Losing the Lease while draining drops the drain, and with it the JoinSets,
+                    // which aborts every task.
+                    tokio::select! {
+                        _ = lost.cancelled() => break,
+                        drained = drain(sets, grace_period, &targets) => return drained,
+                    }
+                }
+                plans = waiting.resolved(self.client), if !waiting.is_empty() => {
+                    for plan in &plans {
+                        term.shared.spawn(check_rbac_late(self.client, plan));
+                        term.waiting.remove(&plan.watch.name);
+                        self.spawn(plan, &mut term, shutdown);
+                    }
+                    self.readiness.set_watches(term.syncs());
+                }
+                changed = reloads.changed(), if reloading => {
+                    let Ok(()) = changed else {
+                        reloading = false;
+                        continue;
+                    };
+                    let desired = reloads.borrow_and_update().clone();
+                    tokio::select! {
+                        _ = lost.cancelled() => break,
+                        () = self.reload(&desired, &mut term, &mut waiting, shutdown) => {}
+                    }
+                }
+            }
+        }
+        for mut set in term.task_sets() {
+            set.abort_all();
+            while set.join_next().await.is_some() {}
+        }
+        self.flush_after_lost_term().await?;
+        self.readiness.set_standby();
+        for group in term.groups.values() {
+            group.clear_metrics();
+        }
+        for placeholder in term.waiting.values() {
+            placeholder.clear();
+        }
+        Ok(())
+    }
+
+    /// Applies a reloaded configuration's watches to the running term: the removed and changed
+    /// ones stop (drained and checkpointed), the added and changed ones start as at start
+    /// (discovery, waiting for an unserved resource, the RBAC check); the others are not touched.
+    async fn reload(
+        &self,
+        desired: &WatchSet,
+        term: &mut Term,
+        waiting: &mut Waiting,
+        shutdown: &CancellationToken,
+    ) {
+        let diff = diff_watches(&self.current().watches(), desired);
+        if diff.is_empty() {
+            return;
+        }
+        let leaving: Vec<&str> = diff.leaving().collect();
+        waiting.forget(&leaving);
+        term.stop(leaving.iter().copied(), self.config.shutdown.grace_period)
+            .await;
+        // Readiness no longer waits for the watches stopped.
+        self.readiness.set_watches(term.syncs());
+        for name in &diff.removed {
+            self.metrics.watch.forget(name);
+            self.metrics.publish.forget(name);
+            tracing::info!(watch = %name, "watch removed by the reload: stopped; its saved state is kept (docs/configuration.md, \"Reloading the configuration\")");
+        }
+        let arrived = self.update_current(desired).await;
+        for plan in &arrived.resolved {
+            term.shared.spawn(check_rbac_late(self.client, plan));
+            self.spawn(plan, term, shutdown);
+        }
+        for watch in &arrived.waiting {
+            term.wait_for(self.metrics, watch);
+        }
+        waiting.add(&arrived.waiting);
+        self.readiness.set_watches(term.syncs());
+        let targets = self.current().targets();
+        tokio::spawn(self.state.clone().purge_removed(targets));
+    }
+
+    /// Makes `desired` the watches in force: the unchanged keep their plans, the added and
+    /// changed are resolved through discovery (or wait for their resource, also when discovery
+    /// fails now: waiting runs it again). Returns the plans of those.
+    async fn update_current(&self, desired: &WatchSet) -> Plans {
+        let diff = diff_watches(&self.current().watches(), desired);
+        if diff.is_empty() {
+            return Plans::default();
+        }
+        let arriving = diff.arriving();
+        let arrived = match Discovery::fetch(self.client).await {
+            Ok(discovery) => plan(&arriving, &discovery),
+            Err(e) => {
+                tracing::warn!(error = %e, "API discovery for the reloaded watches failed; they wait for it");
+                Plans {
+                    resolved: Vec::new(),
+                    waiting: arriving,
+                }
+            }
+        };
+        for plan in &arrived.resolved {
+            if plan.watch.mirror && self.mirror.is_none() {
+                tracing::warn!(watch = %plan.watch.name, "the mirror bucket opens at start: this watch is mirrored after kube2nats restarts");
+            }
+        }
+        let mut current = self.current();
+        let leaving: Vec<&str> = diff.leaving().collect();
+        current.retain(|name| !leaving.contains(&name));
+        current.resolved.extend(arrived.resolved.iter().cloned());
+        current.waiting.extend(arrived.waiting.iter().cloned());
+        drop(current);
+        arrived
+    }
+
+    /// After a lost term, makes sure the messages already handed to the NATS client reach the
+    /// server before another replica can take over; if they cannot (NATS unreachable), the
+    /// client would send them on reconnecting, behind the next holder's: only ending the process
+    /// discards them.
+    async fn flush_after_lost_term(&self) -> Result<(), QueuedAfterLostTerm> {
+        let election = &self.config.leader_election;
+        // Another replica acquires no sooner than lease_duration after this one's last renewal,
+        // which is renew_deadline before now: half that margin leaves the flush room to land.
+        let within = election
+            .lease_duration
+            .saturating_sub(election.renew_deadline)
+            / 2;
+        match tokio::time::timeout(within, self.nats.client().flush()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) | Err(_) => Err(QueuedAfterLostTerm { within }),
+        }
+    }
+
+    /// Starts the tasks of `plan`'s targets (and the namespace watcher of its selector, unless
+    /// running) in `term`, as the watch's group.
+    fn spawn(&self, plan: &WatchPlan, term: &mut Term, shutdown: &CancellationToken) {
+        let name = &plan.watch.name;
+        let metrics = self.metrics;
+        let watch = metrics.watch.for_watch(name, plan.namespaces.len());
+        let publish = metrics
+            .publish
+            .for_watch(name, metrics.watch.dropped_too_large(name));
+        if let Some(served) = watch.sync.served() {
+            served.set(1);
+        }
+        let selected = self.namespace_watcher(plan, (&watch, &publish), term, shutdown);
+        let mut group = Group {
+            tasks: JoinSet::new(),
+            stop: shutdown.child_token(),
+            targets: Vec::new(),
+            watch_metrics: watch.clone(),
+            publish_metrics: publish.clone(),
+        };
+        for namespace in &plan.namespaces {
+            // Every line a watch task logs (its publishes included) carries these fields.
+            let span = tracing::info_span!("watch", watch = %name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
+            let parts = TaskParts {
+                config: self.config,
+                client: self.client,
+                nats: self.nats,
+                budget: self.budget,
+                list_slots: self.list_slots,
+                state: self.state,
+                plan,
+                selected: selected.clone(),
+                mirror: self
+                    .mirror
+                    .filter(|_| plan.watch.mirror)
+                    .map(|bucket| (bucket, metrics.mirror.for_watch(name))),
+            };
+            let gauges = TargetGauges::new(
+                watch.sync.clone(),
+                watch.tracked_objects.clone(),
+                publish.queue_depth.clone(),
+            );
+            group.targets.push(gauges.clone());
+            let factory = parts.watch_task(
+                namespace.clone(),
+                watch.clone(),
+                publish.clone(),
+                gauges.clone(),
+            );
+            let start = move |stop| factory.build().run(stop).instrument(span.clone());
+            let namespace = namespace.as_deref().unwrap_or("*").to_owned();
+            group.tasks.spawn(supervise(
+                start,
+                watch.clone(),
+                gauges,
+                namespace,
+                group.stop.clone(),
+            ));
+        }
+        term.groups.insert(name.clone(), group);
+    }
+
+    /// Where the matching namespaces of `plan`'s `namespace_selector` arrive: from the watcher
+    /// already running for that selector, or from one started now, supervised like a watch task
+    /// under this watch's metrics (a crash is logged and counted, and the watcher restarts). It
+    /// runs for the term: other watches may come to share it.
+    fn namespace_watcher(
+        &self,
+        plan: &WatchPlan,
+        metrics: (&WatchMetrics, &PublishMetrics),
+        term: &mut Term,
+        shutdown: &CancellationToken,
+    ) -> Option<watch::Receiver<scope::Selected>> {
+        let selector = plan.watch.namespace_selector.as_ref()?;
+        if !plan.resource.namespaced {
+            return None;
+        }
+        if let Some(receiver) = term.selectors.get(selector) {
+            return Some(receiver.clone());
+        }
+        let template = TaskParts {
+            config: self.config,
+            client: self.client,
+            nats: self.nats,
+            state: self.state,
+            plan,
+            selected: None,
+            budget: self.budget,
+            list_slots: self.list_slots,
+            mirror: None,
+        }
+        .target(None);
+        let target = Arc::new(NamespaceWatcher::target(selector, &template));
+        let (updates, receiver) = NamespaceWatcher::channel();
+        let (client, backoff) = (self.client.clone(), self.config.kubernetes.backoff);
+        let span = tracing::info_span!("namespaces", watch = %plan.watch.name, namespace_selector = %selector);
+        let start = move |stop| {
+            let machine = Machine::new(client.clone(), target.clone(), Backoff::new(backoff));
+            let watcher = NamespaceWatcher::new(machine, updates.clone());
+            watcher.run(stop).instrument(span.clone())
+        };
+        let (watch_metrics, publish_metrics) = metrics;
+        // A share of the watch's gauges that stays empty: the watcher tracks no objects.
+        let gauges = TargetGauges::new(
+            watch_metrics.sync.clone(),
+            watch_metrics.tracked_objects.clone(),
+            publish_metrics.queue_depth.clone(),
+        );
+        term.shared.spawn(supervise(
+            start,
+            watch_metrics.clone(),
+            gauges,
+            "namespaces".to_owned(),
+            shutdown.clone(),
+        ));
+        term.selectors.insert(selector.clone(), receiver.clone());
+        Some(receiver)
+    }
+}
+
+impl Plans {
+    /// Every watch, resolved or waiting.
+    fn watches(&self) -> Vec<Arc<WatchConfig>> {
+        let resolved = self.resolved.iter().map(|p| p.watch.clone());
+        resolved.chain(self.waiting.iter().cloned()).collect()
+    }
+
+    /// Keeps the watches whose name passes `keep`.
+    fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        self.resolved.retain(|p| keep(&p.watch.name));
+        self.waiting.retain(|w| keep(&w.name));
+    }
+
+    /// The keys of every target the configuration has, the waiting watches' in each scope
+    /// they may turn out to have: the state of any other target of these watches is removed.
+    fn targets(&self) -> Vec<String> {
+        let resolved = self.resolved.iter().flat_map(|p| {
+            p.namespaces
+                .iter()
+                .map(|ns| target_key(&p.watch.name, ns.as_deref()))
+        });
+        let waiting = self.waiting.iter().flat_map(|w| {
+            let namespaces = w.namespaces.iter().map(|ns| Some(ns.as_str()));
+            std::iter::once(None)
+                .chain(namespaces)
+                .map(|ns| target_key(&w.name, ns))
+        });
+        resolved.chain(waiting).collect()
+    }
+}
+
+/// A term was lost while NATS did not take the messages already handed to the client (not
+/// flushed within `within`). Once reconnected the client would publish them after another
+/// replica had taken over, out of order with its messages, so kube2nats exits without draining
+/// (its pod restarts as a standby) — as client-go's controllers exit on a lost lease.
+#[derive(Debug, thiserror::Error)]
+#[error("lost the Lease with messages still queued for NATS (not flushed within {within:?}); exiting so that they are never published after another replica took over")]
+pub(super) struct QueuedAfterLostTerm {
+    within: Duration,
+}
+
+/// Waits for the watch tasks, which publish what they hold and stop, within the grace period;
+/// past it, aborts them and says how much was abandoned.
+pub(super) async fn drain(
+    mut sets: Vec<JoinSet<()>>,
+    grace_period: Duration,
+    targets: &[TargetGauges],
+) -> anyhow::Result<()> {
+    tracing::info!(grace_period = ?grace_period, "shutting down: stopping watches and publishing what is in flight");
+    let tasks: usize = sets.iter().map(JoinSet::len).sum();
+    if let Err(abandoned) = join_within(&mut sets, grace_period, targets).await {
+        anyhow::bail!(
+            "shutdown grace period of {:?} exceeded: abandoned {abandoned} message(s) not yet acknowledged or flushed by NATS, held by up to {tasks} watch task(s); the next start re-announces them (by its list, or from the checkpoint)",
+            grace_period,
+        );
+    }
+    tracing::info!("all watches stopped; in-flight messages published");
+    Ok(())
+}
+
+/// Waits for the tasks of `sets`, asked to stop, within `grace_period`; past it, aborts those
+/// left and returns how many messages `targets` held unconfirmed.
+async fn join_within(
+    sets: &mut [JoinSet<()>],
+    grace_period: Duration,
+    targets: &[TargetGauges],
+) -> Result<(), i64> {
+    let drained = tokio::time::timeout(grace_period, async {
+        for set in sets.iter_mut() {
+            while set.join_next().await.is_some() {}
+        }
+    })
+    .await;
+    if drained.is_ok() {
+        return Ok(());
+    }
+    let abandoned: i64 = targets.iter().map(TargetGauges::unconfirmed).sum();
+    for set in sets.iter_mut() {
+        set.abort_all();
+    }
+    Err(abandoned)
+}
