@@ -626,6 +626,7 @@ impl TaskParts<'_> {
             streaming_list: config.kubernetes.streaming_list,
             max_line_bytes: config.kubernetes.max_line_bytes,
             metadata_only: watch.payload == PayloadMode::Metadata,
+            follow: Discovery::followed(&watch.resource, &self.plan.resource),
         }
     }
 

@@ -254,6 +254,27 @@ impl MessageBuilder {
         }
     }
 
+    /// The builder of the same watch once its resource is served at another version
+    /// (docs/configuration.md, "Versions that move"): subjects, `Kube-Api-Version` and the
+    /// CloudEvents attributes name the new version.
+    pub(crate) fn with_resource(&self, resource: ResourceInfo) -> MessageBuilder {
+        let format = match self.cloudevents {
+            Some(_) => MessageFormat::CloudEvents,
+            None => MessageFormat::Native,
+        };
+        let mut moved = MessageBuilder::new(MessageSpec {
+            watch: self.watch.clone(),
+            subject: self.template.clone(),
+            prefix: self.prefix.clone(),
+            cluster: self.cluster.clone(),
+            resource,
+            payload: self.payload,
+            format,
+        });
+        moved.synthesized_as = self.synthesized_as;
+        moved
+    }
+
     /// Marks the synthesized events built from now on with `Kube-Synthesized: value`.
     pub(crate) fn synthesize_as(&mut self, value: &'static str) {
         self.synthesized_as = value;

@@ -13,6 +13,8 @@ use prometheus::IntGauge;
 use rand::Rng;
 use tokio::time::Instant;
 
+pub use follow::VersionMove;
+
 use super::list_slots::{ListSlot, ListSlots};
 pub use super::restart::{ListReason, Restart, RestartError, RestartReason, StreamingRefusal};
 use crate::backoff::Backoff;
@@ -29,6 +31,8 @@ use crate::kube::status::Status;
 use crate::kube::stream::{LineStream, StreamError};
 use crate::kube::{ApiClient, ApiError};
 pub use crate::target::Target;
+
+mod follow;
 
 /// Added to the server-side watch timeout to get the client-side deadline: a watch that has not
 /// ended by then is a half-open connection (the server would have closed it). Capped by the
@@ -75,6 +79,9 @@ pub enum Outcome {
     /// The collection answered 404: the resource is no longer served (its CRD deleted, or not
     /// installed yet). Reported once; the lists that look for it again stay quiet.
     Unserved(Unserved),
+    /// The version watched answered 404 and discovery serves the resource at another preferred
+    /// version: the watch goes on there, from where it was ([`follow`]).
+    VersionMoved(VersionMove),
     /// Nothing to report (a backoff elapsed).
     Idle,
 }
@@ -310,7 +317,7 @@ impl Machine {
                     reason,
                     continue_token,
                 };
-                return self.failed(Verb::List, e, retry);
+                return self.failed(Verb::List, e, retry).await;
             }
         };
         let page = match parse_list_page(&body, &self.target.resource) {
@@ -445,7 +452,10 @@ impl Machine {
             Err(e @ (ApiError::Status { .. } | ApiError::UnexpectedBody(_))) => {
                 self.streaming_unsupported(StreamingRefusal::Rejected(e))
             }
-            Err(e) => self.failed(Verb::Watch, e, State::StreamListing { reason }),
+            Err(e) => {
+                self.failed(Verb::Watch, e, State::StreamListing { reason })
+                    .await
+            }
         }
     }
 
@@ -491,7 +501,7 @@ impl Machine {
                     State::Watching(Box::new(watching)),
                 )
             }
-            Err(e) => self.failed(Verb::Watch, e, State::Connecting { rv }),
+            Err(e) => self.failed(Verb::Watch, e, State::Connecting { rv }).await,
         }
     }
 
@@ -739,9 +749,9 @@ impl Machine {
 
     /// Maps a failed request to the next state: a relist for an outdated watch version, else
     /// `retry` after a pause (the server's `Retry-After`, where it sent one).
-    fn failed(&mut self, verb: Verb, error: ApiError, retry: State) -> (Outcome, State) {
+    async fn failed(&mut self, verb: Verb, error: ApiError, retry: State) -> (Outcome, State) {
         if let ApiError::NotFound { .. } = error {
-            return self.not_served(error);
+            return self.not_found(error, retry).await;
         }
         if self.metadata_only && matches!(error, ApiError::Status { code: 406, .. }) {
             self.metadata_only = false;

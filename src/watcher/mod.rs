@@ -329,6 +329,7 @@ impl WatchTask {
             }
             Outcome::Restart(restart) => self.restarted(restart),
             Outcome::Unserved(unserved) => self.unserved(unserved, checkpoints).await,
+            Outcome::VersionMoved(moved) => self.version_moved(moved).await,
             Outcome::Idle => {}
         }
     }

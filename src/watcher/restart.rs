@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::kube::client::Verb;
 use crate::kube::decode::DecodeError;
+use crate::kube::discovery::DiscoveryError;
 use crate::kube::framing::FrameError;
 use crate::kube::status::Status;
 use crate::kube::stream::StreamError;
@@ -157,6 +158,9 @@ pub enum RestartError {
     },
     #[error("streaming list not usable, falling back to paged lists: {0}")]
     StreamingUnsupported(StreamingRefusal),
+    /// The version watched answered 404 and asking discovery where the resource went failed.
+    #[error("the resource's version answered 404 and its group's discovery failed: {0}")]
+    Discovery(DiscoveryError),
     /// 406 to a request for PartialObjectMetadata: full objects are asked for from now on.
     #[error("the server refused PartialObjectMetadata: {0}")]
     MetadataRefused(ApiError),

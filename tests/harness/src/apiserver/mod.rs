@@ -654,6 +654,23 @@ impl ApiServer {
         self.shared.store().create_crd(rt);
     }
 
+    /// Updates the CustomResourceDefinition of `resource_name` to serve `versions` (`served:
+    /// true`; every other version of it is not served and its paths answer 404), as an upgrade
+    /// from `v1beta1` to `v1` does in two steps (`["v1beta1", "v1"]`, then `["v1"]`). Discovery
+    /// lists the group's versions in kube-apiserver's priority order, the first preferred (`v1`
+    /// before `v1beta1`). One storage backs every version: objects keep their uid and
+    /// resourceVersion and read as the version asked for. The CRD's storage is rebuilt, as
+    /// kube-apiserver's is: the resource's watches end, and a watch from a resourceVersion before
+    /// the update gets 410 Expired.
+    ///
+    /// # Panics
+    /// If `resource_name` is not a custom resource, or `versions` is empty.
+    pub fn set_crd_versions(&self, resource_name: &str, versions: &[&'static str]) {
+        let rt = custom_resource(resource_name);
+        assert!(!versions.is_empty(), "a CRD serves at least one version");
+        self.shared.store().set_crd_versions(rt, versions);
+    }
+
     /// The stored object (with `apiVersion` and `kind`), if it exists.
     pub fn get(&self, resource_name: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
         let rt = resource(resource_name);

@@ -1,0 +1,83 @@
+//! A watch that follows its group's preferred version (docs/configuration.md, "Versions that
+//! move"). A CRD upgraded from `v1beta1` to `v1` and the old version no longer served: requests
+//! on the old version's collection answer 404. For a watch whose configured name names no version,
+//! a 404 first asks discovery of the resource's group where the resource is now; served at another
+//! version, the watch goes on there from where it was. One storage backs every version of a
+//! resource, so its objects keep their uid and resourceVersion: the watch resumes from its
+//! resourceVersion (or, when the new version's watch cache starts later, relists and diffs), and
+//! nothing is published again for the move. Not served at all, it is the unserved path
+//! ([`Machine::not_served`]).
+
+use std::sync::Arc;
+
+use super::{Machine, Outcome, RestartError, RestartReason, State};
+use crate::event::{ResourceInfo, ResourceVersion};
+use crate::kube::client::collection_path;
+use crate::kube::discovery::{Discovery, DiscoveryError};
+use crate::kube::ApiError;
+
+/// The watch moved from one version of its resource to another.
+#[derive(Debug)]
+pub struct VersionMove {
+    pub from: ResourceInfo,
+    pub to: ResourceInfo,
+    /// Where the watch resumes, when it was watching (a list starts over instead).
+    pub resume: Option<ResourceVersion>,
+}
+
+impl Machine {
+    /// The collection answered 404: the version moved, or the resource is not served.
+    pub(super) async fn not_found(&mut self, error: ApiError, retry: State) -> (Outcome, State) {
+        let Some(name) = self.target.follow.clone() else {
+            return self.not_served(error);
+        };
+        let current = &self.target.resource;
+        match Discovery::fetch_group(&self.client, &current.group).await {
+            Ok(Some(discovery)) => match discovery.resolve(&name) {
+                Ok(to) if to.plural == current.plural && to.version != current.version => {
+                    self.moved(to, retry)
+                }
+                _ => self.not_served(error),
+            },
+            Ok(None) => self.not_served(error),
+            // Not knowing where the resource went is no reason to announce its objects deleted.
+            Err(e) => {
+                let reason = match &e {
+                    DiscoveryError::Request {
+                        source: ApiError::Transport(_),
+                        ..
+                    } => RestartReason::Transport,
+                    _ => RestartReason::ServerError,
+                };
+                self.back_off(reason, None, RestartError::Discovery(e), None, retry)
+            }
+        }
+    }
+
+    /// Watches `to` from now on; `retry`, the request that answered 404, is made again there
+    /// (a paged list starts over: its `continue` token was the old version's).
+    fn moved(&mut self, to: ResourceInfo, retry: State) -> (Outcome, State) {
+        let mut target = (*self.target).clone();
+        let from = std::mem::replace(&mut target.resource, to.clone());
+        self.path = collection_path(&target.resource, target.namespace.as_deref());
+        self.target = Arc::new(target);
+        let resume = match &retry {
+            State::Connecting { rv } => Some(rv.clone()),
+            _ => None,
+        };
+        let next = match retry {
+            State::Listing {
+                reason,
+                continue_token: Some(_),
+            } => State::Listing {
+                reason,
+                continue_token: None,
+            },
+            other => other,
+        };
+        (
+            Outcome::VersionMoved(VersionMove { from, to, resume }),
+            next,
+        )
+    }
+}

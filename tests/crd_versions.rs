@@ -1,0 +1,195 @@
+//! A CRD whose served versions change: the real binary, a real nats-server and the simulated API
+//! server, whose custom resources serve the versions their CRD lists, as kube-apiserver does
+//! (discovery lists the group's versions in priority order, the first preferred; a version no
+//! longer served answers 404; one storage backs every version, so objects keep their uid and
+//! resourceVersion and read as the version asked for; a CRD update rebuilds the storage: its
+//! watches end, and a watch from before the update gets 410).
+//! docs/configuration.md, "Versions that move".
+
+// Multi-threaded: the log lines of the binary are awaited by blocking reads, while the
+// simulator serves it from this runtime.
+
+mod common;
+
+use common::*;
+use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions, INITIAL_TOKEN};
+use kube2nats_harness::nats::NatsServer;
+use serde_json::{json, Value};
+
+fn widget(name: &str, size: u64) -> Value {
+    json!({"metadata": {"name": name}, "spec": {"size": size}})
+}
+
+/// kube2nats (the binary) watching widgets in `default` as configured by `resource`, logging
+/// JSON lines, checkpointing often (so that a kill -9 loses no checkpoint the test waited for).
+fn spawn(sim: &ApiServer, nats: &NatsServer, dir: &tempfile::TempDir, resource: &str) -> Process {
+    let token = token_file(dir.path(), INITIAL_TOKEN);
+    let config = format!(
+        "{}\n[nats]\nurl = \"{}\"\n[state]\ncheckpoint_interval = \"150ms\"\n\
+         [[watches]]\nname = \"widgets\"\nresource = \"{resource}\"\nnamespaces = [\"default\"]\n",
+        kube_section(sim, &token),
+        nats.url()
+    );
+    let process = Process::spawn_with(&config, &["--log-format", "json"]);
+    process.line_with(&["serving /metrics"]);
+    process
+}
+
+async fn setup() -> (ApiServer, NatsServer, tempfile::TempDir, async_nats::Client) {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let nats = NatsServer::start().await.unwrap();
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    (sim, nats, tempfile::tempdir().unwrap(), client)
+}
+
+/// The subject, type and name of a message, and the version its headers and payload name.
+fn seen(message: &Got) -> (String, String, String) {
+    let header = message.header("Kube-Api-Version").unwrap_or("?").to_owned();
+    let payload = message.payload["object"]["apiVersion"]
+        .as_str()
+        .unwrap_or("?");
+    assert_eq!(header, payload, "header and payload disagree: {message:?}");
+    (message.subject.clone(), message.short(), header)
+}
+
+/// A CRD upgraded from `v1beta1` to `v1` as operators do it: `v1` added (and preferred), then
+/// `v1beta1` no longer served. The watch names no version, so it follows: nothing is published
+/// for the move (no ADDED again, no DELETED), the changes after it are published once each, on
+/// the new version's subjects; and after a kill -9 and a restart, still nothing is published
+/// again. (Before, the watch answered the 404 of `v1beta1` by announcing every object DELETED
+/// and waiting for a version that never came back.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_move_republishes_nothing_and_is_followed() {
+    let (sim, nats, dir, client) = setup().await;
+    // The group's other CRD at v1beta1 too, so that v1beta1 is the group's preferred version.
+    sim.set_crd_versions("gadgets", &["v1beta1"]);
+    sim.set_crd_versions("widgets", &["v1beta1"]);
+    sim.create("widgets", Some("default"), widget("w1", 1));
+    sim.create("widgets", Some("default"), widget("w2", 1));
+    let mut widgets = Inbox::subscribe(&client, "kube.example_com.*.widgets.>").await;
+    let mut daemon = spawn(&sim, &nats, &dir, "widgets.example.com");
+    let mut added: Vec<_> = widgets.take(2).await.iter().map(seen).collect();
+    added.sort();
+    let beta = "example.com/v1beta1".to_owned();
+    assert_eq!(
+        added,
+        [
+            (
+                "kube.example_com.v1beta1.widgets.default.w1.added".to_owned(),
+                "ADDED w1".to_owned(),
+                beta.clone()
+            ),
+            (
+                "kube.example_com.v1beta1.widgets.default.w2.added".to_owned(),
+                "ADDED w2".to_owned(),
+                beta.clone()
+            ),
+        ]
+    );
+    assert!(sim.wait_for_watches(1, WAIT).await, "watch not open");
+
+    // v1 is added and becomes the preferred version; v1beta1 is still served.
+    sim.set_crd_versions("widgets", &["v1beta1", "v1"]);
+    assert!(sim.wait_for_watches(1, WAIT).await, "watch not reopened");
+    widgets.quiet_for(QUIET).await;
+    // v1beta1 is no longer served: the watch follows v1.
+    sim.set_crd_versions("widgets", &["v1"]);
+    widgets.quiet_for(QUIET).await;
+    daemon.line_with(&["preferred version moved v1beta1 → v1"]);
+    assert!(sim.wait_for_watches(1, WAIT).await, "watch not moved");
+
+    sim.update("widgets", Some("default"), "w1", |w| {
+        w["spec"]["size"] = json!(2)
+    });
+    sim.create("widgets", Some("default"), widget("w3", 1));
+    sim.delete("widgets", Some("default"), "w2").expect("w2");
+    let after: Vec<_> = widgets.take(3).await.iter().map(seen).collect();
+    let ga = "example.com/v1".to_owned();
+    assert_eq!(
+        after,
+        [
+            (
+                "kube.example_com.v1.widgets.default.w1.modified".to_owned(),
+                "MODIFIED w1".to_owned(),
+                ga.clone()
+            ),
+            (
+                "kube.example_com.v1.widgets.default.w3.added".to_owned(),
+                "ADDED w3".to_owned(),
+                ga.clone()
+            ),
+            (
+                "kube.example_com.v1.widgets.default.w2.deleted".to_owned(),
+                "DELETED w2".to_owned(),
+                ga.clone()
+            ),
+        ]
+    );
+    widgets.quiet_for(QUIET).await;
+    let log = daemon.rest();
+    assert!(!log.contains("no longer served"), "{log}");
+
+    // kill -9 once the changes are checkpointed (quiet for far longer than the interval), then
+    // a restart: it resolves v1 and resumes from the saved state, publishing nothing again.
+    daemon.kill();
+    let restarted = spawn(&sim, &nats, &dir, "widgets.example.com");
+    restarted.line_with(&["loaded saved state"]);
+    widgets.quiet_for(QUIET).await;
+    sim.update("widgets", Some("default"), "w3", |w| {
+        w["spec"]["size"] = json!(2)
+    });
+    assert_eq!(
+        seen(&widgets.next().await),
+        (
+            "kube.example_com.v1.widgets.default.w3.modified".to_owned(),
+            "MODIFIED w3".to_owned(),
+            ga
+        )
+    );
+    widgets.quiet_for(QUIET).await;
+}
+
+/// A watch that pins a version (`widgets.v1beta1.example.com`) does not follow: once that version
+/// is no longer served, its objects are announced deleted (`Kube-Synthesized: unserved`) as for
+/// a deleted CRD, and it waits for the version to be served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_version_removed_is_unserved() {
+    let (sim, nats, dir, client) = setup().await;
+    sim.set_crd_versions("widgets", &["v1beta1", "v1"]);
+    sim.create("widgets", Some("default"), widget("w1", 1));
+    let mut widgets = Inbox::subscribe(&client, "kube.example_com.*.widgets.>").await;
+    let daemon = spawn(&sim, &nats, &dir, "widgets.v1beta1.example.com");
+    let added = widgets.next().await;
+    assert_eq!(
+        (added.subject.as_str(), added.short().as_str()),
+        (
+            "kube.example_com.v1beta1.widgets.default.w1.added",
+            "ADDED w1"
+        )
+    );
+    assert!(sim.wait_for_watches(1, WAIT).await, "watch not open");
+
+    sim.set_crd_versions("widgets", &["v1"]);
+    let deleted = widgets.next().await;
+    assert_eq!(
+        (deleted.subject.as_str(), deleted.short().as_str()),
+        (
+            "kube.example_com.v1beta1.widgets.default.w1.deleted",
+            "DELETED w1"
+        )
+    );
+    assert_eq!(deleted.header("Kube-Synthesized"), Some("unserved"));
+    daemon.line_with(&["resource no longer served"]);
+    widgets.quiet_for(QUIET).await;
+
+    sim.set_crd_versions("widgets", &["v1beta1", "v1"]);
+    let back = widgets.next().await;
+    assert_eq!(
+        (back.subject.as_str(), back.short().as_str()),
+        (
+            "kube.example_com.v1beta1.widgets.default.w1.added",
+            "ADDED w1"
+        )
+    );
+    widgets.quiet_for(QUIET).await;
+}
