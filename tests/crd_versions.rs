@@ -52,80 +52,80 @@ fn seen(message: &Got) -> (String, String, String) {
     (message.subject.clone(), message.short(), header)
 }
 
-/// A CRD upgraded from `v1beta1` to `v1` as operators do it: `v1` added (and preferred), then
-/// `v1beta1` no longer served. The watch names no version, so it follows: nothing is published
-/// for the move (no ADDED again, no DELETED), the changes after it are published once each, on
-/// the new version's subjects; and after a kill -9 and a restart, still nothing is published
-/// again. (Before, the watch answered the 404 of `v1beta1` by announcing every object DELETED
-/// and waiting for a version that never came back.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_move_republishes_nothing_and_is_followed() {
-    let (sim, nats, dir, client) = setup().await;
-    // The group's other CRD at v1beta1 too, so that v1beta1 is the group's preferred version.
+/// kube2nats watching `widgets.example.com` while the CRD serves `v1beta1` only (the group's other
+/// CRD too, so that `v1beta1` is the group's preferred version): w1 and w2 are published at
+/// `v1beta1`.
+async fn watching_v1beta1(
+    sim: &ApiServer,
+    nats: &NatsServer,
+    dir: &tempfile::TempDir,
+    client: &async_nats::Client,
+) -> (Process, Inbox) {
     sim.set_crd_versions("gadgets", &["v1beta1"]);
     sim.set_crd_versions("widgets", &["v1beta1"]);
     sim.create("widgets", Some("default"), widget("w1", 1));
     sim.create("widgets", Some("default"), widget("w2", 1));
-    let mut widgets = Inbox::subscribe(&client, "kube.example_com.*.widgets.>").await;
-    let mut daemon = spawn(&sim, &nats, &dir, "widgets.example.com");
+    let mut widgets = Inbox::subscribe(client, "kube.example_com.*.widgets.>").await;
+    let daemon = spawn(sim, nats, dir, "widgets.example.com");
     let mut added: Vec<_> = widgets.take(2).await.iter().map(seen).collect();
     added.sort();
-    let beta = "example.com/v1beta1".to_owned();
     assert_eq!(
         added,
-        [
-            (
-                "kube.example_com.v1beta1.widgets.default.w1.added".to_owned(),
-                "ADDED w1".to_owned(),
-                beta.clone()
-            ),
-            (
-                "kube.example_com.v1beta1.widgets.default.w2.added".to_owned(),
-                "ADDED w2".to_owned(),
-                beta.clone()
-            ),
-        ]
+        [at("v1beta1", "w1", "ADDED"), at("v1beta1", "w2", "ADDED")]
     );
     assert!(sim.wait_for_watches(1, WAIT).await, "watch not open");
+    (daemon, widgets)
+}
 
-    // v1 is added and becomes the preferred version; v1beta1 is still served.
-    sim.set_crd_versions("widgets", &["v1beta1", "v1"]);
-    assert!(sim.wait_for_watches(1, WAIT).await, "watch not reopened");
-    widgets.quiet_for(QUIET).await;
-    // v1beta1 is no longer served: the watch follows v1.
-    sim.set_crd_versions("widgets", &["v1"]);
-    widgets.quiet_for(QUIET).await;
-    daemon.line_with(&["preferred version moved v1beta1 → v1"]);
-    assert!(sim.wait_for_watches(1, WAIT).await, "watch not moved");
+/// What [`seen`] shows of a widget's message at `version`.
+fn at(version: &str, name: &str, event: &str) -> (String, String, String) {
+    (
+        format!(
+            "kube.example_com.{version}.widgets.default.{name}.{}",
+            event.to_ascii_lowercase()
+        ),
+        format!("{event} {name}"),
+        format!("example.com/{version}"),
+    )
+}
 
+/// Changes after the move: each published once, at `v1`.
+async fn changes_are_published_once_at_v1(sim: &ApiServer, widgets: &mut Inbox) {
     sim.update("widgets", Some("default"), "w1", |w| {
         w["spec"]["size"] = json!(2)
     });
     sim.create("widgets", Some("default"), widget("w3", 1));
     sim.delete("widgets", Some("default"), "w2").expect("w2");
     let after: Vec<_> = widgets.take(3).await.iter().map(seen).collect();
-    let ga = "example.com/v1".to_owned();
     assert_eq!(
         after,
         [
-            (
-                "kube.example_com.v1.widgets.default.w1.modified".to_owned(),
-                "MODIFIED w1".to_owned(),
-                ga.clone()
-            ),
-            (
-                "kube.example_com.v1.widgets.default.w3.added".to_owned(),
-                "ADDED w3".to_owned(),
-                ga.clone()
-            ),
-            (
-                "kube.example_com.v1.widgets.default.w2.deleted".to_owned(),
-                "DELETED w2".to_owned(),
-                ga.clone()
-            ),
+            at("v1", "w1", "MODIFIED"),
+            at("v1", "w3", "ADDED"),
+            at("v1", "w2", "DELETED")
         ]
     );
     widgets.quiet_for(QUIET).await;
+}
+
+/// A CRD upgraded from `v1beta1` to `v1` as operators do it: `v1` added (and preferred, the
+/// server ends the watches), then `v1beta1` no longer served. The watch names no version, so it
+/// follows at the first step: nothing is published for the move (no ADDED again, no DELETED),
+/// the changes after it are published once each, on the new version's subjects; and after a
+/// kill -9 and a restart, still nothing is published again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_added_and_preferred_is_followed_publishing_nothing_again() {
+    let (sim, nats, dir, client) = setup().await;
+    let (mut daemon, mut widgets) = watching_v1beta1(&sim, &nats, &dir, &client).await;
+
+    sim.set_crd_versions("widgets", &["v1beta1", "v1"]);
+    widgets.quiet_for(QUIET).await;
+    daemon.line_with(&["preferred version moved v1beta1 → v1"]);
+    assert!(sim.wait_for_watches(1, WAIT).await, "watch not moved");
+    sim.set_crd_versions("widgets", &["v1"]);
+    assert!(sim.wait_for_watches(1, WAIT).await, "watch not reopened");
+    widgets.quiet_for(QUIET).await;
+    changes_are_published_once_at_v1(&sim, &mut widgets).await;
     let log = daemon.rest();
     assert!(!log.contains("no longer served"), "{log}");
 
@@ -138,15 +138,26 @@ async fn a_version_move_republishes_nothing_and_is_followed() {
     sim.update("widgets", Some("default"), "w3", |w| {
         w["spec"]["size"] = json!(2)
     });
-    assert_eq!(
-        seen(&widgets.next().await),
-        (
-            "kube.example_com.v1.widgets.default.w3.modified".to_owned(),
-            "MODIFIED w3".to_owned(),
-            ga
-        )
-    );
+    assert_eq!(seen(&widgets.next().await), at("v1", "w3", "MODIFIED"));
     widgets.quiet_for(QUIET).await;
+}
+
+/// `v1` served and `v1beta1` no longer served in one update: the watch's version answers 404,
+/// discovery shows the resource at `v1`, and the watch follows it, publishing nothing for the
+/// move. (Before, the 404 announced every object DELETED, and the watch waited for a version
+/// that never came back.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_replaced_at_once_is_followed_publishing_nothing_again() {
+    let (sim, nats, dir, client) = setup().await;
+    let (daemon, mut widgets) = watching_v1beta1(&sim, &nats, &dir, &client).await;
+
+    sim.set_crd_versions("widgets", &["v1"]);
+    widgets.quiet_for(QUIET).await;
+    daemon.line_with(&["preferred version moved v1beta1 → v1"]);
+    assert!(sim.wait_for_watches(1, WAIT).await, "watch not moved");
+    changes_are_published_once_at_v1(&sim, &mut widgets).await;
+    let log = daemon.rest();
+    assert!(!log.contains("no longer served"), "{log}");
 }
 
 /// A watch that pins a version (`widgets.v1beta1.example.com`) does not follow: once that version

@@ -190,6 +190,8 @@ pub struct Machine {
     unserved: Option<Backoff>,
     /// `kube2nats_watch_served` of the target's watch: 0 while its collection answers 404.
     served: Option<IntGauge>,
+    /// A followed watch was ended by the server: discovery is asked before it reopens.
+    recheck_version: bool,
 }
 
 impl Machine {
@@ -210,6 +212,7 @@ impl Machine {
             list_slot: None,
             unserved: None,
             served: None,
+            recheck_version: false,
         }
     }
 
@@ -289,6 +292,9 @@ impl Machine {
             State::StreamListing { reason } => self.open_streaming_list(reason).await,
             State::ReceivingInitialEvents { reason, watching } => {
                 self.read_initial_event(reason, *watching).await
+            }
+            State::Connecting { rv } if std::mem::take(&mut self.recheck_version) => {
+                self.reopen_followed(rv).await
             }
             State::Connecting { rv } => self.open_watch(rv).await,
             State::Watching(watching) => self.read_event(watching).await,
@@ -718,6 +724,7 @@ impl Machine {
 
     /// The server closed the body cleanly.
     fn stream_ended(&mut self, w: Watching) -> (Outcome, State) {
+        self.recheck_version = self.target.follow.is_some();
         if !w.received_any && w.opened_at.elapsed() < VERY_SHORT_WATCH {
             let then = State::Connecting { rv: w.rv };
             return self.back_off(

@@ -7,6 +7,10 @@
 //! resourceVersion (or, when the new version's watch cache starts later, relists and diffs), and
 //! nothing is published again for the move. Not served at all, it is the unserved path
 //! ([`Machine::not_served`]).
+//!
+//! A version added and preferred while the old one stays served is followed the same way, when
+//! the server ends the watch (kube-apiserver ends a CRD's watches on every update of it): a
+//! followed watch asks discovery before it reopens after a clean end.
 
 use std::sync::Arc;
 
@@ -28,17 +32,8 @@ pub struct VersionMove {
 impl Machine {
     /// The collection answered 404: the version moved, or the resource is not served.
     pub(super) async fn not_found(&mut self, error: ApiError, retry: State) -> (Outcome, State) {
-        let Some(name) = self.target.follow.clone() else {
-            return self.not_served(error);
-        };
-        let current = &self.target.resource;
-        match Discovery::fetch_group(&self.client, &current.group).await {
-            Ok(Some(discovery)) => match discovery.resolve(&name) {
-                Ok(to) if to.plural == current.plural && to.version != current.version => {
-                    self.moved(to, retry)
-                }
-                _ => self.not_served(error),
-            },
+        match self.preferred_elsewhere().await {
+            Ok(Some(to)) => self.moved(to, retry),
             Ok(None) => self.not_served(error),
             // Not knowing where the resource went is no reason to announce its objects deleted.
             Err(e) => {
@@ -52,6 +47,32 @@ impl Machine {
                 self.back_off(reason, None, RestartError::Discovery(e), None, retry)
             }
         }
+    }
+
+    /// Reopens a followed watch the server ended cleanly: at the preferred version, if discovery
+    /// now prefers another one. A failed discovery is no reason not to reopen where it was.
+    pub(super) async fn reopen_followed(&mut self, rv: ResourceVersion) -> (Outcome, State) {
+        match self.preferred_elsewhere().await {
+            Ok(Some(to)) => self.moved(to, State::Connecting { rv }),
+            Ok(None) | Err(_) => self.open_watch(rv).await,
+        }
+    }
+
+    /// The resource at the version discovery of its group prefers now, if that is another
+    /// version than the one watched; `Ok(None)` also when the resource (or its group) is not
+    /// served at all.
+    async fn preferred_elsewhere(&self) -> Result<Option<ResourceInfo>, DiscoveryError> {
+        let Some(name) = &self.target.follow else {
+            return Ok(None);
+        };
+        let current = &self.target.resource;
+        let Some(discovery) = Discovery::fetch_group(&self.client, &current.group).await? else {
+            return Ok(None);
+        };
+        Ok(discovery
+            .resolve(name)
+            .ok()
+            .filter(|to| to.plural == current.plural && to.version != current.version))
     }
 
     /// Watches `to` from now on; `retry`, the request that answered 404, is made again there
