@@ -11,7 +11,11 @@
 
 mod common;
 
+use std::collections::BTreeMap;
+use std::time::Duration;
+
 use common::*;
+use futures_util::TryStreamExt;
 use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions, INITIAL_TOKEN};
 use kube2nats_harness::nats::NatsServer;
 use serde_json::{json, Value};
@@ -23,9 +27,20 @@ fn widget(name: &str, size: u64) -> Value {
 /// kube2nats (the binary) watching widgets in `default` as configured by `resource`, logging
 /// JSON lines, checkpointing often (so that a kill -9 loses no checkpoint the test waited for).
 fn spawn(sim: &ApiServer, nats: &NatsServer, dir: &tempfile::TempDir, resource: &str) -> Process {
+    spawn_with(sim, nats, dir, resource, "")
+}
+
+/// [`spawn`], with `sections` of configuration added.
+fn spawn_with(
+    sim: &ApiServer,
+    nats: &NatsServer,
+    dir: &tempfile::TempDir,
+    resource: &str,
+    sections: &str,
+) -> Process {
     let token = token_file(dir.path(), INITIAL_TOKEN);
     let config = format!(
-        "{}\n[nats]\nurl = \"{}\"\n[state]\ncheckpoint_interval = \"150ms\"\n\
+        "{}\n[nats]\nurl = \"{}\"\n[state]\ncheckpoint_interval = \"150ms\"\n{sections}\n\
          [[watches]]\nname = \"widgets\"\nresource = \"{resource}\"\nnamespaces = [\"default\"]\n",
         kube_section(sim, &token),
         nats.url()
@@ -61,12 +76,23 @@ async fn watching_v1beta1(
     dir: &tempfile::TempDir,
     client: &async_nats::Client,
 ) -> (Process, Inbox) {
+    watching_v1beta1_with(sim, nats, dir, client, "").await
+}
+
+/// [`watching_v1beta1`], with `sections` of configuration added.
+async fn watching_v1beta1_with(
+    sim: &ApiServer,
+    nats: &NatsServer,
+    dir: &tempfile::TempDir,
+    client: &async_nats::Client,
+    sections: &str,
+) -> (Process, Inbox) {
     sim.set_crd_versions("gadgets", &["v1beta1"]);
     sim.set_crd_versions("widgets", &["v1beta1"]);
     sim.create("widgets", Some("default"), widget("w1", 1));
     sim.create("widgets", Some("default"), widget("w2", 1));
     let mut widgets = Inbox::subscribe(client, "kube.example_com.*.widgets.>").await;
-    let daemon = spawn(sim, nats, dir, "widgets.example.com");
+    let daemon = spawn_with(sim, nats, dir, "widgets.example.com", sections);
     let mut added: Vec<_> = widgets.take(2).await.iter().map(seen).collect();
     added.sort();
     assert_eq!(
@@ -158,6 +184,77 @@ async fn a_version_replaced_at_once_is_followed_publishing_nothing_again() {
     changes_are_published_once_at_v1(&sim, &mut widgets).await;
     let log = daemon.rest();
     assert!(!log.contains("no longer served"), "{log}");
+}
+
+/// The mirror bucket's live keys, each with the `apiVersion` and resourceVersion of its value.
+async fn mirrored(client: &async_nats::Client) -> BTreeMap<String, (String, String)> {
+    let js = async_nats::jetstream::new(client.clone());
+    let bucket = js
+        .get_key_value("kube-objects")
+        .await
+        .expect("the mirror bucket");
+    let keys: Vec<String> = bucket.keys().await.unwrap().try_collect().await.unwrap();
+    let mut out = BTreeMap::new();
+    for key in keys {
+        if let Some(value) = bucket.get(&key).await.unwrap() {
+            let object: Value = serde_json::from_slice(&value).expect("a JSON object");
+            let field = |path: &str| object.pointer(path).and_then(Value::as_str).unwrap_or("?");
+            let seen = (
+                field("/apiVersion").to_owned(),
+                field("/metadata/resourceVersion").to_owned(),
+            );
+            out.insert(key, seen);
+        }
+    }
+    out
+}
+
+/// Waits until the mirror bucket holds `names` at `version`, and nothing else.
+async fn mirror_holds(client: &async_nats::Client, names: &[&str], version: &str) {
+    let expected: Vec<String> = names
+        .iter()
+        .map(|name| format!("example_com.{version}.widgets.default.{name}"))
+        .collect();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let keys = mirrored(client).await;
+        let api_version = format!("example.com/{version}");
+        if keys.keys().eq(expected.iter()) && keys.values().all(|(v, _)| *v == api_version) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the mirror does not hold {names:?} at {version}: {keys:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A mirrored watch that follows a move: its keys name the new version (as its subjects do), the
+/// keys under the old version are deleted, and still no event is published for the move. A move
+/// while kube2nats is stopped (kill -9): the start resolves the new version, and its list deletes
+/// the keys at the version before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirrored_watch_moves_its_keys_to_the_new_version() {
+    let (sim, nats, dir, client) = setup().await;
+    let mirror = "[mirror]\nenabled = true\ndelete_marker_ttl = \"30s\"";
+    let (mut daemon, mut widgets) = watching_v1beta1_with(&sim, &nats, &dir, &client, mirror).await;
+    mirror_holds(&client, &["w1", "w2"], "v1beta1").await;
+
+    sim.set_crd_versions("widgets", &["v1"]);
+    widgets.quiet_for(QUIET).await;
+    daemon.line_with(&["preferred version moved v1beta1 → v1"]);
+    mirror_holds(&client, &["w1", "w2"], "v1").await;
+    assert!(sim.wait_for_watches(1, WAIT).await, "watch not moved");
+    changes_are_published_once_at_v1(&sim, &mut widgets).await;
+    mirror_holds(&client, &["w1", "w3"], "v1").await;
+
+    daemon.kill();
+    sim.set_crd_versions("widgets", &["v1", "v2"]);
+    let restarted = spawn_with(&sim, &nats, &dir, "widgets.example.com", mirror);
+    restarted.line_with(&["loaded saved state"]);
+    mirror_holds(&client, &["w1", "w3"], "v2").await;
+    widgets.quiet_for(QUIET).await;
 }
 
 /// A watch that pins a version (`widgets.v1beta1.example.com`) does not follow: once that version

@@ -192,6 +192,9 @@ pub struct Machine {
     served: Option<IntGauge>,
     /// A followed watch was ended by the server: discovery is asked before it reopens.
     recheck_version: bool,
+    /// A move to another version lists (the mirror's keys name the version: the list repairs
+    /// them) instead of resuming.
+    relist_on_move: bool,
 }
 
 impl Machine {
@@ -213,6 +216,7 @@ impl Machine {
             unserved: None,
             served: None,
             recheck_version: false,
+            relist_on_move: false,
         }
     }
 
@@ -228,6 +232,12 @@ impl Machine {
             (true, Verb::List) => metadata::ACCEPT_LIST,
             (true, _) => metadata::ACCEPT_WATCH,
         }
+    }
+
+    /// Lists after a move to another version of the resource, instead of resuming (a mirrored
+    /// watch: docs/mirror.md).
+    pub fn relist_on_move(&mut self) {
+        self.relist_on_move = true;
     }
 
     /// Charges what the watch streams buffer to `budget`, and waits for room before reading.

@@ -29,7 +29,8 @@ pub enum ListReason {
     /// The namespaces matching the watch's `namespace_selector` changed (or state was loaded):
     /// the list is diffed against the memory under the new scope.
     NamespaceScope,
-    /// Saved state was loaded for a mirrored watch: the list repairs the mirror bucket.
+    /// Saved state was loaded for a mirrored watch, or a mirrored watch moved to another version
+    /// of its resource: the list repairs the mirror bucket.
     Mirror,
 }
 

@@ -46,6 +46,9 @@ impl WatchTask {
     pub(super) async fn version_moved(&mut self, moved: VersionMove) {
         let VersionMove { from, to, resume } = moved;
         self.messages = self.messages.with_resource(to.clone());
+        if let Some(mirror) = &mut self.mirror {
+            mirror.moved_to(&to.version);
+        }
         let resume = resume.as_ref().map(ToString::to_string);
         tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), group = %to.group, resource = %to.plural, from = %from.version, to = %to.version, resume_at = resume.as_deref().unwrap_or("(a list)"), "preferred version moved {} → {}; following it", from.version, to.version);
     }

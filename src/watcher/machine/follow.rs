@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use super::{Machine, Outcome, RestartError, RestartReason, State};
+use super::{ListReason, Machine, Outcome, RestartError, RestartReason, State};
 use crate::event::{ResourceInfo, ResourceVersion};
 use crate::kube::client::collection_path;
 use crate::kube::discovery::{Discovery, DiscoveryError};
@@ -76,7 +76,8 @@ impl Machine {
     }
 
     /// Watches `to` from now on; `retry`, the request that answered 404, is made again there
-    /// (a paged list starts over: its `continue` token was the old version's).
+    /// (a paged list starts over: its `continue` token was the old version's). A mirrored watch
+    /// lists instead, so that the list writes the keys at the new version and deletes the old.
     fn moved(&mut self, to: ResourceInfo, retry: State) -> (Outcome, State) {
         let mut target = (*self.target).clone();
         let from = std::mem::replace(&mut target.resource, to.clone());
@@ -87,6 +88,7 @@ impl Machine {
             _ => None,
         };
         let next = match retry {
+            _ if self.relist_on_move => self.list(ListReason::Mirror),
             State::Listing {
                 reason,
                 continue_token: Some(_),
