@@ -234,12 +234,6 @@ impl Machine {
         }
     }
 
-    /// Lists after a move to another version of the resource, instead of resuming (a mirrored
-    /// watch: docs/mirror.md).
-    pub fn relist_on_move(&mut self) {
-        self.relist_on_move = true;
-    }
-
     /// Charges what the watch streams buffer to `budget`, and waits for room before reading.
     pub fn with_budget(mut self, budget: Budget) -> Machine {
         self.budget = budget;

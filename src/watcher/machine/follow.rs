@@ -30,6 +30,12 @@ pub struct VersionMove {
 }
 
 impl Machine {
+    /// Lists after a move to another version of the resource, instead of resuming (a mirrored
+    /// watch: docs/mirror.md).
+    pub fn relist_on_move(&mut self) {
+        self.relist_on_move = true;
+    }
+
     /// The collection answered 404: the version moved, or the resource is not served.
     pub(super) async fn not_found(&mut self, error: ApiError, retry: State) -> (Outcome, State) {
         match self.preferred_elsewhere().await {
