@@ -186,6 +186,28 @@ async fn a_version_replaced_at_once_is_followed_publishing_nothing_again() {
     assert!(!log.contains("no longer served"), "{log}");
 }
 
+/// Discovery a moment behind the CRD, as kube-apiserver's can be: `v1beta1` answers 404 while
+/// discovery still lists it. The watch asks again instead of announcing its objects deleted, and
+/// follows once discovery shows `v1`: nothing is published for the move. (Without the wait, w1
+/// and w2 were announced DELETED, then ADDED again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_404_while_discovery_lags_behind_the_crd_announces_nothing() {
+    let (sim, nats, dir, client) = setup().await;
+    let (daemon, mut widgets) = watching_v1beta1(&sim, &nats, &dir, &client).await;
+
+    sim.hold_discovery(true);
+    sim.set_crd_versions("widgets", &["v1"]);
+    widgets.quiet_for(Duration::from_secs(2)).await;
+    daemon.line_with(&["discovery still lists it"]);
+    sim.hold_discovery(false);
+    daemon.line_with(&["preferred version moved v1beta1 → v1"]);
+    assert!(sim.wait_for_watches(1, WAIT).await, "watch not moved");
+    widgets.quiet_for(QUIET).await;
+    changes_are_published_once_at_v1(&sim, &mut widgets).await;
+    let log = daemon.rest();
+    assert!(!log.contains("no longer served"), "{log}");
+}
+
 /// The mirror bucket's live keys, each with the `apiVersion` and resourceVersion of its value.
 async fn mirrored(client: &async_nats::Client) -> BTreeMap<String, (String, String)> {
     let js = async_nats::jetstream::new(client.clone());

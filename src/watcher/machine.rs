@@ -195,6 +195,8 @@ pub struct Machine {
     /// A move to another version lists (the mirror's keys name the version: the list repairs
     /// them) instead of resuming.
     relist_on_move: bool,
+    /// 404s in a row while discovery still listed the followed version ([`follow`]).
+    discovery_lag: u32,
 }
 
 impl Machine {
@@ -217,6 +219,7 @@ impl Machine {
             served: None,
             recheck_version: false,
             relist_on_move: false,
+            discovery_lag: 0,
         }
     }
 
@@ -842,6 +845,7 @@ impl Machine {
 
     /// A request on the collection succeeded: it is served (again).
     fn served_again(&mut self) {
+        self.discovery_lag = 0;
         if self.unserved.take().is_some() {
             if let Some(served) = &self.served {
                 served.set(1);

@@ -162,6 +162,10 @@ pub enum RestartError {
     /// The version watched answered 404 and asking discovery where the resource went failed.
     #[error("the resource's version answered 404 and its group's discovery failed: {0}")]
     Discovery(DiscoveryError),
+    /// The version watched answered 404 while discovery still lists it (catching up with a CRD
+    /// change): asked again before the resource is taken as no longer served.
+    #[error("the resource's version answered 404 but discovery still lists it; asking again: {0}")]
+    DiscoveryBehind(ApiError),
     /// 406 to a request for PartialObjectMetadata: full objects are asked for from now on.
     #[error("the server refused PartialObjectMetadata: {0}")]
     MetadataRefused(ApiError),

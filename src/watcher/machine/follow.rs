@@ -13,12 +13,29 @@
 //! followed watch asks discovery before it reopens after a clean end.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{ListReason, Machine, Outcome, RestartError, RestartReason, State};
 use crate::event::{ResourceInfo, ResourceVersion};
 use crate::kube::client::collection_path;
 use crate::kube::discovery::{Discovery, DiscoveryError};
 use crate::kube::ApiError;
+
+/// How many 404s in a row a followed watch waits out while discovery still lists the version
+/// watched, and the pause after the first (the next ones wait longer by as much): about 6 s in all
+/// before the resource is taken as no longer served.
+const DISCOVERY_LAG_TRIES: u32 = 3;
+const DISCOVERY_LAG_PAUSE: Duration = Duration::from_secs(1);
+
+/// Where discovery serves a followed resource.
+enum Served {
+    /// At another version than the one watched: the watch moves there.
+    Elsewhere(ResourceInfo),
+    /// At the version watched, which answered 404: discovery has not caught up yet.
+    Here,
+    /// Not at all (its group gone, or the resource not in it).
+    Nowhere,
+}
 
 /// The watch moved from one version of its resource to another.
 #[derive(Debug)]
@@ -38,9 +55,23 @@ impl Machine {
 
     /// The collection answered 404: the version moved, or the resource is not served.
     pub(super) async fn not_found(&mut self, error: ApiError, retry: State) -> (Outcome, State) {
-        match self.preferred_elsewhere().await {
-            Ok(Some(to)) => self.moved(to, retry),
-            Ok(None) => self.not_served(error),
+        match self.where_served().await {
+            Ok(Served::Elsewhere(to)) => self.moved(to, retry),
+            // kube-apiserver's handler and its discovery follow a CRD's changes each on its own:
+            // discovery may still list the version a moment after it answers 404. Announcing the
+            // objects deleted then would publish them all again once discovery catches up.
+            Ok(Served::Here) if self.discovery_lag < DISCOVERY_LAG_TRIES => {
+                self.discovery_lag += 1;
+                let delay = DISCOVERY_LAG_PAUSE * self.discovery_lag;
+                self.back_off(
+                    RestartReason::UnexpectedResponse,
+                    None,
+                    RestartError::DiscoveryBehind(error),
+                    Some(delay),
+                    retry,
+                )
+            }
+            Ok(Served::Here | Served::Nowhere) => self.not_served(error),
             // Not knowing where the resource went is no reason to announce its objects deleted.
             Err(e) => {
                 let reason = match &e {
@@ -58,33 +89,35 @@ impl Machine {
     /// Reopens a followed watch the server ended cleanly: at the preferred version, if discovery
     /// now prefers another one. A failed discovery is no reason not to reopen where it was.
     pub(super) async fn reopen_followed(&mut self, rv: ResourceVersion) -> (Outcome, State) {
-        match self.preferred_elsewhere().await {
-            Ok(Some(to)) => self.moved(to, State::Connecting { rv }),
-            Ok(None) | Err(_) => self.open_watch(rv).await,
+        match self.where_served().await {
+            Ok(Served::Elsewhere(to)) => self.moved(to, State::Connecting { rv }),
+            Ok(Served::Here | Served::Nowhere) | Err(_) => self.open_watch(rv).await,
         }
     }
 
-    /// The resource at the version discovery of its group prefers now, if that is another
-    /// version than the one watched; `Ok(None)` also when the resource (or its group) is not
-    /// served at all.
-    async fn preferred_elsewhere(&self) -> Result<Option<ResourceInfo>, DiscoveryError> {
+    /// Where discovery of the resource's group serves a followed resource now (`Nowhere` for a
+    /// resource the watch does not follow).
+    async fn where_served(&self) -> Result<Served, DiscoveryError> {
         let Some(name) = &self.target.follow else {
-            return Ok(None);
+            return Ok(Served::Nowhere);
         };
         let current = &self.target.resource;
         let Some(discovery) = Discovery::fetch_group(&self.client, &current.group).await? else {
-            return Ok(None);
+            return Ok(Served::Nowhere);
         };
-        Ok(discovery
-            .resolve(name)
-            .ok()
-            .filter(|to| to.plural == current.plural && to.version != current.version))
+        Ok(match discovery.resolve(name) {
+            Ok(to) if to.plural != current.plural => Served::Nowhere,
+            Ok(to) if to.version != current.version => Served::Elsewhere(to),
+            Ok(_) => Served::Here,
+            Err(_) => Served::Nowhere,
+        })
     }
 
     /// Watches `to` from now on; `retry`, the request that answered 404, is made again there
     /// (a paged list starts over: its `continue` token was the old version's). A mirrored watch
     /// lists instead, so that the list writes the keys at the new version and deletes the old.
     fn moved(&mut self, to: ResourceInfo, retry: State) -> (Outcome, State) {
+        self.discovery_lag = 0;
         let mut target = (*self.target).clone();
         let from = std::mem::replace(&mut target.resource, to.clone());
         self.path = collection_path(&target.resource, target.namespace.as_deref());

@@ -145,7 +145,7 @@ fn parse_route(shared: &Shared, path: &str) -> Result<Route, ApiError> {
             &shared.server_address,
         ))),
         ["apis"] => Ok(Route::Document(resources::api_group_list(
-            shared.store().crds(),
+            shared.store().discovered(),
         ))),
         ["version"] => Ok(Route::Document(json!({
             "major": "1", "minor": "33", "gitVersion": "v1.33.0-kube2nats-harness",
@@ -156,13 +156,13 @@ fn parse_route(shared: &Shared, path: &str) -> Result<Route, ApiError> {
         ["api", version] => doc(resources::api_resource_list(
             "",
             version,
-            shared.store().crds(),
+            shared.store().discovered(),
         )),
-        ["apis", group] => doc(resources::api_group(group, shared.store().crds())),
+        ["apis", group] => doc(resources::api_group(group, shared.store().discovered())),
         ["apis", group, version] => doc(resources::api_resource_list(
             group,
             version,
-            shared.store().crds(),
+            shared.store().discovered(),
         )),
         ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] => {
             Ok(Route::SelfSubjectAccessReview)

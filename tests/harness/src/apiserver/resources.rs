@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 /// What the CRDs of the custom resources say now: which are not installed (left out of
 /// discovery, their paths answer 404: [`super::ApiServer::delete_crd`]) and which versions each
 /// serves ([`super::ApiServer::set_crd_versions`]; by default the one in [`RESOURCES`]).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Crds {
     pub unserved: HashSet<&'static str>,
     pub versions: HashMap<&'static str, Vec<&'static str>>,

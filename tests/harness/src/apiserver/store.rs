@@ -130,6 +130,8 @@ pub struct Store {
     terminated_watches: usize,
     /// Which CRDs are deleted, and the versions of each.
     crds: Crds,
+    /// What discovery shows while it is held behind the CRDs ([`Store::hold_discovery`]).
+    discovery_held: Option<Crds>,
     /// The revision at which each CRD created again was established: its watch cache starts
     /// there, so a watch from an older version gets 410, as from kube-apiserver.
     established: HashMap<&'static str, u64>,
@@ -186,6 +188,7 @@ impl Store {
             watchers: Vec::new(),
             terminated_watches: 0,
             crds: Crds::default(),
+            discovery_held: None,
             established: HashMap::new(),
         }
     }
@@ -203,6 +206,16 @@ impl Store {
     /// Which CRDs are deleted, and the versions of each.
     pub fn crds(&self) -> &Crds {
         &self.crds
+    }
+
+    /// What discovery shows: the CRDs, or what they were when discovery was held.
+    pub fn discovered(&self) -> &Crds {
+        self.discovery_held.as_ref().unwrap_or(&self.crds)
+    }
+
+    /// Discovery keeps showing the CRDs as they are now (`true`), or follows them again.
+    pub fn hold_discovery(&mut self, held: bool) {
+        self.discovery_held = held.then(|| self.crds.clone());
     }
 
     /// Deletes the CRD of `rt` as kube-apiserver does: every object is deleted first (a DELETED
