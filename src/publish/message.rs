@@ -775,6 +775,50 @@ mod tests {
     }
 
     #[test]
+    fn a_builder_moved_to_another_version_names_it_everywhere() {
+        let beta = ResourceInfo {
+            group: "example.com".into(),
+            version: "v1beta1".into(),
+            plural: "widgets".into(),
+            kind: "Widget".into(),
+            namespaced: true,
+        };
+        let ga = ResourceInfo {
+            version: "v1".into(),
+            ..beta.clone()
+        };
+        let spec = spec(PayloadMode::Event, MessageFormat::CloudEvents);
+        let mut b = MessageBuilder::new(MessageSpec {
+            resource: beta,
+            ..spec
+        });
+        b.synthesize_as(SYNTHESIZED_UNSERVED);
+        let moved = b.with_resource(ga);
+        let message = moved.build(&event(None), true).unwrap();
+        assert_eq!(
+            message.subject.as_str(),
+            "kube.example_com.v1.widgets.default.web_1.modified"
+        );
+        let header = |name: &str| {
+            message
+                .headers
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_owned())
+        };
+        assert_eq!(
+            header("Kube-Api-Version").as_deref(),
+            Some("example.com/v1")
+        );
+        assert_eq!(
+            header("Kube-Synthesized").as_deref(),
+            Some(SYNTHESIZED_UNSERVED)
+        );
+        let ce_type = header("ce-type").unwrap_or_default();
+        assert!(ce_type.contains(".v1.widgets."), "{ce_type}");
+    }
+
+    #[test]
     fn msg_id_names_the_version_whatever_its_type_and_marks_deletions() {
         let mut e = event(None);
         let b = builder(PayloadMode::Event);
