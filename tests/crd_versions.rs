@@ -178,9 +178,14 @@ async fn a_version_replaced_at_once_is_followed_publishing_nothing_again() {
     let (daemon, mut widgets) = watching_v1beta1(&sim, &nats, &dir, &client).await;
 
     sim.set_crd_versions("widgets", &["v1"]);
+    let updated = tokio::time::Instant::now();
+    assert!(sim.wait_for_watches(1, WAIT).await, "watch not moved");
+    println!(
+        "watching v1 {:?} after the CRD update (404, discovery, 410, list)",
+        updated.elapsed()
+    );
     widgets.quiet_for(QUIET).await;
     daemon.line_with(&["preferred version moved v1beta1 → v1"]);
-    assert!(sim.wait_for_watches(1, WAIT).await, "watch not moved");
     changes_are_published_once_at_v1(&sim, &mut widgets).await;
     let log = daemon.rest();
     assert!(!log.contains("no longer served"), "{log}");
