@@ -284,6 +284,20 @@ async fn a_mirrored_watch_moves_its_keys_to_the_new_version() {
     widgets.quiet_for(QUIET).await;
 }
 
+/// A CRD not served at its group's preferred version (the group's other CRD is at `v1`, widgets
+/// at `v1beta1` only) is watched at the first version that serves it, as kubectl resolves it.
+/// (Before, discovery looked at the preferred version only: the watch waited for ever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_behind_its_groups_preferred_version_is_watched() {
+    let (sim, nats, dir, client) = setup().await;
+    sim.set_crd_versions("widgets", &["v1beta1"]);
+    sim.create("widgets", Some("default"), widget("w1", 1));
+    let mut widgets = Inbox::subscribe(&client, "kube.example_com.*.widgets.>").await;
+    let _daemon = spawn(&sim, &nats, &dir, "widgets.example.com");
+    assert_eq!(seen(&widgets.next().await), at("v1beta1", "w1", "ADDED"));
+    widgets.quiet_for(QUIET).await;
+}
+
 /// A watch that pins a version (`widgets.v1beta1.example.com`) does not follow: once that version
 /// is no longer served, its objects are announced deleted (`Kube-Synthesized: unserved`) as for
 /// a deleted CRD, and it waits for the version to be served again.
