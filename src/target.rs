@@ -1,12 +1,13 @@
 //! What one watch target watches: a resource in one namespace (or all), with its selectors and
-//! the limits of its requests. Fixed at start; the watch stage, the scope's namespace watchers and
-//! the durable state (whose keys name it) all read it, so it sits below all of them.
+//! the limits of its requests. Fixed at start, but for the version of a resource the watch
+//! follows; the watch stage, the scope's namespace watchers and the durable state (whose keys
+//! name it, without the version) all read it, so it sits below all of them.
 
 use std::time::Duration;
 
 use crate::event::ResourceInfo;
 
-/// What one watch target watches, fixed at start.
+/// What one watch target watches.
 #[derive(Debug, Clone)]
 pub struct Target {
     pub resource: ResourceInfo,
@@ -22,4 +23,9 @@ pub struct Target {
     pub max_line_bytes: usize,
     /// Ask for PartialObjectMetadata (`payload = "metadata"`).
     pub metadata_only: bool,
+    /// The configured resource name when it names no version (`widgets.example.com`): when the
+    /// version watched stops being served, discovery is asked again and the watch follows the
+    /// group's preferred version (docs/configuration.md, "Versions that move"). `None`: the
+    /// version is pinned (`widgets.v1beta1.example.com`) or is the core group's.
+    pub follow: Option<String>,
 }

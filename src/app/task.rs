@@ -10,6 +10,7 @@ use crate::backoff::Backoff;
 use crate::budget::Budget;
 use crate::config::{BackoffConfig, Config, InitialState, NatsMode, PayloadMode};
 use crate::event::EventType;
+use crate::kube::discovery::Discovery;
 use crate::kube::ApiClient;
 use crate::mirror::metrics::MirrorMetrics;
 use crate::mirror::{Mirror, MirrorBucket};
@@ -51,6 +52,7 @@ impl TaskParts<'_> {
             streaming_list: config.kubernetes.streaming_list,
             max_line_bytes: config.kubernetes.max_line_bytes,
             metadata_only: watch.payload == PayloadMode::Metadata,
+            follow: Discovery::followed(&watch.resource, &self.plan.resource),
         }
     }
 

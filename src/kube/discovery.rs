@@ -1,8 +1,9 @@
 //! Resolving a resource named the way kubectl names it (`pods`, `deploy`, `deployments.apps`,
 //! `deployments.v1.apps`, `widgets.example.com`) through API discovery.
 //!
-//! Discovery runs at start, and again while a watch waits for a resource it does not list (a
-//! CRD not installed yet: docs/troubleshooting.md). The answer fixes the request paths, whether
+//! Discovery runs at start, again while a watch waits for a resource it does not list (a CRD not
+//! installed yet: docs/troubleshooting.md), and for one group when the version a watch follows
+//! answers 404 (its CRD moved to another version: docs/configuration.md). The answer fixes the request paths, whether
 //! the resource is namespaced, and the `kind`/`apiVersion` that kube2nats puts on list items
 //! and headers.
 
@@ -114,42 +115,47 @@ impl Discovery {
         }];
         let groups = get::<ApiGroupList>(client, "/apis").await?;
         for group in groups.groups {
-            let preferred = group.preferred_version.as_ref().map(|v| v.version.clone());
-            for version in &group.versions {
-                let path = format!("/apis/{}/{}", group.name, version.version);
-                let resources = match get::<ApiResourceList>(client, &path).await {
-                    Ok(list) => list.resources,
-                    // An aggregated API that is down answers 503 here; kubectl skips it too, and a
-                    // watch that needs it gets "unknown resource" below.
-                    Err(e) => {
-                        tracing::warn!(error = %e, "skipping group version that discovery could not read");
-                        continue;
-                    }
-                };
-                served.push(Served {
-                    group: group.name.clone(),
-                    version: version.version.clone(),
-                    preferred: preferred.as_deref() == Some(version.version.as_str()),
-                    resources,
-                });
-            }
+            served.extend(group_versions(client, group).await);
         }
         Ok(Discovery { served })
     }
 
+    /// Fetches one named group's versions (`/apis/{group}` and each version's resources): what a
+    /// watch that follows the group's preferred version asks when its version answers 404.
+    /// `Ok(None)` when the group is not served at all (its last CRD deleted).
+    pub async fn fetch_group(
+        client: &ApiClient,
+        group: &str,
+    ) -> Result<Option<Discovery>, DiscoveryError> {
+        let group = match get::<ApiGroup>(client, &format!("/apis/{group}")).await {
+            Ok(group) => group,
+            Err(DiscoveryError::Request {
+                source: ApiError::NotFound { .. },
+                ..
+            }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let served = group_versions(client, group).await;
+        Ok(Some(Discovery { served }))
+    }
+
     /// Resolves `name` as kubectl would: `resource`, `resource.group` or `resource.version.group`,
     /// where `resource` may be the plural, the singular or a short name. The core group wins ties,
-    /// then the first group the server lists, always at its preferred version unless one is named.
+    /// then the first group the server lists, at its preferred version unless one is named; a
+    /// group named without a version falls back to the group's other versions in the server's
+    /// priority order when the preferred one does not serve the resource (a CRD of a group whose
+    /// other CRDs are at a newer version).
     pub fn resolve(&self, name: &str) -> Result<ResourceInfo, DiscoveryError> {
         let (resource, rest) = name.split_once('.').unwrap_or((name, ""));
         let resource = resource.to_ascii_lowercase();
         let candidates: Vec<&Served> = if rest.is_empty() {
             self.served.iter().filter(|s| s.preferred).collect()
         } else if self.served.iter().any(|s| s.group == rest) {
-            self.served
-                .iter()
-                .filter(|s| s.group == rest && s.preferred)
-                .collect()
+            let group = self.served.iter().filter(|s| s.group == rest);
+            let (mut preferred, others): (Vec<&Served>, Vec<&Served>) =
+                group.partition(|s| s.preferred);
+            preferred.extend(others);
+            preferred
         } else {
             let (version, group) = rest.split_once('.').unwrap_or((rest, ""));
             self.served
@@ -176,6 +182,15 @@ impl Discovery {
                 name: name.to_owned(),
                 close_matches: self.close_matches(name),
             })
+    }
+
+    /// The name a watch configured as `name`, resolved to `resource`, follows when its version
+    /// moves: `name` itself, unless it pins a version (`widgets.v1beta1.example.com`) or the
+    /// resource is in the core group (whose only version is `v1`).
+    pub fn followed(name: &str, resource: &ResourceInfo) -> Option<String> {
+        let (_, rest) = name.split_once('.').unwrap_or((name, ""));
+        let pinned = format!("{}.{}", resource.version, resource.group);
+        (!resource.group.is_empty() && rest != pinned).then(|| name.to_owned())
     }
 
     /// Qualified names (`plural.group`) within a small edit distance of `name`, or sharing its
@@ -217,6 +232,32 @@ fn matches(r: &ApiResource, name: &str) -> bool {
             || r.singular_name == name
             || r.short_names.iter().any(|s| s == name)
             || r.kind.eq_ignore_ascii_case(name))
+}
+
+/// The served versions of `group`, each with its resources, in the order the server lists
+/// them (its priority order).
+async fn group_versions(client: &ApiClient, group: ApiGroup) -> Vec<Served> {
+    let preferred = group.preferred_version.as_ref().map(|v| v.version.clone());
+    let mut served = Vec::new();
+    for version in &group.versions {
+        let path = format!("/apis/{}/{}", group.name, version.version);
+        let resources = match get::<ApiResourceList>(client, &path).await {
+            Ok(list) => list.resources,
+            // An aggregated API that is down answers 503 here; kubectl skips it too, and a
+            // watch that needs it gets "unknown resource" below.
+            Err(e) => {
+                tracing::warn!(error = %e, "skipping group version that discovery could not read");
+                continue;
+            }
+        };
+        served.push(Served {
+            group: group.name.clone(),
+            version: version.version.clone(),
+            preferred: preferred.as_deref() == Some(version.version.as_str()),
+            resources,
+        });
+    }
+    served
 }
 
 async fn get<T: serde::de::DeserializeOwned>(
@@ -324,6 +365,35 @@ mod tests {
             d.resolve("widgets.v1beta1.example.com").unwrap().version,
             "v1beta1"
         );
+    }
+
+    #[test]
+    fn a_group_named_without_version_falls_back_in_priority_order() {
+        let mut d = discovery();
+        d.served.push(Served {
+            group: "example.com".into(),
+            version: "v1alpha1".into(),
+            preferred: false,
+            resources: vec![res("gizmos", "Gizmo", true, &[])],
+        });
+        let gizmos = d.resolve("gizmos.example.com").unwrap();
+        assert_eq!(gizmos.version, "v1alpha1");
+        // The preferred version wins where it serves the resource.
+        assert_eq!(d.resolve("widgets.example.com").unwrap().version, "v1");
+    }
+
+    #[test]
+    fn only_a_name_without_version_is_followed() {
+        let d = discovery();
+        let followed = |name: &str| Discovery::followed(name, &d.resolve(name).unwrap());
+        assert_eq!(
+            followed("widgets.example.com").as_deref(),
+            Some("widgets.example.com")
+        );
+        assert_eq!(followed("deploy").as_deref(), Some("deploy"));
+        assert_eq!(followed("widgets.v1beta1.example.com"), None);
+        assert_eq!(followed("widgets.v1.example.com"), None);
+        assert_eq!(followed("pods"), None);
     }
 
     #[test]

@@ -60,11 +60,47 @@ pub fn object_key(prefix: &str, meta: &ObjectMeta) -> String {
     key
 }
 
-/// The namespace token of a key made by [`object_key`] under `prefix`: `_` for a cluster-scoped
-/// object; `None` for a key not under `prefix`.
+/// The namespace token of a key made by [`object_key`] under `prefix` or under the same prefix at
+/// another version of the resource (a watch that follows its resource's preferred version owns
+/// its keys at every version: docs/mirror.md): `_` for a cluster-scoped object; `None` for a key
+/// of another resource.
 pub fn namespace_token<'k>(prefix: &str, key: &'k str) -> Option<&'k str> {
-    let rest = key.strip_prefix(prefix)?;
-    Some(rest.split_once('.')?.0)
+    let tokens: Vec<&str> = prefix.trim_end_matches('.').split('.').collect();
+    let version = tokens.len().checked_sub(2)?;
+    let mut key_tokens = key.splitn(tokens.len() + 1, '.');
+    for (i, token) in tokens.iter().enumerate() {
+        let key_token = key_tokens.next()?;
+        if i != version && key_token != *token {
+            return None;
+        }
+    }
+    Some(key_tokens.next()?.split_once('.')?.0)
+}
+
+/// `prefix` ([`watch_prefix`]) with its version token replaced by `version`: the prefix of the
+/// same watch once its resource is served at `version`.
+pub fn at_version(prefix: &str, version: &str) -> String {
+    let mut token = String::new();
+    escape_key_token(version, &mut token);
+    with_version_token(prefix, &token)
+}
+
+/// `prefix` ([`watch_prefix`]) with `*` for its version token: a NATS subject filter over the
+/// resource's keys at every version.
+pub fn any_version(prefix: &str) -> String {
+    with_version_token(prefix, "*")
+}
+
+/// `{cluster}.{group}.{version}.{resource}.` with `token` for `{version}` (the second token from
+/// the end: no escaped token holds a dot).
+fn with_version_token(prefix: &str, token: &str) -> String {
+    let mut tokens: Vec<&str> = prefix.trim_end_matches('.').split('.').collect();
+    if let Some(at) = tokens.len().checked_sub(2) {
+        tokens[at] = token;
+    }
+    let mut out = tokens.join(".");
+    out.push('.');
+    out
 }
 
 #[cfg(test)]
@@ -122,6 +158,23 @@ mod tests {
         );
         assert_eq!(namespace_token(&prefix, &key), Some("_"));
         assert_eq!(watch_prefix("eu-1.prod", &pods), "eu-1_prod.core.v1.pods.");
+    }
+
+    #[test]
+    fn a_watch_owns_its_resource_at_every_version() {
+        let prefix = "eu-1.example_com.v1beta1.widgets.";
+        assert_eq!(at_version(prefix, "v1"), "eu-1.example_com.v1.widgets.");
+        assert_eq!(any_version(prefix), "eu-1.example_com.*.widgets.");
+        assert_eq!(any_version("core.v1.pods."), "core.*.pods.");
+        let owned = |key| namespace_token(prefix, key);
+        assert_eq!(
+            owned("eu-1.example_com.v1beta1.widgets.shop.w1"),
+            Some("shop")
+        );
+        assert_eq!(owned("eu-1.example_com.v1.widgets.shop.w1"), Some("shop"));
+        assert_eq!(owned("eu-1.example_com.v1.gadgets._.g1"), None);
+        assert_eq!(owned("eu-2.example_com.v1.widgets.shop.w1"), None);
+        assert_eq!(owned("eu-1.example_com.v1.widgets"), None);
     }
 
     proptest::proptest! {

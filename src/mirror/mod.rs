@@ -81,6 +81,12 @@ impl Mirror {
         }
     }
 
+    /// The watch's resource is served at `version` now: its keys name that version from here on
+    /// (the next list writes them, and deletes those under the old version: docs/mirror.md).
+    pub fn moved_to(&mut self, version: &str) {
+        self.subject_prefix = key::at_version(&self.subject_prefix, version);
+    }
+
     /// The subject of the object's key in the bucket: `$KV.{bucket}.{key}`.
     pub fn subject(&self, meta: &ObjectMeta) -> String {
         key::object_key(&self.subject_prefix, meta)

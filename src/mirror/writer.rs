@@ -15,12 +15,14 @@
 //! # Repair
 //!
 //! A list begins with [`Op::RepairBegin`]: the writer reads the revision and
-//! `Kube-Resource-Version` of every key under the target (headers only, last per key). Each
+//! `Kube-Resource-Version` of every key under the target, at every version of its resource
+//! (headers only, last per key). Each
 //! listed object's put is then written only if it is newer than the key, and [`Op::RepairEnd`]
 //! deletes the keys the list did not show, at the list's version (the deletions the list found
 //! are left to it: they carry the version kube2nats last checkpointed, which may be older than the
-//! key). So after a crash, a NATS restart, a takeover or a 410 relist, the
-//! bucket equals the list, whatever writes were lost.
+//! key). So after a crash, a NATS restart, a takeover, a 410 relist or a move to another version
+//! of the resource (whose keys name the version), the bucket equals the list, whatever writes
+//! were lost.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::{Future, IntoFuture};
@@ -408,9 +410,12 @@ async fn read_keys(
 ) -> Result<HashMap<String, Found>, Box<dyn std::error::Error + Send + Sync>> {
     {
         let mut found = HashMap::new();
+        // The resource's keys at every version: those of a version the watch moved away from are
+        // deleted by the repair (docs/mirror.md).
+        let keys = super::key::any_version(&place.key_prefix);
         let filter = match &place.namespace {
-            Some(namespace) => format!("{}{}{namespace}.>", place.subject_prefix, place.key_prefix),
-            None => format!("{}{}>", place.subject_prefix, place.key_prefix),
+            Some(namespace) => format!("{}{keys}{namespace}.>", place.subject_prefix),
+            None => format!("{}{keys}>", place.subject_prefix),
         };
         let consumer = place
             .stream

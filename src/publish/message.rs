@@ -254,6 +254,27 @@ impl MessageBuilder {
         }
     }
 
+    /// The builder of the same watch once its resource is served at another version
+    /// (docs/configuration.md, "Versions that move"): subjects, `Kube-Api-Version` and the
+    /// CloudEvents attributes name the new version.
+    pub(crate) fn with_resource(&self, resource: ResourceInfo) -> MessageBuilder {
+        let format = match self.cloudevents {
+            Some(_) => MessageFormat::CloudEvents,
+            None => MessageFormat::Native,
+        };
+        let mut moved = MessageBuilder::new(MessageSpec {
+            watch: self.watch.clone(),
+            subject: self.template.clone(),
+            prefix: self.prefix.clone(),
+            cluster: self.cluster.clone(),
+            resource,
+            payload: self.payload,
+            format,
+        });
+        moved.synthesized_as = self.synthesized_as;
+        moved
+    }
+
     /// Marks the synthesized events built from now on with `Kube-Synthesized: value`.
     pub(crate) fn synthesize_as(&mut self, value: &'static str) {
         self.synthesized_as = value;
@@ -751,6 +772,50 @@ mod tests {
         assert_eq!(h(cloudevents::header::SUBJECT).as_deref(), Some("web.1"));
         assert_eq!(ce.payload, native.payload);
         assert_eq!(ce.subject, native.subject);
+    }
+
+    #[test]
+    fn a_builder_moved_to_another_version_names_it_everywhere() {
+        let beta = ResourceInfo {
+            group: "example.com".into(),
+            version: "v1beta1".into(),
+            plural: "widgets".into(),
+            kind: "Widget".into(),
+            namespaced: true,
+        };
+        let ga = ResourceInfo {
+            version: "v1".into(),
+            ..beta.clone()
+        };
+        let spec = spec(PayloadMode::Event, MessageFormat::CloudEvents);
+        let mut b = MessageBuilder::new(MessageSpec {
+            resource: beta,
+            ..spec
+        });
+        b.synthesize_as(SYNTHESIZED_UNSERVED);
+        let moved = b.with_resource(ga);
+        let message = moved.build(&event(None), true).unwrap();
+        assert_eq!(
+            message.subject.as_str(),
+            "kube.example_com.v1.widgets.default.web_1.modified"
+        );
+        let header = |name: &str| {
+            message
+                .headers
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_owned())
+        };
+        assert_eq!(
+            header("Kube-Api-Version").as_deref(),
+            Some("example.com/v1")
+        );
+        assert_eq!(
+            header("Kube-Synthesized").as_deref(),
+            Some(SYNTHESIZED_UNSERVED)
+        );
+        let ce_type = header("ce-type").unwrap_or_default();
+        assert!(ce_type.contains(".v1.widgets."), "{ce_type}");
     }
 
     #[test]

@@ -14,7 +14,9 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use super::list_slots::{ListSlot, ListSlots};
-pub use super::restart::{ListReason, Restart, RestartError, RestartReason, StreamingRefusal};
+pub use super::restart::{
+    ListReason, Restart, RestartError, RestartReason, StreamingRefusal, VersionMove,
+};
 use crate::backoff::Backoff;
 use crate::budget::{Budget, Charge};
 use crate::config::BackoffConfig;
@@ -29,6 +31,8 @@ use crate::kube::status::Status;
 use crate::kube::stream::{LineStream, StreamError};
 use crate::kube::{ApiClient, ApiError};
 pub use crate::target::Target;
+
+mod follow;
 
 /// Added to the server-side watch timeout to get the client-side deadline: a watch that has not
 /// ended by then is a half-open connection (the server would have closed it). Capped by the
@@ -75,6 +79,9 @@ pub enum Outcome {
     /// The collection answered 404: the resource is no longer served (its CRD deleted, or not
     /// installed yet). Reported once; the lists that look for it again stay quiet.
     Unserved(Unserved),
+    /// The version watched answered 404 and discovery serves the resource at another preferred
+    /// version: the watch goes on there, from where it was ([`follow`]).
+    VersionMoved(VersionMove),
     /// Nothing to report (a backoff elapsed).
     Idle,
 }
@@ -183,6 +190,13 @@ pub struct Machine {
     unserved: Option<Backoff>,
     /// `kube2nats_watch_served` of the target's watch: 0 while its collection answers 404.
     served: Option<IntGauge>,
+    /// A followed watch was ended by the server: discovery is asked before it reopens.
+    recheck_version: bool,
+    /// A move to another version lists (the mirror's keys name the version: the list repairs
+    /// them) instead of resuming.
+    relist_on_move: bool,
+    /// 404s in a row while discovery still listed the followed version ([`follow`]).
+    discovery_lag: u32,
 }
 
 impl Machine {
@@ -203,6 +217,9 @@ impl Machine {
             list_slot: None,
             unserved: None,
             served: None,
+            recheck_version: false,
+            relist_on_move: false,
+            discovery_lag: 0,
         }
     }
 
@@ -283,6 +300,9 @@ impl Machine {
             State::ReceivingInitialEvents { reason, watching } => {
                 self.read_initial_event(reason, *watching).await
             }
+            State::Connecting { rv } if std::mem::take(&mut self.recheck_version) => {
+                self.reopen_followed(rv).await
+            }
             State::Connecting { rv } => self.open_watch(rv).await,
             State::Watching(watching) => self.read_event(watching).await,
             State::Backoff { delay, then } => {
@@ -310,7 +330,7 @@ impl Machine {
                     reason,
                     continue_token,
                 };
-                return self.failed(Verb::List, e, retry);
+                return self.failed(Verb::List, e, retry).await;
             }
         };
         let page = match parse_list_page(&body, &self.target.resource) {
@@ -445,7 +465,10 @@ impl Machine {
             Err(e @ (ApiError::Status { .. } | ApiError::UnexpectedBody(_))) => {
                 self.streaming_unsupported(StreamingRefusal::Rejected(e))
             }
-            Err(e) => self.failed(Verb::Watch, e, State::StreamListing { reason }),
+            Err(e) => {
+                self.failed(Verb::Watch, e, State::StreamListing { reason })
+                    .await
+            }
         }
     }
 
@@ -491,7 +514,7 @@ impl Machine {
                     State::Watching(Box::new(watching)),
                 )
             }
-            Err(e) => self.failed(Verb::Watch, e, State::Connecting { rv }),
+            Err(e) => self.failed(Verb::Watch, e, State::Connecting { rv }).await,
         }
     }
 
@@ -708,6 +731,7 @@ impl Machine {
 
     /// The server closed the body cleanly.
     fn stream_ended(&mut self, w: Watching) -> (Outcome, State) {
+        self.recheck_version = self.target.follow.is_some();
         if !w.received_any && w.opened_at.elapsed() < VERY_SHORT_WATCH {
             let then = State::Connecting { rv: w.rv };
             return self.back_off(
@@ -739,9 +763,9 @@ impl Machine {
 
     /// Maps a failed request to the next state: a relist for an outdated watch version, else
     /// `retry` after a pause (the server's `Retry-After`, where it sent one).
-    fn failed(&mut self, verb: Verb, error: ApiError, retry: State) -> (Outcome, State) {
+    async fn failed(&mut self, verb: Verb, error: ApiError, retry: State) -> (Outcome, State) {
         if let ApiError::NotFound { .. } = error {
-            return self.not_served(error);
+            return self.not_found(error, retry).await;
         }
         if self.metadata_only && matches!(error, ApiError::Status { code: 406, .. }) {
             self.metadata_only = false;
@@ -821,6 +845,7 @@ impl Machine {
 
     /// A request on the collection succeeded: it is served (again).
     fn served_again(&mut self) {
+        self.discovery_lag = 0;
         if self.unserved.take().is_some() {
             if let Some(served) = &self.served {
                 served.set(1);

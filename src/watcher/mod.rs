@@ -131,6 +131,9 @@ impl WatchTask {
     /// Keeps the target's objects in the mirror bucket: every start then lists, so that the
     /// list repairs the bucket.
     pub fn with_mirror(mut self, mirror: Option<Mirror>) -> WatchTask {
+        if mirror.is_some() {
+            self.machine.relist_on_move();
+        }
         self.mirror = mirror;
         self
     }
@@ -329,6 +332,7 @@ impl WatchTask {
             }
             Outcome::Restart(restart) => self.restarted(restart),
             Outcome::Unserved(unserved) => self.unserved(unserved, checkpoints).await,
+            Outcome::VersionMoved(moved) => self.version_moved(moved).await,
             Outcome::Idle => {}
         }
     }

@@ -50,6 +50,7 @@ impl NamespaceWatcher {
             label_selector: Some(selector.to_owned()),
             field_selector: None,
             metadata_only: true,
+            follow: None,
             ..template.clone()
         }
     }
@@ -102,6 +103,7 @@ impl NamespaceWatcher {
             Outcome::Bookmark(_)
             | Outcome::WatchOpened(_)
             | Outcome::Unserved(_)
+            | Outcome::VersionMoved(_)
             | Outcome::Idle => {}
         }
     }

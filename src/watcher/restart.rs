@@ -1,14 +1,25 @@
-//! Why a watch restarts or lists again: the reasons the metrics label, and the errors the log
+//! Why a watch restarts, lists again or moves to another version: the reasons the metrics label, and the errors the log
 //! names. The state machine ([`super::machine`]) produces them; the driver counts and logs them.
 
 use std::time::Duration;
 
+use crate::event::{ResourceInfo, ResourceVersion};
 use crate::kube::client::Verb;
 use crate::kube::decode::DecodeError;
+use crate::kube::discovery::DiscoveryError;
 use crate::kube::framing::FrameError;
 use crate::kube::status::Status;
 use crate::kube::stream::StreamError;
 use crate::kube::ApiError;
+
+/// The watch moved from one version of its resource to another.
+#[derive(Debug)]
+pub struct VersionMove {
+    pub from: ResourceInfo,
+    pub to: ResourceInfo,
+    /// Where the watch resumes, when it was watching (a list starts over instead).
+    pub resume: Option<ResourceVersion>,
+}
 
 /// Why a list starts; the `reason` label of `relists_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,7 +39,8 @@ pub enum ListReason {
     /// The namespaces matching the watch's `namespace_selector` changed (or state was loaded):
     /// the list is diffed against the memory under the new scope.
     NamespaceScope,
-    /// Saved state was loaded for a mirrored watch: the list repairs the mirror bucket.
+    /// Saved state was loaded for a mirrored watch, or a mirrored watch moved to another version
+    /// of its resource: the list repairs the mirror bucket.
     Mirror,
 }
 
@@ -157,6 +169,13 @@ pub enum RestartError {
     },
     #[error("streaming list not usable, falling back to paged lists: {0}")]
     StreamingUnsupported(StreamingRefusal),
+    /// The version watched answered 404 and asking discovery where the resource went failed.
+    #[error("the resource's version answered 404 and its group's discovery failed: {0}")]
+    Discovery(DiscoveryError),
+    /// The version watched answered 404 while discovery still lists it (catching up with a CRD
+    /// change): asked again before the resource is taken as no longer served.
+    #[error("the resource's version answered 404 but discovery still lists it; asking again: {0}")]
+    DiscoveryBehind(ApiError),
     /// 406 to a request for PartialObjectMetadata: full objects are asked for from now on.
     #[error("the server refused PartialObjectMetadata: {0}")]
     MetadataRefused(ApiError),

@@ -4,8 +4,12 @@
 //! missed: the watch was down meanwhile, the API server unreachable) is announced as deleted,
 //! `Kube-Synthesized: unserved`, and the task lists again with backoff until the resource is
 //! back; that list announces what it holds (docs/troubleshooting.md).
+//!
+//! A watch that follows its resource's preferred version goes on at the new version when only
+//! the version it watched stops being served (docs/configuration.md, "Versions that move"):
+//! nothing is announced, and its messages name the new version from then on.
 
-use super::machine::Unserved;
+use super::machine::{Unserved, VersionMove};
 use super::WatchTask;
 use crate::event::ResourceVersion;
 use crate::publish::message::{SYNTHESIZED_RELIST, SYNTHESIZED_UNSERVED};
@@ -36,5 +40,16 @@ impl WatchTask {
         }
         let resource = &self.machine.target().resource;
         tracing::warn!(watch = %self.metrics.watch, namespace = self.namespace(), group = %resource.group, version = %resource.version, resource = %resource.plural, deleted, retry_in = ?retry_in, error = %error, "resource no longer served (CRD deleted?): published DELETED for the objects left; waiting for it to return");
+    }
+
+    /// The resource moved to another version: the messages (and mirror keys) name it from now on.
+    pub(super) async fn version_moved(&mut self, moved: VersionMove) {
+        let VersionMove { from, to, resume } = moved;
+        self.messages = self.messages.with_resource(to.clone());
+        if let Some(mirror) = &mut self.mirror {
+            mirror.moved_to(&to.version);
+        }
+        let resume = resume.as_ref().map(ToString::to_string);
+        tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), group = %to.group, resource = %to.plural, from = %from.version, to = %to.version, resume_at = resume.as_deref().unwrap_or("(a list)"), "preferred version moved {} → {}; following it", from.version, to.version);
     }
 }

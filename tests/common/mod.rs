@@ -109,6 +109,7 @@ pub fn target(resource: ResourceInfo, namespace: Option<&str>) -> Target {
         streaming_list: false,
         max_line_bytes: 1 << 20,
         metadata_only: false,
+        follow: None,
     }
 }
 
@@ -218,6 +219,7 @@ pub fn describe(outcome: &Outcome) -> String {
         Outcome::WatchOpened(rv) => format!("opened {rv}"),
         Outcome::Restart(r) => format!("restart {}", r.reason.as_str()),
         Outcome::Unserved(_) => "unserved".into(),
+        Outcome::VersionMoved(moved) => format!("moved {}", moved.to.version),
         Outcome::Idle => "idle".into(),
     }
 }

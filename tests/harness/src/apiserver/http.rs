@@ -145,7 +145,7 @@ fn parse_route(shared: &Shared, path: &str) -> Result<Route, ApiError> {
             &shared.server_address,
         ))),
         ["apis"] => Ok(Route::Document(resources::api_group_list(
-            shared.store().unserved(),
+            shared.store().discovered(),
         ))),
         ["version"] => Ok(Route::Document(json!({
             "major": "1", "minor": "33", "gitVersion": "v1.33.0-kube2nats-harness",
@@ -156,13 +156,13 @@ fn parse_route(shared: &Shared, path: &str) -> Result<Route, ApiError> {
         ["api", version] => doc(resources::api_resource_list(
             "",
             version,
-            shared.store().unserved(),
+            shared.store().discovered(),
         )),
-        ["apis", group] => doc(resources::api_group(group, shared.store().unserved())),
+        ["apis", group] => doc(resources::api_group(group, shared.store().discovered())),
         ["apis", group, version] => doc(resources::api_resource_list(
             group,
             version,
-            shared.store().unserved(),
+            shared.store().discovered(),
         )),
         ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] => {
             Ok(Route::SelfSubjectAccessReview)
@@ -188,8 +188,7 @@ fn resource_route(
         [plural, name] => (*plural, Some(name.to_string())),
         _ => return Err(ApiError::unknown_path()),
     };
-    let rt = resources::lookup(group, version, plural)
-        .filter(|rt| !shared.store().unserved().contains(rt.plural))
+    let rt = resources::lookup(group, version, plural, shared.store().crds())
         .ok_or_else(ApiError::unknown_path)?;
     // Cluster-scoped kinds have no namespaced path; a namespaced object needs its namespace.
     let wrong_scope = matches!(

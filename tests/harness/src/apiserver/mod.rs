@@ -26,6 +26,7 @@
 //! created in them (only `kube-system` can always be read by name, with a uid per simulator, as
 //! tools read it for a cluster id), and deletes are immediate (no finalizers or graceful deletion).
 
+mod crds;
 mod http;
 mod leases;
 mod partial;
@@ -628,30 +629,6 @@ impl ApiServer {
     ) -> Option<Value> {
         let rt = resource(resource_name);
         self.shared.store().delete(rt, namespace, name).ok()
-    }
-
-    /// Deletes the CustomResourceDefinition of the custom resource `resource_name` (`widgets`,
-    /// `gadgets`) as kube-apiserver does once its finalizer runs: each object is deleted (a
-    /// DELETED event to every watch), then the resource's watches end cleanly, it leaves
-    /// discovery (its group too, when no other resource is left in it) and its paths answer 404
-    /// until [`create_crd`](Self::create_crd). Returns how many objects were deleted.
-    ///
-    /// # Panics
-    /// If `resource_name` is not a custom resource (a bug in the test).
-    pub fn delete_crd(&self, resource_name: &str) -> usize {
-        let rt = custom_resource(resource_name);
-        self.shared.store().delete_crd(rt)
-    }
-
-    /// Creates the CustomResourceDefinition of `resource_name` again, established at once: the
-    /// resource is in discovery and served, with no objects; its watch cache starts now, so a
-    /// watch from an older resourceVersion gets 410 Expired.
-    ///
-    /// # Panics
-    /// If `resource_name` is not a custom resource.
-    pub fn create_crd(&self, resource_name: &str) {
-        let rt = custom_resource(resource_name);
-        self.shared.store().create_crd(rt);
     }
 
     /// The stored object (with `apiVersion` and `kind`), if it exists.

@@ -5,15 +5,78 @@
 //! `configmaps`), cluster-scoped (`namespaces`), a named group (`apps/v1 deployments`) and custom
 //! resources, namespaced (`widgets`) and cluster-scoped (`gadgets`); and `coordination.k8s.io/v1 leases`,
 //! the lock of leader election. The custom resources' CRDs are installed at start; a test can
-//! delete and create them again ([`super::ApiServer::delete_crd`]).
+//! delete and create them again ([`super::ApiServer::delete_crd`]) and change the versions they
+//! serve ([`super::ApiServer::set_crd_versions`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, OnceLock};
 
 use serde_json::{json, Value};
 
-/// The plurals of the custom resources whose CRD is not installed: left out of discovery, and
-/// their paths answer 404 (docs: [`super::ApiServer::delete_crd`]).
-pub type Unserved = HashSet<&'static str>;
+/// What the CRDs of the custom resources say now: which are not installed (left out of
+/// discovery, their paths answer 404: [`super::ApiServer::delete_crd`]) and which versions each
+/// serves ([`super::ApiServer::set_crd_versions`]; by default the one in [`RESOURCES`]).
+#[derive(Debug, Default, Clone)]
+pub struct Crds {
+    pub unserved: HashSet<&'static str>,
+    pub versions: HashMap<&'static str, Vec<&'static str>>,
+}
+
+impl Crds {
+    /// Whether `r` is served at all.
+    pub fn serves(&self, r: &ResourceType) -> bool {
+        !self.unserved.contains(r.plural)
+    }
+
+    /// The versions `r` is served at (none while its CRD is deleted).
+    pub fn versions(&self, r: &ResourceType) -> Vec<&'static str> {
+        if !self.serves(r) {
+            return Vec::new();
+        }
+        match self.versions.get(r.plural) {
+            Some(versions) => versions.clone(),
+            None => vec![r.version],
+        }
+    }
+}
+
+/// kube-apiserver's version priority: GA before beta before alpha, higher numbers first; a version
+/// of another shape sorts after them all, alphabetically (apimachinery `CompareKubeAwareVersionStrings`).
+pub fn by_kube_priority(versions: &mut [&'static str]) {
+    /// (stage: 3 GA, 2 beta, 1 alpha, 0 other; major; minor).
+    fn rank(v: &str) -> (u8, u32, u32) {
+        let Some(rest) = v.strip_prefix('v') else {
+            return (0, 0, 0);
+        };
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let Ok(major) = rest[..digits].parse::<u32>() else {
+            return (0, 0, 0);
+        };
+        let tail = &rest[digits..];
+        let (stage, minor) = if tail.is_empty() {
+            (3, "0")
+        } else if let Some(minor) = tail.strip_prefix("beta") {
+            (2, minor)
+        } else if let Some(minor) = tail.strip_prefix("alpha") {
+            (1, minor)
+        } else {
+            return (0, 0, 0);
+        };
+        match minor.parse() {
+            Ok(minor) => (stage, major, minor),
+            Err(_) => (0, 0, 0),
+        }
+    }
+    versions.sort_by(|a, b| {
+        let (ra, rb) = (rank(a), rank(b));
+        match (ra.0, rb.0) {
+            (0, 0) => a.cmp(b),
+            _ => rb.cmp(&ra),
+        }
+    });
+}
 
 /// One servable resource type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,11 +201,38 @@ pub const RESOURCES: &[ResourceType] = &[
     },
 ];
 
-/// The resource served at `group/version/plural`, if any.
-pub fn lookup(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {
-    RESOURCES
+/// The resource served at `group/version/plural`, if any: as [`RESOURCES`] has it, at another
+/// version its CRD serves (`version` then names that one), or `None`.
+pub fn lookup(
+    group: &str,
+    version: &str,
+    plural: &str,
+    crds: &Crds,
+) -> Option<&'static ResourceType> {
+    let r = RESOURCES
         .iter()
-        .find(|r| r.group == group && r.version == version && r.plural == plural)
+        .find(|r| r.group == group && r.plural == plural)?;
+    crds.versions(r)
+        .into_iter()
+        .find(|v| *v == version)
+        .map(|v| at_version(r, v))
+}
+
+/// `r` served at `version`: one value per resource and version, kept for the run (so that it is
+/// `'static` as every [`ResourceType`]).
+fn at_version(r: &'static ResourceType, version: &'static str) -> &'static ResourceType {
+    if r.version == version {
+        return r;
+    }
+    static VERSIONS: OnceLock<Mutex<HashMap<(&str, &str), &'static ResourceType>>> =
+        OnceLock::new();
+    let mut versions = VERSIONS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    versions
+        .entry((r.plural, version))
+        .or_insert_with(|| Box::leak(Box::new(ResourceType { version, ..*r })))
 }
 
 /// The resource with this plural name (plural names are unique in the simulator).
@@ -156,20 +246,25 @@ pub fn is_custom(r: &ResourceType) -> bool {
     r.group.contains('.') && !r.group.ends_with(".k8s.io")
 }
 
-/// Named (non-core) groups, in discovery order; the SelfSubjectAccessReview group is included
+/// Named (non-core) groups, in discovery order, each with its versions in kube-apiserver's
+/// priority order (the first is the preferred one); the SelfSubjectAccessReview group is included
 /// because clients discover it before checking their permissions. A group whose every resource
 /// is a deleted CRD's is not listed, as kube-apiserver drops it once the last CRD goes.
-fn groups(unserved: &Unserved) -> Vec<(&'static str, &'static str)> {
-    let mut groups: Vec<(&str, &str)> = Vec::new();
-    for r in RESOURCES
-        .iter()
-        .filter(|r| !r.group.is_empty() && !unserved.contains(r.plural))
-    {
-        if !groups.contains(&(r.group, r.version)) {
-            groups.push((r.group, r.version));
+fn groups(crds: &Crds) -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
+    for r in RESOURCES.iter().filter(|r| !r.group.is_empty()) {
+        for version in crds.versions(r) {
+            match groups.iter_mut().find(|(g, _)| *g == r.group) {
+                Some((_, versions)) if versions.contains(&version) => {}
+                Some((_, versions)) => versions.push(version),
+                None => groups.push((r.group, vec![version])),
+            }
         }
     }
-    groups.push(("authorization.k8s.io", "v1"));
+    for (_, versions) in &mut groups {
+        by_kube_priority(versions);
+    }
+    groups.push(("authorization.k8s.io", vec!["v1"]));
     groups
 }
 
@@ -182,35 +277,37 @@ pub fn api_versions(server_address: &str) -> Value {
     })
 }
 
-fn group_json(name: &str, version: &str) -> Value {
-    let gv = json!({ "groupVersion": format!("{name}/{version}"), "version": version });
-    json!({ "name": name, "versions": [gv.clone()], "preferredVersion": gv })
+fn group_json(name: &str, versions: &[&str]) -> Value {
+    let gv =
+        |version: &str| json!({ "groupVersion": format!("{name}/{version}"), "version": version });
+    let all: Vec<Value> = versions.iter().map(|v| gv(v)).collect();
+    json!({ "name": name, "versions": all, "preferredVersion": gv(versions[0]) })
 }
 
 /// `GET /apis`: every named group with its preferred version.
-pub fn api_group_list(unserved: &Unserved) -> Value {
-    let groups: Vec<Value> = groups(unserved)
+pub fn api_group_list(crds: &Crds) -> Value {
+    let groups: Vec<Value> = groups(crds)
         .into_iter()
-        .map(|(g, v)| group_json(g, v))
+        .map(|(g, v)| group_json(g, &v))
         .collect();
     json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": groups })
 }
 
 /// `GET /apis/{group}`: one APIGroup.
-pub fn api_group(group: &str, unserved: &Unserved) -> Option<Value> {
-    let (name, version) = groups(unserved).into_iter().find(|(g, _)| *g == group)?;
-    let mut doc = group_json(name, version);
+pub fn api_group(group: &str, crds: &Crds) -> Option<Value> {
+    let (name, versions) = groups(crds).into_iter().find(|(g, _)| *g == group)?;
+    let mut doc = group_json(name, &versions);
     doc["kind"] = json!("APIGroup");
     doc["apiVersion"] = json!("v1");
     Some(doc)
 }
 
 /// `GET /api/v1` or `GET /apis/{group}/{version}`: the APIResourceList, subresources included.
-pub fn api_resource_list(group: &str, version: &str, unserved: &Unserved) -> Option<Value> {
+pub fn api_resource_list(group: &str, version: &str, crds: &Crds) -> Option<Value> {
     let mut resources = Vec::new();
     for r in RESOURCES
         .iter()
-        .filter(|r| r.group == group && r.version == version && !unserved.contains(r.plural))
+        .filter(|r| r.group == group && crds.versions(r).contains(&version))
     {
         let mut entry = json!({
             "name": r.plural,

@@ -19,7 +19,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::resources::{ResourceType, Unserved};
+use super::resources::{Crds, ResourceType};
 use super::status::ApiError;
 
 /// The kind of change, spelled as in watch events.
@@ -128,8 +128,10 @@ pub struct Store {
     watchers: Vec<Watcher>,
     /// Watches terminated for exceeding their backlog limit.
     terminated_watches: usize,
-    /// Custom resources whose CRD is deleted.
-    unserved: Unserved,
+    /// Which CRDs are deleted, and the versions of each.
+    crds: Crds,
+    /// What discovery shows while it is held behind the CRDs ([`Store::hold_discovery`]).
+    discovery_held: Option<Crds>,
     /// The revision at which each CRD created again was established: its watch cache starts
     /// there, so a watch from an older version gets 410, as from kube-apiserver.
     established: HashMap<&'static str, u64>,
@@ -185,7 +187,8 @@ impl Store {
             history_start: 1,
             watchers: Vec::new(),
             terminated_watches: 0,
-            unserved: Unserved::new(),
+            crds: Crds::default(),
+            discovery_held: None,
             established: HashMap::new(),
         }
     }
@@ -200,9 +203,19 @@ impl Store {
         self.history_start
     }
 
-    /// The custom resources whose CRD is deleted.
-    pub fn unserved(&self) -> &Unserved {
-        &self.unserved
+    /// Which CRDs are deleted, and the versions of each.
+    pub fn crds(&self) -> &Crds {
+        &self.crds
+    }
+
+    /// What discovery shows: the CRDs, or what they were when discovery was held.
+    pub fn discovered(&self) -> &Crds {
+        self.discovery_held.as_ref().unwrap_or(&self.crds)
+    }
+
+    /// Discovery keeps showing the CRDs as they are now (`true`), or follows them again.
+    pub fn hold_discovery(&mut self, held: bool) {
+        self.discovery_held = held.then(|| self.crds.clone());
     }
 
     /// Deletes the CRD of `rt` as kube-apiserver does: every object is deleted first (a DELETED
@@ -220,13 +233,25 @@ impl Store {
         }
         // Dropping a watch's sender ends its stream once it has written what it was sent.
         self.watchers.retain(|w| w.resource != rt.plural);
-        self.unserved.insert(rt.plural);
+        self.crds.unserved.insert(rt.plural);
         keys.len()
     }
 
     /// Creates the CRD of `rt` again: the resource is served (empty) from now on.
     pub fn create_crd(&mut self, rt: &'static ResourceType) {
-        self.unserved.remove(rt.plural);
+        self.crds.unserved.remove(rt.plural);
+        self.established.insert(rt.plural, self.revision);
+    }
+
+    /// Updates the CRD of `rt` to serve `versions` (of one storage: the objects keep their uid
+    /// and resourceVersion, and read as the version asked for). As kube-apiserver does on any
+    /// change to a CRD's spec, its storage is rebuilt: the update is a write (the revision moves
+    /// on), the resource's watches end cleanly, and the new watch caches start at the update, so
+    /// a watch from an older resourceVersion gets 410 Expired.
+    pub fn set_crd_versions(&mut self, rt: &'static ResourceType, versions: &[&'static str]) {
+        self.revision += 1;
+        self.crds.versions.insert(rt.plural, versions.to_vec());
+        self.watchers.retain(|w| w.resource != rt.plural);
         self.established.insert(rt.plural, self.revision);
     }
 
@@ -259,7 +284,10 @@ impl Store {
         namespace: Option<&str>,
         name: &str,
     ) -> Option<Value> {
-        self.objects.get(&Self::key(rt, namespace, name)).cloned()
+        let mut obj = self.objects.get(&Self::key(rt, namespace, name)).cloned()?;
+        // Read as the version asked for (a CRD serving several).
+        obj["apiVersion"] = json!(rt.api_version());
+        Some(obj)
     }
 
     /// Records a change, bumps nothing (the caller did), and fans it out to watches.
@@ -294,7 +322,7 @@ impl Store {
         namespace: Option<&str>,
         mut obj: Value,
     ) -> Result<Value, ApiError> {
-        if self.unserved.contains(rt.plural) {
+        if !self.crds.serves(rt) {
             return Err(ApiError::unknown_path());
         }
         if !obj.is_object() {

@@ -64,6 +64,17 @@ impl WatchSpec {
 
     /// The event line for `object`, cut to its metadata when the watch asked for that.
     pub fn line(&self, event_type: &str, object: &Value) -> Bytes {
+        // A custom resource served at several versions reads as the version watched.
+        let api_version = self.resource.api_version();
+        let converted;
+        let object = if object["apiVersion"].as_str() == Some(api_version.as_str()) {
+            object
+        } else {
+            let mut copy = object.clone();
+            copy["apiVersion"] = Value::from(api_version);
+            converted = copy;
+            &converted
+        };
         match self.partial {
             true => event_line(event_type, &super::partial::cut(object)),
             false => event_line(event_type, object),
