@@ -29,6 +29,7 @@ use crate::backoff::Backoff;
 use crate::budget::Budget;
 use crate::config::{BackoffConfig, Config, InitialState, NatsMode, PayloadMode, WatchConfig};
 use crate::event::EventType;
+use crate::filter::Filter;
 use crate::kube::client::register_api_requests;
 use crate::kube::credentials;
 use crate::kube::discovery::Discovery;
@@ -498,6 +499,14 @@ impl Watches<'_> {
             served.set(1);
         }
         let selected = self.namespace_watcher(plan, (&watch, &publish), term, shutdown);
+        // One per watch, shared by its namespaces: a run-time error is logged once per watch.
+        let filter = plan.watch.filter.clone().map(|expr| {
+            Filter::new(
+                expr,
+                name.as_str().into(),
+                metrics.watch.filter_errors(name),
+            )
+        });
         for namespace in &plan.namespaces {
             // Every line a watch task logs (its publishes included) carries these fields.
             let span = tracing::info_span!("watch", watch = %name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
@@ -510,6 +519,7 @@ impl Watches<'_> {
                 state: self.state,
                 plan,
                 selected: selected.clone(),
+                filter: filter.clone(),
                 mirror: self
                     .mirror
                     .filter(|_| plan.watch.mirror)
@@ -568,6 +578,7 @@ impl Watches<'_> {
             budget: self.budget,
             list_slots: self.list_slots,
             mirror: None,
+            filter: None,
         }
         .target(None);
         let target = Arc::new(NamespaceWatcher::target(selector, &template));
@@ -611,6 +622,8 @@ struct TaskParts<'a> {
     selected: Option<watch::Receiver<scope::Selected>>,
     /// The mirror bucket and the watch's mirror metrics, when the watch is mirrored.
     mirror: Option<(&'a MirrorBucket, MirrorMetrics)>,
+    /// The watch's filter (docs/filters.md).
+    filter: Option<Filter>,
 }
 
 impl TaskParts<'_> {
@@ -680,6 +693,7 @@ impl TaskParts<'_> {
             messages,
             events: watch.events.clone(),
             noise: NoiseControl::new(&watch.noise),
+            filter: self.filter.clone(),
             initial_state: watch.initial_state,
             watch_metrics,
             publish_metrics,
@@ -708,6 +722,7 @@ struct TaskFactory {
     messages: MessageBuilder,
     events: Vec<EventType>,
     noise: NoiseControl,
+    filter: Option<Filter>,
     initial_state: InitialState,
     watch_metrics: WatchMetrics,
     publish_metrics: PublishMetrics,
@@ -745,6 +760,7 @@ impl TaskFactory {
             self.gauges.clone(),
             Scope::new(self.exclude.clone(), self.selected.clone()),
         )
+        .with_filter(self.filter.clone())
         .with_mirror(self.mirror.as_ref().map(|m| {
             Mirror::start(
                 &m.bucket,
