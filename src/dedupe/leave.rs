@@ -50,7 +50,10 @@ mod tests {
         assert!(!d.tracks(&meta("6").uid));
         assert_eq!(d.leave(&meta("7")), Verdict::Stale);
         assert_eq!(d.tombstones(), 0);
-        assert_eq!(d.observe(&meta("8"), EventType::Modified, 0), Verdict::Publish);
+        assert_eq!(
+            d.observe(&meta("8"), EventType::Modified, 0),
+            Verdict::Publish
+        );
         assert!(d.tracks(&meta("8").uid));
     }
 }
