@@ -172,7 +172,7 @@ fn rejects_duplicate_watch_names() {
 fn rejects_unknown_placeholder() {
     assert_rejected(
         &format!("{WATCH}subject = \"kube.{{kind}}.{{name}}\"\n"),
-        "watches[0].subject: unknown placeholder {kind} in \"kube.{kind}.{name}\" (allowed: {prefix}, {cluster}, {group}, {version}, {resource}, {namespace}, {name}, {type})",
+        "watches[0].subject: unknown placeholder {kind} in \"kube.{kind}.{name}\" (allowed: {prefix}, {cluster}, {group}, {version}, {resource}, {namespace}, {name}, {type}, {label:KEY}, {annotation:KEY})",
     );
 }
 

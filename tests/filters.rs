@@ -250,6 +250,55 @@ async fn a_restart_publishes_what_entered_and_left_while_down() {
     }
 }
 
+/// `{label:team}` in the subject: each team's pods on its own subject, a pod without the label
+/// on `_`; a label change moves the object's next message to the new subject (the old subject
+/// gets nothing more). With a filter on the same label, core NATS and JetStream alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subject_built_from_a_label() {
+    for mode in [Mode::Core, Mode::JetStream] {
+        let env = Env::start().await;
+        let nc = async_nats::connect(env.nats.url()).await.unwrap();
+        let mut team_a = Inbox::subscribe(&nc, "kube.team.a.>").await;
+        let mut team_b = Inbox::subscribe(&nc, "kube.team.b.>").await;
+        let mut unlabelled = Inbox::subscribe(&nc, "kube.team._.>").await;
+        let _kube2nats = Process::spawn(&env.config(
+            mode,
+            "subject = \"{prefix}.team.{label:team}.{namespace}.{name}.{type}\"\nfilter = \"object.metadata.name != 'hidden'\"",
+        ));
+        env.wait_synced().await;
+        let web = env.create("web", "Running");
+        let m = team_a.next().await;
+        assert_eq!(m.subject, "kube.team.a.default.web.added", "{mode:?}");
+        assert_is(&m, "ADDED", &web, None);
+        let bare = env
+            .sim
+            .create("pods", Some(NS), json!({"metadata": {"name": "bare"}}));
+        let m = unlabelled.next().await;
+        assert_eq!(m.subject, "kube.team._.default.bare.added", "{mode:?}");
+        assert_is(&m, "ADDED", &bare, None);
+        env.create("hidden", "Running");
+
+        let moved = env.update("web", |o| o["metadata"]["labels"]["team"] = json!("b"));
+        let m = team_b.next().await;
+        assert_eq!(m.subject, "kube.team.b.default.web.modified", "{mode:?}");
+        assert_is(&m, "MODIFIED", &moved, None);
+        let gone = env.sim.delete("pods", Some(NS), "web").unwrap();
+        let m = team_b.next().await;
+        assert_eq!(m.subject, "kube.team.b.default.web.deleted", "{mode:?}");
+        assert_is(&m, "DELETED", &gone, None);
+        // Team a's subject got nothing after the move, nor any subject the hidden pod.
+        let sentinel = env.create("sentinel", "Running");
+        let m = team_a.next().await;
+        assert_is(&m, "ADDED", &sentinel, None);
+        let labelled = env.sim.create(
+            "pods",
+            Some(NS),
+            json!({"metadata": {"name": "late", "labels": {"other": "x"}}}),
+        );
+        assert_is(&unlabelled.next().await, "ADDED", &labelled, None);
+    }
+}
+
 /// Waits until the saved state covers `rv`: its manifest's resume version reached it.
 async fn wait_for_checkpoint(env: &Env, rv: u64) {
     let nc = async_nats::connect(env.nats.url()).await.unwrap();

@@ -464,7 +464,7 @@ mod tests {
     fn watch_subject() {
         assert_watch_error(
             "subject = \"kube.{kind}.{name}\"",
-            "watches[0].subject: unknown placeholder {kind} in \"kube.{kind}.{name}\" (allowed: {prefix}, {cluster}, {group}, {version}, {resource}, {namespace}, {name}, {type})",
+            "watches[0].subject: unknown placeholder {kind} in \"kube.{kind}.{name}\" (allowed: {prefix}, {cluster}, {group}, {version}, {resource}, {namespace}, {name}, {type}, {label:KEY}, {annotation:KEY})",
         );
         assert_watch_error("subject = \"kube.{cluster}.{name}\"", "watches[0].subject: \"kube.{cluster}.{name}\" uses {cluster} but publish.cluster is empty");
         assert_watch_error("subject = \"kube.*\"", "watches[0].subject: wildcard");
