@@ -222,9 +222,19 @@ async fn a_restart_publishes_what_entered_and_left_while_down() {
             env.sim.compact();
         }
         let _second = Process::spawn(&config);
-        let mut got: Vec<(String, String, Option<String>)> = inbox
-            .take(4)
-            .await
+        let messages = inbox.take(4).await;
+        // Leaving the filter is told apart from a deletion, on the resumed watch and the relist.
+        for m in &messages {
+            if m.header("Kube-Event-Type") == Some("DELETED") {
+                assert_eq!(
+                    m.header("Kube-Synthesized"),
+                    Some("filter"),
+                    "{}",
+                    m.short()
+                );
+            }
+        }
+        let mut got: Vec<(String, String, Option<String>)> = messages
             .iter()
             .map(|m| {
                 (
