@@ -500,13 +500,11 @@ impl Watches<'_> {
         }
         let selected = self.namespace_watcher(plan, (&watch, &publish), term, shutdown);
         // One per watch, shared by its namespaces: a run-time error is logged once per watch.
-        let filter = plan.watch.filter.clone().map(|expr| {
-            Filter::new(
-                expr,
-                name.as_str().into(),
-                metrics.watch.filter_errors(name),
-            )
-        });
+        let filter = plan
+            .watch
+            .filter
+            .clone()
+            .map(|expr| Filter::new(expr, name.as_str().into(), watch.filter_errors.clone()));
         for namespace in &plan.namespaces {
             // Every line a watch task logs (its publishes included) carries these fields.
             let span = tracing::info_span!("watch", watch = %name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));

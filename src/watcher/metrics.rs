@@ -119,6 +119,8 @@ impl WatchFamilies {
             dropped_subject_too_long: dropped("subject_too_long"),
             dropped_namespace: dropped("namespace"),
             dropped_not_matching: dropped("not_matching"),
+            // Exported for every watch (0 without a filter), so alerts need no absent().
+            filter_errors: self.filter_errors.with_label_values(&[watch]),
             truncated_metadata_fallback: self
                 .events_truncated
                 .with_label_values(&[watch, "metadata_fallback"]),
@@ -141,11 +143,6 @@ impl WatchFamilies {
             relists: self.relists.clone(),
             watch: name,
         }
-    }
-
-    /// `kube2nats_filter_errors_total` of one watch.
-    pub fn filter_errors(&self, watch: &str) -> IntCounter {
-        self.filter_errors.with_label_values(&[watch])
     }
 
     /// `events_dropped_total{reason="too_large"}` of one watch: counted by the publish stage, in
@@ -176,6 +173,8 @@ pub struct WatchMetrics {
     pub dropped_namespace: IntCounter,
     /// Of an object outside the watch's filter (docs/filters.md).
     pub dropped_not_matching: IntCounter,
+    /// `kube2nats_filter_errors_total`: objects the filter failed on.
+    pub filter_errors: IntCounter,
     /// A full object sent to a metadata-only watch, cut to its metadata here.
     pub truncated_metadata_fallback: IntCounter,
     pub decode_errors: IntCounter,
