@@ -309,6 +309,57 @@ async fn a_subject_built_from_a_label() {
     }
 }
 
+/// A mirrored watch with a filter: the bucket holds only the matching objects; leaving the
+/// filter deletes the object's key, entering puts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mirror_holds_only_matching_objects() {
+    let env = Env::start().await;
+    let mut inbox = env.inbox().await;
+    let config = env
+        .config(Mode::JetStream, FAILED)
+        .replace("[state]", "[mirror]\nenabled = true\n[state]");
+    let _kube2nats = Process::spawn(&config);
+    env.wait_synced().await;
+    let failed = env.create("failed", "Failed");
+    env.create("running", "Running");
+    assert_is(&inbox.next().await, "ADDED", &failed, None);
+    let js = async_nats::jetstream::new(async_nats::connect(env.nats.url()).await.unwrap());
+    let store = js.get_key_value("kube-objects").await.unwrap();
+    let key = |name: &str| format!("core.v1.pods.{NS}.{name}");
+    mirrored_names(&store, &[key("failed")]).await;
+
+    let left = env.phase("failed", "Succeeded");
+    let entered = env.phase("running", "Failed");
+    assert_is(&inbox.next().await, "DELETED", &left, Some("filter"));
+    assert_is(&inbox.next().await, "ADDED", &entered, None);
+    mirrored_names(&store, &[key("running")]).await;
+}
+
+/// Waits until the bucket holds a value under exactly `keys`.
+async fn mirrored_names(store: &async_nats::jetstream::kv::Store, keys: &[String]) {
+    use futures_util::StreamExt;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let mut have = Vec::new();
+        let mut listed = store.keys().await.unwrap();
+        while let Some(key) = listed.next().await {
+            let key = key.unwrap();
+            if store.get(&key).await.unwrap().is_some() {
+                have.push(key);
+            }
+        }
+        have.sort();
+        if have == keys {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the bucket holds {have:?}, expected {keys:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Waits until the saved state covers `rv`: its manifest's resume version reached it.
 async fn wait_for_checkpoint(env: &Env, rv: u64) {
     let nc = async_nats::connect(env.nats.url()).await.unwrap();
