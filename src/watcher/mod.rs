@@ -358,9 +358,12 @@ impl WatchTask {
 
     /// Diffs one listed object against the memory; `true` if the memory changed.
     async fn listed(&mut self, item: ObjectEvent) -> bool {
-        let mut item = match self.filter_listed(item).await {
-            Filtered::Pass(item) => item,
-            Filtered::Handled(changed) => return changed,
+        let mut item = match self.filter.is_some() {
+            true => match self.filter_listed(item).await {
+                Filtered::Pass(item) => item,
+                Filtered::Handled(changed) => return changed,
+            },
+            false => item,
         };
         // Per-name order: a name deleted and recreated during a gap is DELETED (old uid) first.
         // (The new uid is then `Listed::New`, so the memory change is reported below.)
@@ -494,9 +497,13 @@ impl WatchTask {
         if !self.in_scope(&mut event) {
             return false;
         }
-        let event = match self.filter_received(event, fit).await {
-            Filtered::Pass(event) => event,
-            Filtered::Handled(changed) => return changed,
+        // Unfiltered watches never read their objects (docs/filters.md, "What it costs").
+        let event = match self.filter.is_some() {
+            true => match self.filter_received(event, fit).await {
+                Filtered::Pass(event) => event,
+                Filtered::Handled(changed) => return changed,
+            },
+            false => event,
         };
         // The journal records an object's first message, so its deletion is announced even
         // after a crash; and a deletion, so that one announced again after a crash carries the
