@@ -174,6 +174,28 @@ mod tests {
         );
     }
 
+    /// The examples of docs/filters.md run without error on an object that has their fields.
+    #[test]
+    fn the_documented_examples_run() {
+        let job = event(
+            EventType::Modified,
+            r#"{"metadata":{"name":"web-12","creationTimestamp":"2026-03-01T10:00:00Z","labels":{"team":"a"}},"spec":{"replicas":4,"containers":[{"image":"docker.io/nginx"}]},"status":{"phase":"Failed","succeeded":0}}"#,
+        );
+        for source in [
+            "object.status.phase == 'Failed'",
+            "object.spec.replicas > 3",
+            "has(object.status.succeeded) && object.status.succeeded == 0",
+            "object.spec.containers.exists(c, !c.image.startsWith('registry.example.com/'))",
+            "object.metadata.name.matches('^web-[0-9]+$')",
+            "timestamp(object.metadata.creationTimestamp) > timestamp('2026-01-01T00:00:00Z')",
+            "has(object.metadata.labels) && has(object.metadata.labels.team) && object.spec.replicas > 3",
+        ] {
+            let f = filter(source);
+            assert!(f.matches(&job), "{source}");
+            assert_eq!(f.errors.get(), 0, "{source}");
+        }
+    }
+
     #[test]
     fn an_error_is_no_match_and_counted() {
         let labels = filter("object.metadata.labels.team == 'a'");
