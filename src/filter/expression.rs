@@ -38,6 +38,9 @@ const TYPE_NAMES: [&str; 13] = [
 pub struct FilterExpr {
     source: Arc<str>,
     program: Arc<Program>,
+    /// The top-level members of `object` the expression reads (`object.status…` reads
+    /// `status`); `None` when it uses `object` whole.
+    members: Option<Arc<[String]>>,
 }
 
 impl FilterExpr {
@@ -64,8 +67,11 @@ impl FilterExpr {
                 at.0, at.1
             ));
         }
+        let mut members = Some(Vec::new());
+        read_members(program.expression(), &mut members);
         Ok(FilterExpr {
             source: source.into(),
+            members: members.map(Into::into),
             program: Arc::new(program),
         })
     }
@@ -76,6 +82,11 @@ impl FilterExpr {
 
     pub(crate) fn program(&self) -> &Program {
         &self.program
+    }
+
+    /// The top-level members of the object the expression can read; `None`: any.
+    pub(crate) fn members(&self) -> Option<&[String]> {
+        self.members.as_deref()
     }
 }
 
@@ -140,6 +151,56 @@ fn unbound_variable<'e>(expr: &'e IdedExpr, bound: &mut Vec<&'e str>) -> Option<
             EntryExpr::StructField(f) => unbound_variable(&f.value, bound),
         }),
         Expr::Literal(_) | Expr::Unspecified => None,
+    }
+}
+
+/// Adds to `members` the top-level members of `object` that `expr` selects; sets it to `None`
+/// where `object` is used otherwise (passed whole, indexed with `[]`, compared).
+fn read_members(expr: &IdedExpr, members: &mut Option<Vec<String>>) {
+    let mut each = |e: &IdedExpr| read_members(e, members);
+    match &expr.expr {
+        Expr::Select(select) => match &select.operand.expr {
+            Expr::Ident(name) if name == OBJECT => {
+                if let Some(members) = members {
+                    if !members.contains(&select.field) {
+                        members.push(select.field.clone());
+                    }
+                }
+            }
+            _ => each(&select.operand),
+        },
+        Expr::Ident(name) if name == OBJECT => *members = None,
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+        Expr::Call(call) => call
+            .target
+            .as_deref()
+            .into_iter()
+            .chain(&call.args)
+            .for_each(each),
+        Expr::Comprehension(c) => [
+            &c.iter_range,
+            &c.accu_init,
+            &c.loop_cond,
+            &c.loop_step,
+            &c.result,
+        ]
+        .into_iter()
+        .for_each(each),
+        Expr::List(list) => list.elements.iter().for_each(each),
+        Expr::Map(map) => map.entries.iter().for_each(|entry| match &entry.expr {
+            EntryExpr::MapEntry(e) => {
+                each(&e.key);
+                each(&e.value);
+            }
+            EntryExpr::StructField(f) => each(&f.value),
+        }),
+        Expr::Struct(s) => s.entries.iter().for_each(|entry| match &entry.expr {
+            EntryExpr::MapEntry(e) => {
+                each(&e.key);
+                each(&e.value);
+            }
+            EntryExpr::StructField(f) => each(&f.value),
+        }),
     }
 }
 
@@ -212,6 +273,27 @@ mod tests {
         let err =
             FilterExpr::compile("object.spec.containers.all(c, c.ready) && c.ready").unwrap_err();
         assert!(err.contains("undeclared reference to \"c\""), "{err}");
+    }
+
+    #[test]
+    fn knows_which_members_it_reads() {
+        let members = |source: &str| {
+            FilterExpr::compile(source)
+                .unwrap()
+                .members()
+                .map(<[String]>::to_vec)
+        };
+        assert_eq!(
+            members("object.status.phase == 'Failed' && has(object.metadata.labels)"),
+            Some(vec!["status".to_owned(), "metadata".to_owned()])
+        );
+        assert_eq!(
+            members("object.spec.containers.all(c, c.image != object.metadata.name)"),
+            Some(vec!["spec".to_owned(), "metadata".to_owned()])
+        );
+        assert_eq!(members("size(object) > 2"), None);
+        assert_eq!(members("object['status'].phase == 'x'"), None);
+        assert_eq!(members("1 == 1"), Some(vec![]));
     }
 
     #[test]

@@ -103,9 +103,10 @@ impl Filter {
     }
 
     fn evaluate(&self, object: &[u8]) -> Result<bool, String> {
-        let object = value::object_value(object).map_err(|e| format!("object not read: {e}"))?;
+        let object = value::object_value(object, self.expr.members())
+            .map_err(|e| format!("object not read: {e}"))?;
         let mut context = cel::Context::with_env(self.env.clone());
-        context.add_variable_from_value(expression::OBJECT, object);
+        context.add_variable_as_val(expression::OBJECT, object);
         match self.expr.program().execute(&context) {
             Ok(cel::Value::Bool(matches)) => Ok(matches),
             Ok(other) => Err(format!(
