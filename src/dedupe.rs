@@ -15,6 +15,7 @@
 mod confirm;
 mod index;
 mod keys;
+mod leave;
 mod namespaces;
 mod store;
 mod tombstones;

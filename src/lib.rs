@@ -39,6 +39,7 @@ pub mod budget;
 pub mod config;
 pub mod dedupe;
 pub mod event;
+pub mod filter;
 pub mod json_path;
 pub mod kube;
 pub mod leader;

@@ -18,6 +18,11 @@
 //! | `{namespace}` | the object's namespace, `_` for cluster-scoped objects          |
 //! | `{name}`      | the object's name                                               |
 //! | `{type}`      | `added`, `modified` or `deleted`                                |
+//! | `{label:KEY}` | the object's label `KEY` (e.g. `{label:app.kubernetes.io/name}`), `_` if it has none |
+//! | `{annotation:KEY}` | the object's annotation `KEY`, `_` if it has none           |
+//!
+//! Only watches whose template uses `{label:…}` or `{annotation:…}` read the object's labels and
+//! annotations (docs/filters.md, "Subjects from labels").
 //!
 //! # The escaping rule
 //!
@@ -86,7 +91,7 @@ pub const DEFAULT_CLUSTER_TEMPLATE: &str =
     "{prefix}.{cluster}.{group}.{version}.{resource}.{namespace}.{name}.{type}";
 
 /// One named slot of a template.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Placeholder {
     Prefix,
     Cluster,
@@ -96,10 +101,20 @@ enum Placeholder {
     Namespace,
     Name,
     Type,
+    /// `{label:KEY}`
+    Label(Box<str>),
+    /// `{annotation:KEY}`
+    Annotation(Box<str>),
 }
 
 impl Placeholder {
     fn from_name(name: &str) -> Option<Self> {
+        if let Some(key) = name.strip_prefix("label:") {
+            return Some(Placeholder::Label(key.into()));
+        }
+        if let Some(key) = name.strip_prefix("annotation:") {
+            return Some(Placeholder::Annotation(key.into()));
+        }
         Some(match name {
             "prefix" => Placeholder::Prefix,
             "cluster" => Placeholder::Cluster,
@@ -135,8 +150,14 @@ pub struct SubjectTemplate {
 pub enum TemplateError {
     #[error("empty subject template")]
     Empty,
-    #[error("unknown placeholder {{{name}}} in {template:?} (allowed: {{prefix}}, {{cluster}}, {{group}}, {{version}}, {{resource}}, {{namespace}}, {{name}}, {{type}})")]
+    #[error("unknown placeholder {{{name}}} in {template:?} (allowed: {{prefix}}, {{cluster}}, {{group}}, {{version}}, {{resource}}, {{namespace}}, {{name}}, {{type}}, {{label:KEY}}, {{annotation:KEY}})")]
     UnknownPlaceholder { name: String, template: String },
+    #[error("invalid key {key:?} in {{{name}}} of {template:?} (a label or annotation key: [A-Za-z0-9._-], optionally after a DNS prefix and one /, e.g. {{label:app.kubernetes.io/name}})")]
+    InvalidKey {
+        key: String,
+        name: String,
+        template: String,
+    },
     #[error("unbalanced brace at byte {position} in {template:?}")]
     UnbalancedBrace { position: usize, template: String },
     #[error("empty token in {template:?} (no leading, trailing or doubled dots)")]
@@ -180,6 +201,15 @@ impl SubjectTemplate {
                             template: err_template(),
                         });
                     };
+                    if let Placeholder::Label(key) | Placeholder::Annotation(key) = &p {
+                        if !is_metadata_key(key) {
+                            return Err(TemplateError::InvalidKey {
+                                key: key.to_string(),
+                                name: name.to_owned(),
+                                template: err_template(),
+                            });
+                        }
+                    }
                     if !literal.is_empty() {
                         parts.push(Part::Literal(std::mem::take(&mut literal).into_boxed_str()));
                     }
@@ -274,6 +304,8 @@ impl SubjectTemplate {
                     },
                     Placeholder::Name => escape_token(fields.name, out),
                     Placeholder::Type => out.push_str(fields.event_type.as_subject_token()),
+                    // No object here: rendered as for an object without the key.
+                    Placeholder::Label(_) | Placeholder::Annotation(_) => out.push('_'),
                 },
             }
         }
@@ -298,6 +330,8 @@ impl SubjectTemplate {
                     Placeholder::Namespace => Piece::Slot(BoundPart::Namespace),
                     Placeholder::Name => Piece::Slot(BoundPart::Name),
                     Placeholder::Type => Piece::Slot(BoundPart::Type),
+                    Placeholder::Label(key) => Piece::Slot(BoundPart::Label(key.clone())),
+                    Placeholder::Annotation(key) => Piece::Slot(BoundPart::Annotation(key.clone())),
                 },
             };
             match piece {
@@ -316,7 +350,13 @@ impl SubjectTemplate {
         if !literal.is_empty() {
             parts.push(BoundPart::Literal(literal.into_boxed_str()));
         }
-        BoundTemplate { parts }
+        let reads_object = parts
+            .iter()
+            .any(|p| matches!(p, BoundPart::Label(_) | BoundPart::Annotation(_)));
+        BoundTemplate {
+            parts,
+            reads_object,
+        }
     }
 }
 
@@ -347,6 +387,8 @@ pub struct WatchFields<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BoundTemplate {
     parts: Vec<BoundPart>,
+    /// Whether it uses `{label:…}` or `{annotation:…}`.
+    reads_object: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -355,9 +397,44 @@ enum BoundPart {
     Namespace,
     Name,
     Type,
+    Label(Box<str>),
+    Annotation(Box<str>),
 }
 
 impl BoundTemplate {
+    /// Whether the subject depends on the object's labels or annotations: only then are they
+    /// read ([`ObjectFields::read`]).
+    pub fn reads_object(&self) -> bool {
+        self.reads_object
+    }
+
+    /// As [`Self::render`], with the object's labels and annotations for `{label:…}` and
+    /// `{annotation:…}` (`None`: rendered as missing, `_`).
+    pub fn render_object(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        event_type: EventType,
+        object: Option<&ObjectFields>,
+        out: &mut String,
+    ) {
+        for part in &self.parts {
+            let value = match (part, object) {
+                (BoundPart::Label(key), Some(o)) => o.labels.get(&**key),
+                (BoundPart::Annotation(key), Some(o)) => o.annotations.get(&**key),
+                (BoundPart::Label(_) | BoundPart::Annotation(_), None) => None,
+                _ => {
+                    self.render_part(part, namespace, name, event_type, out);
+                    continue;
+                }
+            };
+            match value {
+                Some(value) => escape_token(value, out),
+                None => out.push('_'),
+            }
+        }
+    }
+
     /// Appends the subject of one object to `out`, as [`SubjectTemplate::render`] would with
     /// the watch's values. Allocates nothing beyond growing `out`.
     pub fn render(
@@ -368,15 +445,28 @@ impl BoundTemplate {
         out: &mut String,
     ) {
         for part in &self.parts {
-            match part {
-                BoundPart::Literal(s) => out.push_str(s),
-                BoundPart::Namespace => match namespace {
-                    Some(ns) => escape_token(ns, out),
-                    None => out.push('_'),
-                },
-                BoundPart::Name => escape_token(name, out),
-                BoundPart::Type => out.push_str(event_type.as_subject_token()),
-            }
+            self.render_part(part, namespace, name, event_type, out);
+        }
+    }
+
+    #[inline]
+    fn render_part(
+        &self,
+        part: &BoundPart,
+        namespace: Option<&str>,
+        name: &str,
+        event_type: EventType,
+        out: &mut String,
+    ) {
+        match part {
+            BoundPart::Literal(s) => out.push_str(s),
+            BoundPart::Namespace => match namespace {
+                Some(ns) => escape_token(ns, out),
+                None => out.push('_'),
+            },
+            BoundPart::Name => escape_token(name, out),
+            BoundPart::Type => out.push_str(event_type.as_subject_token()),
+            BoundPart::Label(_) | BoundPart::Annotation(_) => out.push('_'),
         }
     }
 }
@@ -414,6 +504,53 @@ pub struct SubjectFields<'a> {
     pub namespace: Option<&'a str>,
     pub name: &'a str,
     pub event_type: EventType,
+}
+
+/// The labels and annotations of one object, read only for a template that uses them.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct ObjectFields {
+    #[serde(default)]
+    labels: std::collections::HashMap<String, String>,
+    #[serde(default)]
+    annotations: std::collections::HashMap<String, String>,
+}
+
+impl ObjectFields {
+    /// Reads `metadata.labels` and `metadata.annotations` of an object (JSON); an object that
+    /// cannot be read has none (its placeholders render `_`).
+    pub fn read(object: &[u8]) -> ObjectFields {
+        #[derive(serde::Deserialize)]
+        struct Object {
+            #[serde(default)]
+            metadata: ObjectFields,
+        }
+        serde_json::from_slice::<Object>(object)
+            .map(|o| o.metadata)
+            .unwrap_or_default()
+    }
+}
+
+/// A label or annotation key as Kubernetes allows it: an optional DNS subdomain prefix and `/`,
+/// then a name of `[A-Za-z0-9._-]` (at most 63 bytes) that starts and ends alphanumeric.
+fn is_metadata_key(key: &str) -> bool {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.')
+                .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+    });
+    let edges = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
+    prefix_ok
+        && name.len() <= 63
+        && edges(name.bytes().next())
+        && edges(name.bytes().last())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 /// Whether `b` stands for itself in a token.
@@ -589,7 +726,7 @@ mod tests {
     fn rejects_bad_templates() {
         let bad = [
             ("", "empty subject template"),
-            ("kube.{kind}.{name}", "unknown placeholder {kind} in \"kube.{kind}.{name}\" (allowed: {prefix}, {cluster}, {group}, {version}, {resource}, {namespace}, {name}, {type})"),
+            ("kube.{kind}.{name}", "unknown placeholder {kind} in \"kube.{kind}.{name}\" (allowed: {prefix}, {cluster}, {group}, {version}, {resource}, {namespace}, {name}, {type}, {label:KEY}, {annotation:KEY})"),
             ("kube.{name", "unbalanced brace"),
             ("kube.name}", "unbalanced brace"),
             ("kube.{{name}}", "unbalanced brace"),
@@ -664,5 +801,67 @@ mod tests {
         fn escape_of_tricky_alphabet_round_trips(s in "[a-z._%:*> -]{0,12}") {
             prop_assert_eq!(unescape(&esc(&s)), Some(s));
         }
+    }
+}
+
+#[cfg(test)]
+mod object_tests {
+    use super::*;
+
+    fn bound(template: &str) -> BoundTemplate {
+        SubjectTemplate::parse(template)
+            .unwrap()
+            .bind(&WatchFields {
+                prefix: "kube",
+                cluster: "",
+                group: "apps",
+                version: "v1",
+                resource: "deployments",
+            })
+    }
+
+    #[test]
+    fn labels_and_annotations_are_escaped_tokens_and_missing_is_underscore() {
+        let t = bound("{prefix}.{label:team}.{label:app.kubernetes.io/name}.{annotation:example.com/owner}.{name}");
+        assert!(t.reads_object());
+        let object = ObjectFields::read(
+            br#"{"metadata":{"name":"web","labels":{"team":"pay.ments","app.kubernetes.io/name":"web_1"},"annotations":{"example.com/owner":"a b"}}}"#,
+        );
+        let mut out = String::new();
+        t.render_object(None, "web", EventType::Added, Some(&object), &mut out);
+        assert_eq!(out, "kube.pay_ments.web%5F1.a%20b.web");
+        let mut out = String::new();
+        let bare = ObjectFields::read(br#"{"metadata":{"name":"web"}}"#);
+        t.render_object(None, "web", EventType::Added, Some(&bare), &mut out);
+        assert_eq!(out, "kube._._._.web");
+        // An empty label value is `%`, never `_`.
+        let empty = ObjectFields::read(br#"{"metadata":{"labels":{"team":""}}}"#);
+        let mut out = String::new();
+        t.render_object(None, "web", EventType::Added, Some(&empty), &mut out);
+        assert_eq!(out, "kube.%._._.web");
+        assert!(!bound("{prefix}.{name}").reads_object());
+    }
+
+    #[test]
+    fn keys_are_checked_at_start() {
+        for ok in ["team", "app.kubernetes.io/name", "a-b_c.d", "x/y"] {
+            assert!(
+                SubjectTemplate::parse(&format!("k.{{label:{ok}}}")).is_ok(),
+                "{ok}"
+            );
+        }
+        for bad in ["", "a b", "/x", "a/", "a/b/c", "-a", "a.", "ex_ample.com/x"] {
+            let err = SubjectTemplate::parse(&format!("k.{{annotation:{bad}}}")).unwrap_err();
+            assert!(
+                matches!(err, TemplateError::InvalidKey { .. }),
+                "{bad:?}: {err}"
+            );
+        }
+        // The token pattern treats them as varying tokens.
+        let t = SubjectTemplate::parse("{prefix}.{label:team}.x").unwrap();
+        assert_eq!(
+            t.token_pattern("kube", ""),
+            vec![Some("kube".to_owned()), None, Some("x".to_owned())]
+        );
     }
 }

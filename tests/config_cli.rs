@@ -172,8 +172,25 @@ fn rejects_duplicate_watch_names() {
 fn rejects_unknown_placeholder() {
     assert_rejected(
         &format!("{WATCH}subject = \"kube.{{kind}}.{{name}}\"\n"),
-        "watches[0].subject: unknown placeholder {kind} in \"kube.{kind}.{name}\" (allowed: {prefix}, {cluster}, {group}, {version}, {resource}, {namespace}, {name}, {type})",
+        "watches[0].subject: unknown placeholder {kind} in \"kube.{kind}.{name}\" (allowed: {prefix}, {cluster}, {group}, {version}, {resource}, {namespace}, {name}, {type}, {label:KEY}, {annotation:KEY})",
     );
+}
+
+/// A filter that does not parse, or reads a variable other than `object`, stops the start
+/// (`--check-config` and a normal start alike) naming the key and the position.
+#[test]
+fn rejects_a_malformed_filter_with_its_position() {
+    assert_rejected(
+        &format!("{WATCH}filter = \"object.status.phase == \"\n"),
+        "watches[0].filter: invalid CEL expression \"object.status.phase ==\": at 1:",
+    );
+    assert_rejected(
+        &format!("{WATCH}filter = \"pod.status.phase == 'Failed'\"\n"),
+        "watches[0].filter: invalid CEL expression \"pod.status.phase == 'Failed'\": at 1:1: undeclared reference to \"pod\"",
+    );
+    let f = config_file(&format!("{WATCH}filter = \"object.spec.replicas >> 3\"\n"));
+    let out = kube2nats().arg("--config").arg(f.path()).output().unwrap();
+    assert_config_error(&out, "watches[0].filter: invalid CEL expression");
 }
 
 #[test]

@@ -35,7 +35,9 @@
 //! same for noise control: `any` (the default path), `content` (`changes = "content"`: every
 //! MODIFIED of the stream changes only its resourceVersion, so only ADDED and DELETED are
 //! published; CPU is still per event received), `strip` (`strip_paths` names an annotation
-//! every object has, so every published object is trimmed, a copy each) and `mirror` (the watch
+//! every object has, so every published object is trimmed, a copy each), `filter` (a `filter`
+//! every object matches, docs/filters.md: the same messages, each object read and judged),
+//! `label` (a subject built from `{label:tier}`: each object's labels read) and `mirror` (the watch
 //! is mirrored into the key-value bucket, docs/mirror.md; needs JetStream, so core runs publish
 //! events to core NATS and the mirror to JetStream).
 //!

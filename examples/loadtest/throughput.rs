@@ -206,10 +206,18 @@ pub(crate) async fn shaped_run(
             "strip_paths = ['metadata.annotations.\"prometheus.io/port\"']\n",
             received,
         ),
+        // A filter every pod of the stream matches (docs/filters.md): the same messages as
+        // `any`, so the difference is what reading each object and evaluating the filter costs.
+        "filter" => ("filter = \"object.status.phase == 'Running'\"\n", received),
+        // A subject built from a label: the same messages, on subjects read from each object.
+        "label" => (
+            "subject = \"{prefix}.{label:tier}.{namespace}.{name}.{type}\"\n",
+            received,
+        ),
         // The watch is mirrored into the key-value bucket (docs/mirror.md): CPU per event with the
         // mirror on against `any`.
         "mirror" => ("mirror = true\n", received),
-        other => bail!("unknown --noise variant {other:?} (allowed: any, content, strip, mirror)"),
+        other => bail!("unknown --noise variant {other:?} (allowed: any, content, strip, filter, label, mirror)"),
     };
     let watch_extra = format!("{noise_extra}payload = \"{}\"\n", shape.payload);
     let (nats, nats_url) = start_nats(env, dir.path()).await?;

@@ -10,6 +10,7 @@ use crate::backoff::Backoff;
 use crate::budget::Budget;
 use crate::config::{BackoffConfig, Config, InitialState, NatsMode, PayloadMode};
 use crate::event::EventType;
+use crate::filter::Filter;
 use crate::kube::discovery::Discovery;
 use crate::kube::ApiClient;
 use crate::mirror::metrics::MirrorMetrics;
@@ -37,6 +38,8 @@ pub(super) struct TaskParts<'a> {
     pub(super) selected: Option<watch::Receiver<scope::Selected>>,
     /// The mirror bucket and the watch's mirror metrics, when the watch is mirrored.
     pub(super) mirror: Option<(&'a MirrorBucket, MirrorMetrics)>,
+    /// The watch's filter (docs/filters.md).
+    pub(super) filter: Option<Filter>,
 }
 
 impl TaskParts<'_> {
@@ -107,6 +110,7 @@ impl TaskParts<'_> {
             messages,
             events: watch.events.clone(),
             noise: NoiseControl::new(&watch.noise),
+            filter: self.filter.clone(),
             initial_state: watch.initial_state,
             watch_metrics,
             publish_metrics,
@@ -135,6 +139,7 @@ pub(super) struct TaskFactory {
     messages: MessageBuilder,
     events: Vec<EventType>,
     noise: NoiseControl,
+    filter: Option<Filter>,
     initial_state: InitialState,
     watch_metrics: WatchMetrics,
     publish_metrics: PublishMetrics,
@@ -172,6 +177,7 @@ impl TaskFactory {
             self.gauges.clone(),
             Scope::new(self.exclude.clone(), self.selected.clone()),
         )
+        .with_filter(self.filter.clone())
         .with_mirror(self.mirror.as_ref().map(|m| {
             Mirror::start(
                 &m.bucket,

@@ -21,6 +21,7 @@ use super::task::TaskParts;
 use crate::backoff::Backoff;
 use crate::budget::Budget;
 use crate::config::{Config, WatchConfig};
+use crate::filter::Filter;
 use crate::kube::discovery::Discovery;
 use crate::kube::ApiClient;
 use crate::mirror::MirrorBucket;
@@ -335,6 +336,12 @@ impl Watches<'_> {
             served.set(1);
         }
         let selected = self.namespace_watcher(plan, (&watch, &publish), term, shutdown);
+        // One per watch, shared by its namespaces: a run-time error is logged once per watch.
+        let filter = plan
+            .watch
+            .filter
+            .clone()
+            .map(|expr| Filter::new(expr, name.as_str().into(), watch.filter_errors.clone()));
         let mut group = Group {
             tasks: JoinSet::new(),
             stop: shutdown.child_token(),
@@ -354,6 +361,7 @@ impl Watches<'_> {
                 state: self.state,
                 plan,
                 selected: selected.clone(),
+                filter: filter.clone(),
                 mirror: self
                     .mirror
                     .filter(|_| plan.watch.mirror)
@@ -412,6 +420,7 @@ impl Watches<'_> {
             budget: self.budget,
             list_slots: self.list_slots,
             mirror: None,
+            filter: None,
         }
         .target(None);
         let target = Arc::new(NamespaceWatcher::target(selector, &template));

@@ -502,6 +502,8 @@ pub struct RawWatch {
     pub ignore_paths: Vec<String>,
     /// Paths removed from the published object.
     pub strip_paths: Vec<String>,
+    /// A CEL expression over `object`: only matching objects are published; `""` = all.
+    pub filter: String,
     /// Keep the watch's objects in the `[mirror]` bucket; unset = `mirror.enabled`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mirror: Option<bool>,
@@ -525,6 +527,7 @@ impl Default for RawWatch {
             changes: String::new(),
             ignore_paths: Vec::new(),
             strip_paths: Vec::new(),
+            filter: String::new(),
             mirror: None,
         }
     }

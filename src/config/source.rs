@@ -444,7 +444,7 @@ mod tests {
         );
         assert_error("[surprise]\nx = 1", "surprise: unknown key");
         let lines = errors("[[watches]]\nname = \"b\"\nresource = \"pods\"\nlabels = \"x\"");
-        assert_eq!(lines, ["watches[0].labels: unknown key (allowed here: changes, events, field_selector, format, ignore_paths, initial_state, label_selector, mirror, name, namespace_selector, namespaces, namespaces_exclude, payload, resource, strip_paths, subject)"]);
+        assert_eq!(lines, ["watches[0].labels: unknown key (allowed here: changes, events, field_selector, filter, format, ignore_paths, initial_state, label_selector, mirror, name, namespace_selector, namespaces, namespaces_exclude, payload, resource, strip_paths, subject)"]);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use super::named::{
 };
 use super::noise::NoiseConfig;
 use crate::event::EventType;
+use crate::filter::FilterExpr;
 use crate::subject::SubjectTemplate;
 
 #[derive(Debug, Clone)]
@@ -358,4 +359,6 @@ pub struct WatchConfig {
     pub noise: NoiseConfig,
     /// Whether the watch's objects are kept in the `[mirror]` bucket (docs/mirror.md).
     pub mirror: bool,
+    /// Only objects this CEL expression matches are published (docs/filters.md).
+    pub filter: Option<FilterExpr>,
 }

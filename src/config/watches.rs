@@ -9,6 +9,7 @@ use super::raw::{RawPublish, RawWatch};
 use super::selector::{check_field_selector, check_label_selector, is_dns_label};
 use super::values::WatchConfig;
 use crate::event::EventType;
+use crate::filter::FilterExpr;
 use crate::subject::{validate_prefix, SubjectTemplate};
 
 /// `[publish]`: what every watch inherits unless it sets its own; `None` where the value was
@@ -128,6 +129,11 @@ fn check_watch(
         Some(f) => c.one_of(&key("format"), f, MessageFormat::NAMES),
     };
     let noise = super::noise::check_noise(c, i, w);
+    let filter = match non_empty(&w.filter).map(FilterExpr::compile) {
+        None => Some(None),
+        Some(Ok(f)) => Some(Some(f)),
+        Some(Err(why)) => c.fail(key("filter"), why),
+    };
     Some(WatchConfig {
         name: name?,
         resource: resource?,
@@ -146,6 +152,7 @@ fn check_watch(
         noise: noise?,
         // Resolved against `mirror.enabled` once `[mirror]` is checked.
         mirror: w.mirror.unwrap_or(false),
+        filter: filter?,
     })
 }
 
@@ -457,7 +464,7 @@ mod tests {
     fn watch_subject() {
         assert_watch_error(
             "subject = \"kube.{kind}.{name}\"",
-            "watches[0].subject: unknown placeholder {kind} in \"kube.{kind}.{name}\" (allowed: {prefix}, {cluster}, {group}, {version}, {resource}, {namespace}, {name}, {type})",
+            "watches[0].subject: unknown placeholder {kind} in \"kube.{kind}.{name}\" (allowed: {prefix}, {cluster}, {group}, {version}, {resource}, {namespace}, {name}, {type}, {label:KEY}, {annotation:KEY})",
         );
         assert_watch_error("subject = \"kube.{cluster}.{name}\"", "watches[0].subject: \"kube.{cluster}.{name}\" uses {cluster} but publish.cluster is empty");
         assert_watch_error("subject = \"kube.*\"", "watches[0].subject: wildcard");

@@ -38,7 +38,7 @@ use crate::event::{EventType, ObjectEvent, ObjectMeta, ResourceInfo};
 use crate::publish::cloudevents;
 use crate::publish::header_block::append_header;
 pub use crate::publish::header_block::{BuildError, MAX_SUBJECT_BYTES};
-use crate::subject::{escape_token, BoundTemplate, SubjectTemplate, WatchFields};
+use crate::subject::{escape_token, BoundTemplate, ObjectFields, SubjectTemplate, WatchFields};
 
 /// Header names: a public interface. Built at compile time, so per message only the values are
 /// allocated.
@@ -295,12 +295,23 @@ impl MessageBuilder {
     ) -> Result<OutMessage, BuildError> {
         let meta = &event.meta;
         let mut subject = self.subject_scratch.take();
-        self.subject.render(
-            meta.namespace.as_deref(),
-            &meta.name,
-            event.event_type,
-            &mut subject,
-        );
+        if self.subject.reads_object() {
+            let object = ObjectFields::read(&event.object);
+            self.subject.render_object(
+                meta.namespace.as_deref(),
+                &meta.name,
+                event.event_type,
+                Some(&object),
+                &mut subject,
+            );
+        } else {
+            self.subject.render(
+                meta.namespace.as_deref(),
+                &meta.name,
+                event.event_type,
+                &mut subject,
+            );
+        }
         if subject.len() > MAX_SUBJECT_BYTES {
             return Err(BuildError::SubjectTooLong {
                 bytes: subject.len(),

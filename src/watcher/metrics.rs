@@ -22,6 +22,7 @@ pub struct WatchFamilies {
     tracked_objects: IntGaugeVec,
     last_event_timestamp: GaugeVec,
     events_truncated: IntCounterVec,
+    filter_errors: IntCounterVec,
 }
 
 impl WatchFamilies {
@@ -32,7 +33,7 @@ impl WatchFamilies {
             "Watch events received from the API server, by event type.",
             &["watch", "type"],
         )?;
-        let events_dropped = counter(registry, "events_dropped_total", "Events not published: duplicate (already published), stale (older than published), unchanged (a MODIFIED that changes = generation or content judged no news), filtered (event type not configured), too_large (over the NATS max_payload), subject_too_long (a subject NATS would refuse), namespace (outside namespaces_exclude / namespace_selector).", &["watch", "reason"])?;
+        let events_dropped = counter(registry, "events_dropped_total", "Events not published: duplicate (already published), stale (older than published), unchanged (a MODIFIED that changes = generation or content judged no news), filtered (event type not configured), too_large (over the NATS max_payload), subject_too_long (a subject NATS would refuse), namespace (outside namespaces_exclude / namespace_selector), not_matching (an object outside the watch's filter).", &["watch", "reason"])?;
         let events_synthesized = counter(
             registry,
             "events_synthesized_total",
@@ -81,6 +82,12 @@ impl WatchFamilies {
         )?;
         registry.register(Box::new(last_event_timestamp.clone()))?;
         let events_truncated = counter(registry, "events_truncated_total", "Events published with their metadata only (Kube-Payload: truncated), by reason: max_payload (larger than the NATS server accepts), max_line_bytes (a watch line over kubernetes.max_line_bytes), metadata_fallback (payload = metadata, but the server sent the full object: cut by kube2nats).", &["watch", "reason"])?;
+        let filter_errors = counter(
+            registry,
+            "filter_errors_total",
+            "Objects on which the watch's filter failed (a missing field read without has(), a wrong type, a result not a bool): counted as not matching.",
+            &["watch"],
+        )?;
         Ok(WatchFamilies {
             events_received,
             events_dropped,
@@ -93,6 +100,7 @@ impl WatchFamilies {
             tracked_objects,
             last_event_timestamp,
             events_truncated,
+            filter_errors,
         })
     }
 
@@ -123,6 +131,9 @@ impl WatchFamilies {
             dropped_unchanged: dropped("unchanged"),
             dropped_subject_too_long: dropped("subject_too_long"),
             dropped_namespace: dropped("namespace"),
+            dropped_not_matching: dropped("not_matching"),
+            // Exported for every watch (0 without a filter), so alerts need no absent().
+            filter_errors: self.filter_errors.with_label_values(&[watch]),
             truncated_metadata_fallback: self
                 .events_truncated
                 .with_label_values(&[watch, "metadata_fallback"]),
@@ -173,6 +184,10 @@ pub struct WatchMetrics {
     pub truncated_max_line: IntCounter,
     /// In a namespace outside the watch's namespace scope.
     pub dropped_namespace: IntCounter,
+    /// Of an object outside the watch's filter (docs/filters.md).
+    pub dropped_not_matching: IntCounter,
+    /// `kube2nats_filter_errors_total`: objects the filter failed on.
+    pub filter_errors: IntCounter,
     /// A full object sent to a metadata-only watch, cut to its metadata here.
     pub truncated_metadata_fallback: IntCounter,
     pub decode_errors: IntCounter,

@@ -17,6 +17,7 @@
 //! writes confirm the messages the outbox has settled ([`staged`]), so a crash repeats at most
 //! what was in flight.
 
+mod filtered;
 pub mod list_slots;
 pub mod machine;
 pub mod metrics;
@@ -32,6 +33,7 @@ use crate::budget::Charge;
 use crate::config::{InitialState, PayloadMode};
 use crate::dedupe::{Dedupe, Listed, Vanished, Verdict};
 use crate::event::{EventType, ObjectEvent, ResourceVersion};
+use crate::filter::Filter;
 use crate::kube::client::Verb;
 use crate::kube::metadata;
 use crate::mirror::Mirror;
@@ -49,6 +51,14 @@ use staged::{written, Staged};
 pub use list_slots::ListSlots;
 pub use machine::{ListReason, Target};
 pub use namespaces::NamespaceWatcher;
+
+/// What a watch's filter left of one event ([`filtered`]).
+pub(super) enum Filtered {
+    /// Goes on to de-duplication and publishing (an entering object's event as ADDED).
+    Pass(ObjectEvent),
+    /// Handled here; `true` if the memory changed.
+    Handled(bool),
+}
 
 /// One watch target's task: the machine, its memory of what was published, and its outbox.
 pub struct WatchTask {
@@ -81,6 +91,8 @@ pub struct WatchTask {
     metadata_fallback_logged: bool,
     /// The watch's side of the mirror bucket, when the watch is mirrored (docs/mirror.md).
     mirror: Option<Mirror>,
+    /// Which objects are published, when the watch has a `filter` (docs/filters.md).
+    filter: Option<Filter>,
 }
 
 /// How waiting for one step ended.
@@ -125,7 +137,14 @@ impl WatchTask {
             scope,
             metadata_fallback_logged: false,
             mirror: None,
+            filter: None,
         }
+    }
+
+    /// Publishes only the objects `filter` matches (docs/filters.md).
+    pub fn with_filter(mut self, filter: Option<Filter>) -> WatchTask {
+        self.filter = filter;
+        self
     }
 
     /// Keeps the target's objects in the mirror bucket: every start then lists, so that the
@@ -349,7 +368,14 @@ impl WatchTask {
     }
 
     /// Diffs one listed object against the memory; `true` if the memory changed.
-    async fn listed(&mut self, mut item: ObjectEvent) -> bool {
+    async fn listed(&mut self, item: ObjectEvent) -> bool {
+        let mut item = match self.filter.is_some() {
+            true => match self.filter_listed(item).await {
+                Filtered::Pass(item) => item,
+                Filtered::Handled(changed) => return changed,
+            },
+            false => item,
+        };
         // Per-name order: a name deleted and recreated during a gap is DELETED (old uid) first.
         // (The new uid is then `Listed::New`, so the memory change is reported below.)
         if let Some(gone) = self.dedupe.superseded(&item.meta) {
@@ -482,6 +508,14 @@ impl WatchTask {
         if !self.in_scope(&mut event) {
             return false;
         }
+        // Unfiltered watches never read their objects (docs/filters.md, "What it costs").
+        let event = match self.filter.is_some() {
+            true => match self.filter_received(event, fit).await {
+                Filtered::Pass(event) => event,
+                Filtered::Handled(changed) => return changed,
+            },
+            false => event,
+        };
         // The journal records an object's first message, so its deletion is announced even
         // after a crash; and a deletion, so that one announced again after a crash carries the
         // same version (and `Nats-Msg-Id`).
@@ -548,8 +582,22 @@ impl WatchTask {
         if synthesized {
             self.metrics.synthesized(event.event_type);
         }
-        let key = self.mirror_key(&event);
         let confirm = self.staged.confirmation(&event.meta, event.event_type);
+        self.publish_confirmed(event, synthesized, fit, recorded, confirm)
+            .await;
+    }
+
+    /// Publishes `event` (its type is one the watch publishes); `confirm`: what the journal
+    /// confirms once the message is settled (`None`: nothing).
+    async fn publish_confirmed(
+        &mut self,
+        event: ObjectEvent,
+        synthesized: bool,
+        fit: Fit,
+        recorded: Option<u64>,
+        confirm: Option<staged::Confirm>,
+    ) {
+        let key = self.mirror_key(&event);
         let message = self.message(event, synthesized, fit);
         if let Some(mut message) = message {
             let object = std::mem::take(&mut message.object);
