@@ -14,34 +14,38 @@
 //!
 //! # The rules and their tests
 //!
-//! Each rule has a unit test in `src/delivery/tests.rs`; each test was seen to fail with the
-//! one-line mutation of the real code named here planted (and to pass again without it).
+//! Each rule has unit tests in `src/delivery/tests.rs`, and each test fails with a one-line
+//! mutation of the real code planted (`scripts/check-delivery-rules` plants each in turn and
+//! names the tests that catch it):
 //!
 //! 1. A message never goes out before its object's journal record is stored
-//!    (`message_waits_for_its_record`; mutation: `Staged::release` compares `>` instead of `>=`
-//!    with `stored_below`, or `submit` ignores `recorded`).
+//!    (`message_waits_for_its_record`; caught mutations: `Staged::release` compares `>` instead
+//!    of `>=` with `stored_below`; `submit` ignores `recorded`).
 //! 2. A DELETED's record waits until its object's earlier messages are settled
 //!    (`deletion_record_waits_for_earlier_messages`; mutation: `Staged::begin_write` skips
 //!    `settle_objects`).
 //! 3. A confirmed position (what a checkpoint or a resume uses) never covers a message not yet
-//!    settled, also when acknowledgements come out of order
-//!    (`confirmed_position_never_covers_unsettled`, `out_of_order_acks_confirm_in_order`;
-//!    mutation: `confirm_settled` takes the watermark from `made` alone, or keeps `lowest` as a
-//!    plain queue).
-//! 4. Per-object order: a later message of an object waits behind its held one, and messages
-//!    reach the sink in the order they were made per object
+//!    settled, also when messages reach the sink out of the order they were made and
+//!    acknowledgements come out of order (`confirmed_position_never_covers_unsettled`:
+//!    mutation: `confirm_settled` leaves held messages out of the watermark;
+//!    `out_of_order_acks_confirm_in_order`, `position_follows_the_lowest_unsettled_message`:
+//!    mutation: `send` keeps `lowest` as a plain queue instead of a running minimum).
+//! 4. Per-object order: a later message of an object waits behind its held one
 //!    (`later_message_of_held_object_waits`; mutation: `submit` does not look for a held
 //!    message of the same object). The JetStream window's own rule (two messages of one object
-//!    never in flight together) is the outbox's, tested in `tests/delivery.rs`.
+//!    never in flight together) is the outbox's, checked end to end in `tests/delivery.rs` and
+//!    `tests/jetstream.rs`.
 //! 5. Cancellation at any await of the delivery leaves its counts right: a submit dropped while
-//!    the sink waits, or an idle wait dropped, loses no message, confirms nothing unsettled and
-//!    keeps the budget's bytes equal to what the sink holds (`cancelled_submit_keeps_counts`,
-//!    `cancelled_idle_wait_keeps_counts`; mutation: `send` notes the message for confirmation
-//!    after the await instead of before).
+//!    the sink waits for room, and idle waits, a release and a write dropped half-way, lose no
+//!    message, send none twice, confirm nothing unsettled and keep the budget's bytes equal to
+//!    what the sink holds (`cancelled_submit_keeps_counts`: mutation: `send` notes the message
+//!    for confirmation after awaiting the sink; `cancelled_idle_wait_keeps_counts`: mutation:
+//!    `begin_write` begins the journal write before awaiting `settle_objects`).
 //! 6. The budget charge of a watch line is taken over by its first message sent (made the
-//!    message's size), given back when the line is done, and never handed over twice
-//!    (`line_charge_moves_to_its_message`, `line_charge_is_not_handed_over_twice`; mutation:
-//!    `Handoff::publish` does not take the line's charge, or `line_done` keeps it).
+//!    message's size), given back when the line is done, and an emptied charge is never handed
+//!    over again (`line_charge_moves_to_its_message`: mutations: `Handoff::publish` leaves the
+//!    line's charge in place; `line_done` keeps it; `line_charge_is_not_handed_over_twice`:
+//!    mutation: `Handoff::publish` takes the line's charge even when it is empty).
 
 mod ports;
 mod sides;

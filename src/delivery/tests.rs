@@ -402,6 +402,7 @@ fn position_follows_the_lowest_unsettled_message() {
     run(rig.delivery.begin_write());
     rig.store_write();
     assert_eq!(rig.taken(), tags(&["b2", "a1"]));
+    assert!(rig.positions().is_empty(), "nothing is acknowledged");
     rig.ack(0);
     assert!(
         rig.positions().is_empty(),
