@@ -102,7 +102,7 @@ struct InFlight {
 }
 
 /// A message waiting in the outbox to be handed to the client with the next batch.
-struct Held {
+struct BatchedMessage {
     msg: OutMessage,
     /// When it was published, for `publish_duration`.
     published_at: Instant,
@@ -141,7 +141,7 @@ struct Window {
     unflushed_messages: usize,
     /// Messages published but not yet handed to the client, oldest first, and their bytes
     /// ([`OutMessage::wire_len`]); at most [`HANDOVER_BYTES`] unless one message is larger.
-    held: VecDeque<Held>,
+    held: VecDeque<BatchedMessage>,
     held_bytes: usize,
     /// Core mode: the flush started while the watch was idle, and what was handed over before it.
     flushing: Option<IdleFlush>,
@@ -383,7 +383,7 @@ impl Window {
         published_at: Instant,
     ) -> bool {
         self.held_bytes += msg.wire_len();
-        self.held.push_back(Held {
+        self.held.push_back(BatchedMessage {
             msg,
             published_at,
             charge,
@@ -451,7 +451,7 @@ impl Window {
                 }
                 Err(e) => {
                     // Not for the socket: its bytes are given back now.
-                    let Held { msg, charge, .. } = held;
+                    let BatchedMessage { msg, charge, .. } = held;
                     drop(charge);
                     if e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded {
                         self.too_large(&msg.subject, msg.payload.len(), &e);
@@ -466,7 +466,7 @@ impl Window {
     }
 
     /// Takes the oldest held message out of the batch (once the client has taken it).
-    fn pop_held(&mut self) -> Option<Held> {
+    fn pop_held(&mut self) -> Option<BatchedMessage> {
         let held = self.held.pop_front()?;
         self.held_bytes -= held.msg.wire_len();
         Some(held)

@@ -90,21 +90,36 @@ enum Step {
     Shutdown,
 }
 
+/// The parts a [`WatchTask`] is made of, each built by the caller (`TaskFactory::build`).
+pub struct WatchParts {
+    pub machine: Machine,
+    pub outbox: Outbox,
+    pub messages: MessageBuilder,
+    /// The event types published; the rest are counted as filtered.
+    pub events: Vec<EventType>,
+    pub noise: NoiseControl,
+    pub initial_state: InitialState,
+    pub metrics: WatchMetrics,
+    /// The target's saved state, loaded when the task starts.
+    pub saved: TargetState,
+    pub gauges: TargetGauges,
+    pub scope: Scope,
+}
+
 impl WatchTask {
-    // Each argument is a distinct part the task owns; one call site (`TaskFactory::build`).
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        machine: Machine,
-        outbox: Outbox,
-        messages: MessageBuilder,
-        events: Vec<EventType>,
-        noise: NoiseControl,
-        initial_state: InitialState,
-        metrics: WatchMetrics,
-        saved: TargetState,
-        gauges: TargetGauges,
-        scope: Scope,
-    ) -> WatchTask {
+    pub fn new(parts: WatchParts) -> WatchTask {
+        let WatchParts {
+            machine,
+            outbox,
+            messages,
+            events,
+            noise,
+            initial_state,
+            metrics,
+            saved,
+            gauges,
+            scope,
+        } = parts;
         WatchTask {
             machine,
             dedupe: Dedupe::new(),
