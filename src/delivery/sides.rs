@@ -24,9 +24,9 @@ pub(crate) trait Sink {
     /// Takes one message with its budget charge (held until NATS has taken it); returns once
     /// the sink has room for the next. The message counts in [`published`](Self::published)
     /// from the first poll. (The outbox's JetStream mode is not cancel-safe while it waits for
-    /// room: a publish dropped there loses its message and leaves `settled` behind for good;
-    /// the watch task never drops one, and the delivery's own awaits are checked for cancellation in
-    /// `src/delivery/tests.rs`.)
+    /// room: a publish dropped there loses its message and leaves `settled` behind for good.
+    /// The watch task never drops one; the delivery's own awaits are checked for cancellation
+    /// in `src/delivery/tests.rs`.)
     fn publish(&mut self, message: OutMessage, charge: Charge) -> impl Future<Output = ()>;
     /// Waits until no message of the objects `keys` is held or unacknowledged, so a JetStream
     /// write made afterwards is stored after them.

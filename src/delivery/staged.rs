@@ -1,6 +1,6 @@
-//! Between the watch task and its sink (the outbox): messages held back until the journal has stored the
-//! records of their objects, and confirmations of the messages NATS has taken, which the journal
-//! stores next (docs/durable-state.md).
+//! Between the watch task and its sink (the outbox): messages held back until the journal has
+//! stored the records of their objects, and confirmations of the messages NATS has taken, which
+//! the journal stores next (docs/durable-state.md).
 //!
 //! A confirmation says what the memory knew when a message was made: the object and version it
 //! carried, and the watch's resourceVersion once every message made before it reached NATS (the
