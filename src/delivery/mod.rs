@@ -4,7 +4,7 @@
 //!
 //! The watch task ([`crate::watcher`]) hands every message it makes to a [`Delivery`], with the
 //! journal position of the record the message waits for, and drives it while it waits for its
-//! next line ([`Delivery::waits`], [`Delivery::begin_write`], [`Delivery::release`]). The
+//! next line ([`Delivery::idle_sides`], [`Delivery::begin_write`], [`Delivery::release`]). The
 //! delivery owns the messages held behind a journal record ([`staged`]), the confirmations of
 //! the messages the sink has settled, the budget charge of the watch line being handled, and
 //! the two sides it orders: the [`Sink`] (the outbox, [`crate::publish::Outbox`]) and the
@@ -53,8 +53,6 @@ mod staged;
 #[cfg(test)]
 mod tests;
 
-use std::future::Future;
-
 use tokio::time::Instant;
 
 use crate::budget::Charge;
@@ -64,6 +62,7 @@ use sides::Handoff;
 use staged::Staged;
 
 pub(crate) use sides::{Log, Sink};
+pub(crate) use staged::written;
 
 pub(crate) use staged::Confirm;
 
@@ -153,7 +152,8 @@ impl<S: Sink, L: Log> Delivery<S, L> {
         self.staged.confirm_settled(self.out.sink.settled());
     }
 
-    /// The state of the waits, for the watch loop's select; read before [`waits`](Self::waits).
+    /// The state of the waits, for the watch loop's select; read before
+    /// [`idle_sides`](Self::idle_sides).
     pub(crate) fn idle_state(&self) -> IdleState {
         let recorded = self.staged.can_begin_write();
         IdleState {
@@ -164,15 +164,12 @@ impl<S: Sink, L: Log> Delivery<S, L> {
         }
     }
 
-    /// The two waits of a watch waiting for its next line, each cancel-safe: the journal's
-    /// write under way is stored (then [`release`](Self::release)), and the sink's idle flush.
-    pub(crate) fn waits(
-        &mut self,
-    ) -> (impl Future<Output = ()> + '_, impl Future<Output = ()> + '_) {
-        (
-            staged::written(&mut self.staged.journal),
-            self.out.sink.flush_idle(),
-        )
+    /// The journal and the sink, for the two waits of a watch waiting for its next line, each
+    /// cancel-safe: [`written`] (then [`release`](Self::release)) and the sink's idle flush.
+    /// The watch loop builds both futures in place in its select: futures built here and
+    /// returned would be copied on every turn of the loop, which is once per event.
+    pub(crate) fn idle_sides(&mut self) -> (&mut Option<L>, &mut S) {
+        (&mut self.staged.journal, &mut self.out.sink)
     }
 
     /// Publishes, in order, the held messages whose records are stored.

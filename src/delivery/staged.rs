@@ -302,7 +302,7 @@ impl<L: Log> Staged<L> {
 }
 
 /// Waits until the journal's write under way is stored; forever without one.
-pub(super) async fn written<L: Log>(journal: &mut Option<L>) {
+pub(crate) async fn written<L: Log>(journal: &mut Option<L>) {
     match journal {
         Some(journal) => journal.written().await,
         None => std::future::pending().await,

@@ -13,7 +13,7 @@ use async_nats::header::SerializedHeaders;
 use futures_util::FutureExt;
 use tokio::time::Instant;
 
-use super::{Delivery, Log, Sink};
+use super::{written, Delivery, Log, Sink};
 use crate::budget::{Budget, Charge};
 use crate::dedupe::{SavedUid, SavedVersion};
 use crate::event::{EventType, ObjectMeta, ResourceVersion};
@@ -243,7 +243,7 @@ impl Rig {
     /// The journal stores the write under way; the held messages whose record it is go out.
     fn store_write(&mut self) {
         self.log.borrow_mut().complete = true;
-        run(self.delivery.waits().0);
+        run(written(self.delivery.idle_sides().0));
         run(self.delivery.release());
     }
 
@@ -465,8 +465,8 @@ fn cancelled_idle_wait_keeps_counts() {
     run(rig.delivery.begin_write());
     {
         let (mut written, mut flush) = {
-            let (w, f) = rig.delivery.waits();
-            (Box::pin(w), Box::pin(f))
+            let (journal, sink) = rig.delivery.idle_sides();
+            (Box::pin(written(journal)), Box::pin(sink.flush_idle()))
         };
         assert!(poll_once(written.as_mut()).is_pending());
         assert!(poll_once(flush.as_mut()).is_pending());
@@ -474,7 +474,7 @@ fn cancelled_idle_wait_keeps_counts() {
     assert!(rig.taken().is_empty());
     rig.sink.borrow_mut().blocked = true;
     rig.log.borrow_mut().complete = true;
-    run(rig.delivery.waits().0);
+    run(written(rig.delivery.idle_sides().0));
     {
         let mut release = pin!(rig.delivery.release());
         assert!(poll_once(release.as_mut()).is_pending());

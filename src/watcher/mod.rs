@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{InitialState, PayloadMode};
 use crate::dedupe::{Dedupe, Listed, Vanished, Verdict};
-use crate::delivery::Delivery;
+use crate::delivery::{written, Delivery, Sink};
 use crate::event::{EventType, ObjectEvent, ResourceVersion};
 use crate::kube::client::Verb;
 use crate::kube::metadata;
@@ -179,12 +179,12 @@ impl WatchTask {
                     let due = checkpoints.due();
                     let idle = self.delivery.idle_state();
                     let confirm_due = idle.confirmations_due;
-                    let (written, flush_idle) = self.delivery.waits();
+                    let (journal, sink) = self.delivery.idle_sides();
                     tokio::select! {
                         biased;
                         _ = shutdown.cancelled() => break Step::Shutdown,
                         // Before the next line: what waited for this record is due out.
-                        () = written, if idle.writing => {
+                        () = written(journal), if idle.writing => {
                             self.delivery.release().await;
                         }
                         stepped = &mut step => break Step::Done(stepped.0, stepped.1),
@@ -194,7 +194,7 @@ impl WatchTask {
                         }
                         // No line is ready: what the core client holds goes to the socket now,
                         // not at the next checkpoint, so a quiet watch holds no budget.
-                        () = flush_idle, if idle.unflushed => {}
+                        () = Sink::flush_idle(sink), if idle.unflushed => {}
                         () = self.scope.changed() => break Step::ScopeChanged,
                         // Confirmations alone, paced: the next turn begins their write.
                         () = confirm_timer.until(confirm_due), if confirm_due.is_some() => {}
