@@ -53,6 +53,8 @@ mod staged;
 #[cfg(test)]
 mod tests;
 
+use std::future::Future;
+
 use tokio::time::Instant;
 
 use crate::budget::Charge;
@@ -122,15 +124,17 @@ impl<S: Sink, L: Log> Delivery<S, L> {
 
     /// Publishes `message`, or holds it until the record at `recorded` (or the held message of
     /// its object it follows) is stored.
-    pub(crate) async fn submit(
+    ///
+    /// Returns the staging's own future rather than wrapping it in one more (a wrapper's state
+    /// would be copied on every event).
+    pub(crate) fn submit(
         &mut self,
         message: OutMessage,
         recorded: Option<u64>,
         confirm: Option<Confirm>,
-    ) {
+    ) -> impl Future<Output = ()> + '_ {
         self.staged
             .submit(message, recorded, confirm, &mut self.out)
-            .await;
     }
 
     /// Writes and publishes what is held once as much is held as one write takes.

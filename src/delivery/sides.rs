@@ -73,7 +73,8 @@ pub(crate) struct Handoff<S> {
 
 impl<S: Sink> Handoff<S> {
     /// Hands `message` to the sink, with the line's charge if the line still has one.
-    pub(super) async fn publish(&mut self, message: OutMessage) {
+    /// The charge is settled when this is called, which is when the caller awaits it.
+    pub(super) fn publish(&mut self, message: OutMessage) -> impl Future<Output = ()> + '_ {
         let charge = match std::mem::take(&mut self.line) {
             mut line if line.bytes() > 0 => {
                 line.set(message.wire_len());
@@ -81,6 +82,6 @@ impl<S: Sink> Handoff<S> {
             }
             _ => self.sink.charge(message.wire_len()),
         };
-        self.sink.publish(message, charge).await;
+        self.sink.publish(message, charge)
     }
 }
