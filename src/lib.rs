@@ -38,6 +38,7 @@ pub mod backoff;
 pub mod budget;
 pub mod config;
 pub mod dedupe;
+mod delivery;
 pub mod event;
 pub mod filter;
 pub mod json_path;

@@ -23,7 +23,7 @@ use crate::state::StateStore;
 use crate::telemetry::target::TargetGauges;
 use crate::watcher::machine::{Machine, Target};
 use crate::watcher::metrics::WatchMetrics;
-use crate::watcher::{ListSlots, WatchTask};
+use crate::watcher::{ListSlots, WatchParts, WatchTask};
 
 /// What one watch target's task is built from.
 pub(super) struct TaskParts<'a> {
@@ -165,18 +165,18 @@ impl TaskFactory {
             self.gauges.clone(),
         )
         .with_budget(self.budget.clone());
-        WatchTask::new(
+        WatchTask::new(WatchParts {
             machine,
             outbox,
-            self.messages.clone(),
-            self.events.clone(),
-            self.noise.clone(),
-            self.initial_state,
-            self.watch_metrics.clone(),
-            self.state.target(&self.watch_name, &self.target),
-            self.gauges.clone(),
-            Scope::new(self.exclude.clone(), self.selected.clone()),
-        )
+            messages: self.messages.clone(),
+            events: self.events.clone(),
+            noise: self.noise.clone(),
+            initial_state: self.initial_state,
+            metrics: self.watch_metrics.clone(),
+            saved: self.state.target(&self.watch_name, &self.target),
+            gauges: self.gauges.clone(),
+            scope: Scope::new(self.exclude.clone(), self.selected.clone()),
+        })
         .with_filter(self.filter.clone())
         .with_mirror(self.mirror.as_ref().map(|m| {
             Mirror::start(

@@ -109,7 +109,7 @@ pub(super) fn name_env_sources(
 /// wrong (unknown, or of the wrong type) left out, so it holds its default, and the problems with
 /// those keys. The value checks of `Config::try_from` then still run on the rest, and one run
 /// reports the misspelt key and the bad value together.
-pub(super) struct Read {
+pub(super) struct ReadConfig {
     pub(super) raw: RawConfig,
     pub(super) shape_errors: Vec<ConfigError>,
 }
@@ -118,7 +118,7 @@ pub(super) struct Read {
 pub(super) fn read_raw(
     file: Option<&Path>,
     env: &HashMap<String, String>,
-) -> Result<Read, ConfigErrors> {
+) -> Result<ReadConfig, ConfigErrors> {
     let mut builder = config::Config::builder();
     if let Some(path) = file {
         builder = builder.add_source(
@@ -168,7 +168,7 @@ pub(super) fn read_raw(
     // serde meets a table's keys in no fixed order: sorted, the same file gives the same lines.
     type_errors.sort_by(|a, b| a.key.cmp(&b.key));
     shape_errors.append(&mut type_errors);
-    Ok(Read { raw, shape_errors })
+    Ok(ReadConfig { raw, shape_errors })
 }
 
 /// The merged tree as the `config` crate's value again, so that typed fields convert as they do

@@ -31,8 +31,8 @@ pub struct Line {
     /// `Some(length)` for a line over `max_line_bytes`: `bytes` holds only its first bytes.
     pub oversized: Option<usize>,
     /// What the line holds of the byte budget, handed on with it: whoever publishes the line
-    /// takes the charge over, so its bytes are never uncounted on the way (see
-    /// [`crate::publish::Outbox::hand_over`]).
+    /// takes the charge over, so its bytes are never uncounted on the way (the delivery's
+    /// `Handoff`, src/delivery/sides.rs).
     pub charge: Charge,
 }
 

@@ -102,7 +102,7 @@ struct InFlight {
 }
 
 /// A message waiting in the outbox to be handed to the client with the next batch.
-struct Held {
+struct BatchedMessage {
     msg: OutMessage,
     /// When it was published, for `publish_duration`.
     published_at: Instant,
@@ -141,12 +141,10 @@ struct Window {
     unflushed_messages: usize,
     /// Messages published but not yet handed to the client, oldest first, and their bytes
     /// ([`OutMessage::wire_len`]); at most [`HANDOVER_BYTES`] unless one message is larger.
-    held: VecDeque<Held>,
+    held: VecDeque<BatchedMessage>,
     held_bytes: usize,
     /// Core mode: the flush started while the watch was idle, and what was handed over before it.
     flushing: Option<IdleFlush>,
-    /// The charge of the watch line being handled ([`Outbox::hand_over`]).
-    handed: Charge,
     /// Messages taken out of `in_flight` (or not yet in it) while they are being sent.
     in_hand: usize,
     /// Messages handed to [`Outbox::publish`] so far.
@@ -180,7 +178,6 @@ impl Outbox {
                 held: VecDeque::new(),
                 held_bytes: 0,
                 flushing: None,
-                handed: Charge::none(),
                 in_hand: 0,
                 published: 0,
                 settled: 0,
@@ -205,15 +202,11 @@ impl Outbox {
     /// Hands one message to NATS; returns once it is held for the next batch (JetStream: with
     /// room for it in the ack window) or accepted by the client, and the byte budget is not
     /// spent by this target's messages.
-    pub async fn publish(&mut self, msg: OutMessage) {
+    ///
+    /// `charge` holds the message's bytes against the budget until NATS has taken it (the
+    /// watch line's charge taken over, or [`charge`](Self::charge)).
+    pub async fn publish(&mut self, msg: OutMessage, charge: Charge) {
         self.window.published += 1;
-        let charge = match std::mem::take(&mut self.window.handed) {
-            mut handed if handed.bytes() > 0 => {
-                handed.set(msg.wire_len());
-                handed
-            }
-            _ => self.window.budget.charge(msg.wire_len()),
-        };
         match &self.nats {
             Nats::Core(client) => {
                 self.window.publish_core(client, msg, charge).await;
@@ -273,12 +266,9 @@ impl Outbox {
         }
     }
 
-    /// The byte-budget charge of the watch line being handled: the next message published takes
-    /// it over (made its own size), so the line's bytes are counted without a gap between the
-    /// stream that read them and the outbox; whatever is not taken is given back when the next
-    /// charge is handed over.
-    pub fn hand_over(&mut self, charge: Charge) {
-        self.window.handed = charge;
+    /// A charge of `bytes` against the budget this outbox holds messages against.
+    pub fn charge(&self, bytes: usize) -> Charge {
+        self.window.budget.charge(bytes)
     }
 
     /// Whether [`flush_idle`](Self::flush_idle) has something to do: held messages, messages
@@ -393,7 +383,7 @@ impl Window {
         published_at: Instant,
     ) -> bool {
         self.held_bytes += msg.wire_len();
-        self.held.push_back(Held {
+        self.held.push_back(BatchedMessage {
             msg,
             published_at,
             charge,
@@ -461,7 +451,7 @@ impl Window {
                 }
                 Err(e) => {
                     // Not for the socket: its bytes are given back now.
-                    let Held { msg, charge, .. } = held;
+                    let BatchedMessage { msg, charge, .. } = held;
                     drop(charge);
                     if e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded {
                         self.too_large(&msg.subject, msg.payload.len(), &e);
@@ -476,7 +466,7 @@ impl Window {
     }
 
     /// Takes the oldest held message out of the batch (once the client has taken it).
-    fn pop_held(&mut self) -> Option<Held> {
+    fn pop_held(&mut self) -> Option<BatchedMessage> {
         let held = self.held.pop_front()?;
         self.held_bytes -= held.msg.wire_len();
         Some(held)

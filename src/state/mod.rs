@@ -498,7 +498,7 @@ impl TargetState {
 
     /// Reads the manifest and its chunks into a fresh memory, then the journal records written
     /// after that snapshot.
-    async fn read(&self, bucket: &Bucket) -> Result<Read, LoadError> {
+    async fn read(&self, bucket: &Bucket) -> Result<StoredState, LoadError> {
         let store = &bucket.store;
         let get = |key: String| {
             let store = store.clone();
@@ -557,7 +557,7 @@ impl TargetState {
             meter.record(record.len(), dedupe.len() as u64)?;
             next += 1;
         }
-        Ok(Read {
+        Ok(StoredState {
             manifest,
             dedupe,
             journal_next: next,
@@ -676,7 +676,7 @@ fn identity_hash(identity: &str) -> u64 {
 }
 
 /// What [`TargetState::read`] found.
-struct Read {
+struct StoredState {
     manifest: Option<Manifest>,
     dedupe: Dedupe,
     /// The position after the last journal record read.

@@ -14,8 +14,8 @@
 //! while the next line is ready, and starts a journal write once it is not (or the batch is
 //! full), one write at a time: what is recorded during a write makes the next one, so a busy
 //! stream costs one journal write per round trip to JetStream, not one per event. The same
-//! writes confirm the messages the outbox has settled ([`staged`]), so a crash repeats at most
-//! what was in flight.
+//! writes confirm the messages the outbox has settled ([`crate::delivery`]), so a crash repeats
+//! at most what was in flight.
 
 mod filtered;
 pub mod list_slots;
@@ -24,14 +24,13 @@ pub mod metrics;
 pub mod namespaces;
 pub mod restart;
 mod served;
-mod staged;
 pub mod supervise;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::budget::Charge;
 use crate::config::{InitialState, PayloadMode};
 use crate::dedupe::{Dedupe, Listed, Vanished, Verdict};
+use crate::delivery::{written, Delivery, Sink};
 use crate::event::{EventType, ObjectEvent, ResourceVersion};
 use crate::filter::Filter;
 use crate::kube::client::Verb;
@@ -42,11 +41,10 @@ use crate::publish::message::BuildError;
 use crate::publish::{MessageBuilder, OutMessage, Outbox};
 use crate::rbac;
 use crate::scope::Scope;
-use crate::state::{Checkpoints, Loaded, Start, TargetState};
+use crate::state::{Checkpoints, Journal, Loaded, Start, TargetState};
 use crate::telemetry::target::TargetGauges;
 use machine::{Machine, Outcome, Restart, RestartError, RestartReason, State};
 use metrics::WatchMetrics;
-use staged::{written, Staged};
 
 pub use list_slots::ListSlots;
 pub use machine::{ListReason, Target};
@@ -64,8 +62,8 @@ pub(super) enum Filtered {
 pub struct WatchTask {
     machine: Machine,
     dedupe: Dedupe,
-    outbox: Outbox,
-    staged: Staged,
+    /// Its messages' way to NATS, ordered with its journal's records.
+    delivery: Delivery<Outbox, Journal>,
     messages: MessageBuilder,
     /// The event types published; the rest are counted as filtered.
     events: Vec<EventType>,
@@ -104,26 +102,40 @@ enum Step {
     Shutdown,
 }
 
+/// The parts a [`WatchTask`] is made of, each built by the caller (`TaskFactory::build`).
+pub struct WatchParts {
+    pub machine: Machine,
+    pub outbox: Outbox,
+    pub messages: MessageBuilder,
+    /// The event types published; the rest are counted as filtered.
+    pub events: Vec<EventType>,
+    pub noise: NoiseControl,
+    pub initial_state: InitialState,
+    pub metrics: WatchMetrics,
+    /// The target's saved state, loaded when the task starts.
+    pub saved: TargetState,
+    pub gauges: TargetGauges,
+    pub scope: Scope,
+}
+
 impl WatchTask {
-    // Each argument is a distinct part the task owns; one call site (`TaskFactory::build`).
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        machine: Machine,
-        outbox: Outbox,
-        messages: MessageBuilder,
-        events: Vec<EventType>,
-        noise: NoiseControl,
-        initial_state: InitialState,
-        metrics: WatchMetrics,
-        saved: TargetState,
-        gauges: TargetGauges,
-        scope: Scope,
-    ) -> WatchTask {
+    pub fn new(parts: WatchParts) -> WatchTask {
+        let WatchParts {
+            machine,
+            outbox,
+            messages,
+            events,
+            noise,
+            initial_state,
+            metrics,
+            saved,
+            gauges,
+            scope,
+        } = parts;
         WatchTask {
             machine,
             dedupe: Dedupe::new(),
-            outbox,
-            staged: Staged::default(),
+            delivery: Delivery::new(outbox),
             messages,
             events,
             noise,
@@ -171,8 +183,7 @@ impl WatchTask {
         loop {
             if matches!(state, State::Connecting { .. }) {
                 // The watch resumes from a version only once everything before it is published.
-                self.staged.flush(&mut self.outbox).await;
-                self.outbox.settle().await;
+                self.delivery.settle().await;
             }
             // A busy stream always has its next line ready, so the timer below would never win:
             // a due checkpoint is taken here, between two events.
@@ -186,36 +197,34 @@ impl WatchTask {
                 let step = self.machine.step(state);
                 tokio::pin!(step);
                 loop {
-                    self.staged.confirm_settled(self.outbox.settled());
+                    self.delivery.confirm_settled();
                     let due = checkpoints.due();
-                    let writing = self.staged.is_writing();
-                    let recorded = self.staged.can_begin_write();
-                    let confirm_due = self.staged.confirmations_due().filter(|_| !recorded);
-                    let unflushed = self.outbox.unflushed();
+                    let idle = self.delivery.idle_state();
+                    let confirm_due = idle.confirmations_due;
+                    let (journal, sink) = self.delivery.idle_sides();
                     tokio::select! {
                         biased;
                         _ = shutdown.cancelled() => break Step::Shutdown,
                         // Before the next line: what waited for this record is due out.
-                        () = written(&mut self.staged.journal), if writing => {
-                            self.staged.release(&mut self.outbox).await;
+                        () = written(journal), if idle.writing => {
+                            self.delivery.release().await;
                         }
                         stepped = &mut step => break Step::Done(stepped.0, stepped.1),
                         // No line is ready: write what was recorded since the last write.
-                        () = std::future::ready(()), if recorded => {
-                            self.staged.begin_write(&mut self.outbox).await;
+                        () = std::future::ready(()), if idle.recorded => {
+                            self.delivery.begin_write().await;
                         }
                         // No line is ready: what the core client holds goes to the socket now,
                         // not at the next checkpoint, so a quiet watch holds no budget.
-                        () = self.outbox.flush_idle(), if unflushed => {}
+                        () = Sink::flush_idle(sink), if idle.unflushed => {}
                         () = self.scope.changed() => break Step::ScopeChanged,
                         // Confirmations alone, paced: the next turn begins their write.
                         () = confirm_timer.until(confirm_due), if confirm_due.is_some() => {}
                         () = timer.until(due) => {
                             // The step waits (a line not yet arrived): everything handled so far
                             // is a consistent point once published.
-                            self.staged.flush(&mut self.outbox).await;
-                            let settled = self.outbox.settle().await;
-                            checkpoints.save(settled, &self.dedupe, self.staged.journal.as_ref());
+                            let settled = self.delivery.settle().await;
+                            checkpoints.save(settled, &self.dedupe, self.delivery.journal());
                         }
                     }
                 }
@@ -223,11 +232,10 @@ impl WatchTask {
             match stepped {
                 Step::Done(outcome, mut next) => {
                     // The line's bytes stay counted until its message is (or it is dropped).
-                    self.outbox.hand_over(next.take_line_charge());
+                    self.delivery.line_read(next.take_line_charge());
                     state = next;
                     self.handle(outcome, &mut checkpoints).await;
-                    self.staged.reached(checkpoints.position());
-                    self.outbox.hand_over(Charge::none());
+                    self.delivery.line_done(checkpoints.position());
                 }
                 Step::ScopeChanged => state = self.scope_changed(),
                 Step::Shutdown => break,
@@ -243,9 +251,8 @@ impl WatchTask {
 
     /// Publishes everything handled so far and takes a checkpoint of it.
     async fn checkpoint(&mut self, checkpoints: &mut Checkpoints) {
-        self.staged.flush(&mut self.outbox).await;
-        let settled = self.outbox.settle().await;
-        checkpoints.save(settled, &self.dedupe, self.staged.journal.as_ref());
+        let settled = self.delivery.settle().await;
+        checkpoints.save(settled, &self.dedupe, self.delivery.journal());
     }
 
     /// Loads the saved state: with it the watch resumes from the saved version, without it it
@@ -257,7 +264,7 @@ impl WatchTask {
             mut checkpoints,
             journal,
         } = saved.load(shutdown).await?;
-        self.staged.journal = journal;
+        self.delivery.set_journal(journal);
         match start {
             Start::Saved { dedupe, version } if self.mirror.is_some() => {
                 self.dedupe = *dedupe;
@@ -392,7 +399,7 @@ impl WatchTask {
             }
             Listed::New => {
                 self.diff[0] += 1;
-                let recorded = self.staged.record(&item.meta, false);
+                let recorded = self.delivery.record(&item.meta, false);
                 self.publish_as(item, true, Fit::Whole, recorded).await;
                 true
             }
@@ -456,7 +463,7 @@ impl WatchTask {
         synthesized: bool,
     ) -> Result<OutMessage, BuildError> {
         let message = self.messages.build(event, synthesized)?;
-        let Some(limit) = self.outbox.max_payload() else {
+        let Some(limit) = self.delivery.sink().max_payload() else {
             return Ok(message);
         };
         let bytes = message.wire_len();
@@ -479,7 +486,7 @@ impl WatchTask {
             gone.meta.resource_version = by.clone();
         }
         let object = self.messages.vanished_object(&gone.meta);
-        let recorded = self.staged.record(&gone.meta, true);
+        let recorded = self.delivery.record(&gone.meta, true);
         let event = ObjectEvent {
             event_type: EventType::Deleted,
             meta: gone.meta,
@@ -526,13 +533,13 @@ impl WatchTask {
         let (verdict, tracked) = self
             .dedupe
             .observe_tracked(&event.meta, event.event_type, mark);
-        let journaled =
-            self.staged.journal.is_some() && (event.event_type == EventType::Deleted) == tracked;
+        let journaled = self.delivery.journal().is_some()
+            && (event.event_type == EventType::Deleted) == tracked;
         let changed = match verdict {
             Verdict::Publish => {
                 let recorded = if journaled {
                     let deleted = event.event_type == EventType::Deleted;
-                    self.staged.record(&event.meta, deleted)
+                    self.delivery.record(&event.meta, deleted)
                 } else {
                     None
                 };
@@ -574,15 +581,13 @@ impl WatchTask {
         if !self.events.contains(&event.event_type) {
             self.metrics.dropped_filtered.inc();
             self.mirror_only(event, synthesized, fit).await;
-            if self.staged.full() {
-                self.staged.flush(&mut self.outbox).await;
-            }
+            self.delivery.flush_if_full().await;
             return;
         }
         if synthesized {
             self.metrics.synthesized(event.event_type);
         }
-        let confirm = self.staged.confirmation(&event.meta, event.event_type);
+        let confirm = self.delivery.confirmation(&event.meta, event.event_type);
         self.publish_confirmed(event, synthesized, fit, recorded, confirm)
             .await;
     }
@@ -595,16 +600,14 @@ impl WatchTask {
         synthesized: bool,
         fit: Fit,
         recorded: Option<u64>,
-        confirm: Option<staged::Confirm>,
+        confirm: Option<crate::delivery::Confirm>,
     ) {
         let key = self.mirror_key(&event);
         let message = self.message(event, synthesized, fit);
         if let Some(mut message) = message {
             let object = std::mem::take(&mut message.object);
             self.mirror(key, &message, object).await;
-            self.staged
-                .submit(message, recorded, confirm, &mut self.outbox)
-                .await;
+            self.delivery.submit(message, recorded, confirm).await;
         }
     }
 

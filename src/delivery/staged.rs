@@ -1,6 +1,6 @@
-//! Between the watch task and its outbox: messages held back until the journal has stored the
-//! records of their objects, and confirmations of the messages NATS has taken, which the journal
-//! stores next (docs/durable-state.md).
+//! Between the watch task and its sink (the outbox): messages held back until the journal has
+//! stored the records of their objects, and confirmations of the messages NATS has taken, which
+//! the journal stores next (docs/durable-state.md).
 //!
 //! A confirmation says what the memory knew when a message was made: the object and version it
 //! carried, and the watch's resourceVersion once every message made before it reached NATS (the
@@ -11,23 +11,22 @@
 
 use std::collections::VecDeque;
 
+use super::sides::{Handoff, Log, Sink};
 use crate::dedupe::{SavedObject, SavedUid, SavedVersion};
 use crate::event::{EventType, ObjectMeta, ResourceVersion};
-use crate::publish::{OutMessage, Outbox};
-use crate::state::Journal;
+use crate::publish::OutMessage;
 
 /// The most messages held back for the journal, and the most journal entries of one write.
 pub(super) const MAX_HELD: usize = 256;
 
 /// Messages held back until the journal has stored the records of their objects, and what is
 /// published but not yet confirmed.
-#[derive(Default)]
-pub(super) struct Staged {
+pub(super) struct Staged<L> {
     /// `None` when state is not durable: nothing is held, nothing confirmed.
-    pub(super) journal: Option<Journal>,
+    pub(super) journal: Option<L>,
     /// In order. An object's messages are here in the order they were made, with non-decreasing
     /// positions, so releasing those whose record is stored keeps per-object order.
-    held: VecDeque<Held>,
+    held: VecDeque<HeldMessage>,
     /// Messages made so far: the next one made gets this number.
     made: u64,
     /// Messages handed to the outbox and not yet settled, in the outbox's order.
@@ -40,8 +39,9 @@ pub(super) struct Staged {
     positions: VecDeque<(u64, String)>,
 }
 
-/// A message and the journal position whose record must be stored before it goes out.
-struct Held {
+/// A message held back, and the journal position whose record must be stored before it goes
+/// out.
+struct HeldMessage {
     position: u64,
     message: OutMessage,
     made: u64,
@@ -50,14 +50,14 @@ struct Held {
 
 /// A message in the outbox, until it is settled.
 struct Sent {
-    /// Its number in the outbox ([`Outbox::published`]).
+    /// Its number in the sink ([`Sink::published`]).
     seq: u64,
     made: u64,
     confirm: Confirm,
 }
 
 /// What a message's confirmation says: the object's uid and the version it carried.
-pub(super) struct Confirm {
+pub(crate) struct Confirm {
     uid: OwnedUid,
     version: ResourceVersion,
     deleted: bool,
@@ -77,7 +77,18 @@ impl Confirm {
     }
 }
 
-impl Staged {
+impl<L: Log> Staged<L> {
+    pub(super) fn new() -> Staged<L> {
+        Staged {
+            journal: None,
+            held: VecDeque::new(),
+            made: 0,
+            sent: VecDeque::new(),
+            lowest: VecDeque::new(),
+            positions: VecDeque::new(),
+        }
+    }
+
     /// The object is about to be published for the first time, or (`deleted`) its deletion:
     /// the position of the record its message waits for (`None`: state is not durable, or the
     /// journal is suspended).
@@ -155,12 +166,12 @@ impl Staged {
     }
 
     /// Hands `message` to the outbox, noting it for its confirmation.
-    async fn send(
+    async fn send<S: Sink>(
         &mut self,
         message: OutMessage,
         made: u64,
         confirm: Option<Confirm>,
-        outbox: &mut Outbox,
+        out: &mut Handoff<S>,
     ) {
         if let Some(confirm) = confirm {
             while self.lowest.back().is_some_and(|&m| m > made) {
@@ -168,27 +179,27 @@ impl Staged {
             }
             self.lowest.push_back(made);
             self.sent.push_back(Sent {
-                seq: outbox.published(),
+                seq: out.sink.published(),
                 made,
                 confirm,
             });
         }
-        outbox.publish(message).await;
+        out.publish(message).await;
     }
 
     pub(super) fn is_writing(&self) -> bool {
-        self.journal.as_ref().is_some_and(Journal::is_writing)
+        self.journal.as_ref().is_some_and(L::is_writing)
     }
 
     /// Records or confirmations wait and no write is under way (confirmations alone: and the
     /// pace allows it).
     pub(super) fn can_begin_write(&self) -> bool {
-        self.journal.as_ref().is_some_and(Journal::can_begin_write)
+        self.journal.as_ref().is_some_and(L::can_begin_write)
     }
 
     /// When confirmations alone wait for the pace: the moment their write may begin.
     pub(super) fn confirmations_due(&self) -> Option<tokio::time::Instant> {
-        self.journal.as_ref().and_then(Journal::confirmations_due)
+        self.journal.as_ref().and_then(L::confirmations_due)
     }
 
     pub(super) fn full(&self) -> bool {
@@ -207,12 +218,12 @@ impl Staged {
     /// so the HTTP client cannot reuse it and reads every following line into fresh, cold
     /// memory. Copying the few KiB of the few messages held is far cheaper (and keeps the
     /// peak RSS at what it is without durable state).
-    pub(super) async fn submit(
+    pub(super) async fn submit<S: Sink>(
         &mut self,
         mut message: OutMessage,
         recorded: Option<u64>,
         confirm: Option<Confirm>,
-        outbox: &mut Outbox,
+        out: &mut Handoff<S>,
     ) {
         let made = self.made;
         self.made += 1;
@@ -224,24 +235,24 @@ impl Staged {
                 .map(|h| h.position)
         });
         let Some(position) = waits_for else {
-            return self.send(message, made, confirm, outbox).await;
+            return self.send(message, made, confirm, out).await;
         };
         message.payload = bytes::Bytes::copy_from_slice(&message.payload);
-        self.held.push_back(Held {
+        self.held.push_back(HeldMessage {
             position,
             message,
             made,
             confirm,
         });
         if self.full() {
-            self.flush(outbox).await;
+            self.flush(out).await;
         }
     }
 
     /// Starts writing what was recorded or confirmed, unless a write is under way. A deletion's
     /// record waits until the object's earlier messages are acknowledged: after a crash they
     /// would be dropped as older than the deletion.
-    pub(super) async fn begin_write(&mut self, outbox: &mut Outbox) {
+    pub(super) async fn begin_write<S: Sink>(&mut self, out: &mut Handoff<S>) {
         let Some(journal) = &mut self.journal else {
             return;
         };
@@ -256,14 +267,14 @@ impl Staged {
             .map(|h| h.message.object_key)
             .collect();
         if !deleted.is_empty() {
-            outbox.settle_objects(&deleted).await;
+            out.sink.settle_objects(&deleted).await;
         }
         journal.begin_write();
     }
 
     /// Publishes, in order, the held messages whose records are stored.
-    pub(super) async fn release(&mut self, outbox: &mut Outbox) {
-        let Some(stored_below) = self.journal.as_ref().map(Journal::stored_below) else {
+    pub(super) async fn release<S: Sink>(&mut self, out: &mut Handoff<S>) {
+        let Some(stored_below) = self.journal.as_ref().map(L::stored_below) else {
             return;
         };
         let mut index = 0;
@@ -271,28 +282,27 @@ impl Staged {
             if self.held[index].position >= stored_below {
                 index += 1;
             } else if let Some(held) = self.held.remove(index) {
-                self.send(held.message, held.made, held.confirm, outbox)
-                    .await;
+                self.send(held.message, held.made, held.confirm, out).await;
             }
         }
     }
 
     /// Writes everything recorded, then publishes everything held, in order.
-    pub(super) async fn flush(&mut self, outbox: &mut Outbox) {
+    pub(super) async fn flush<S: Sink>(&mut self, out: &mut Handoff<S>) {
         loop {
-            self.begin_write(outbox).await;
+            self.begin_write(out).await;
             let Some(journal) = self.journal.as_mut().filter(|j| j.is_writing()) else {
                 break;
             };
             journal.written().await;
-            self.release(outbox).await;
+            self.release(out).await;
         }
         debug_assert!(self.held.is_empty());
     }
 }
 
 /// Waits until the journal's write under way is stored; forever without one.
-pub(super) async fn written(journal: &mut Option<Journal>) {
+pub(crate) async fn written<L: Log>(journal: &mut Option<L>) {
     match journal {
         Some(journal) => journal.written().await,
         None => std::future::pending().await,
