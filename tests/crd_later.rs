@@ -43,11 +43,8 @@ impl Daemon {
             nats.url()
         );
         let process = Process::spawn_with(&config, &["--log-format", "json"]);
-        let line = process.line_with(&["serving /metrics"]);
-        let line: Value = serde_json::from_str(&line).expect("a JSON log line");
-        let address = line["address"].as_str().expect("the HTTP address");
         Daemon {
-            http: format!("http://{address}"),
+            http: process.http_url(),
             process,
         }
     }

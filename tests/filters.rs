@@ -9,22 +9,16 @@
 //! is made, and the next message has to be that one.
 
 mod common;
+#[path = "common/pods_env.rs"]
+mod pods_env;
 
 use std::time::Duration;
 
 use common::*;
-use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions};
-use kube2nats_harness::nats::NatsServer;
+use pods_env::{Env, NS};
 use serde_json::{json, Value};
 
-const NS: &str = "default";
 const FAILED: &str = "filter = \"object.status.phase == 'Failed'\"";
-
-struct Env {
-    sim: ApiServer,
-    nats: NatsServer,
-    http_port: u16,
-}
 
 #[derive(Clone, Copy, Debug)]
 enum Mode {
@@ -33,14 +27,6 @@ enum Mode {
 }
 
 impl Env {
-    async fn start() -> Env {
-        Env {
-            sim: ApiServer::start(ApiServerOptions::default()).await.unwrap(),
-            nats: NatsServer::start().await.unwrap(),
-            http_port: free_port(),
-        }
-    }
-
     /// One pods watch in `default` carrying `watch_extra`, durable state checkpointed every
     /// 150 ms, publishing in `mode`.
     fn config(&self, mode: Mode, watch_extra: &str) -> String {
@@ -48,19 +34,7 @@ impl Env {
             Mode::Core => "",
             Mode::JetStream => "mode = \"jetstream\"\n[nats.jetstream.stream]\n",
         };
-        format!(
-            "{}\n[nats]\nurl = \"{}\"\n{nats_mode}[state]\ncheckpoint_interval = \"150ms\"\n[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"{NS}\"]\n{watch_extra}\n",
-            kube_section(&self.sim, &self.sim.token_file()).replace(
-                "listen = \"127.0.0.1:0\"",
-                &format!("listen = \"127.0.0.1:{}\"", self.http_port)
-            ),
-            self.nats.url(),
-        )
-    }
-
-    async fn inbox(&self) -> Inbox {
-        let nc = async_nats::connect(self.nats.url()).await.unwrap();
-        Inbox::subscribe(&nc, "kube.>").await
+        self.pods_config(nats_mode, watch_extra)
     }
 
     fn create(&self, name: &str, phase: &str) -> Value {

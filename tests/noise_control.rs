@@ -7,51 +7,20 @@
 //! must is made, and the next message has to be that one (per-object order is kept).
 
 mod common;
+#[path = "common/pods_env.rs"]
+mod pods_env;
 
 use std::time::Duration;
 
 use common::*;
-use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions};
-use kube2nats_harness::nats::NatsServer;
+use pods_env::{Env, NS};
 use serde_json::{json, Value};
 
-const NS: &str = "default";
-
-struct Env {
-    sim: ApiServer,
-    nats: NatsServer,
-    http_port: u16,
-}
-
 impl Env {
-    async fn start() -> Env {
-        Env {
-            sim: ApiServer::start(ApiServerOptions::default()).await.unwrap(),
-            nats: NatsServer::start().await.unwrap(),
-            http_port: free_port(),
-        }
-    }
-
     /// A configuration with one pods watch in `default` carrying `watch_extra`, durable state
     /// checkpointed every 150 ms.
     fn config(&self, watch_extra: &str) -> String {
-        format!(
-            "{}\n[nats]\nurl = \"{}\"\n[state]\ncheckpoint_interval = \"150ms\"\n[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"{NS}\"]\n{watch_extra}\n",
-            kube_section(&self.sim, &self.sim.token_file()).replace(
-                "listen = \"127.0.0.1:0\"",
-                &format!("listen = \"127.0.0.1:{}\"", self.http_port)
-            ),
-            self.nats.url(),
-        )
-    }
-
-    async fn inbox(&self) -> Inbox {
-        let nc = async_nats::connect(self.nats.url()).await.unwrap();
-        Inbox::subscribe(&nc, "kube.>").await
-    }
-
-    async fn metrics(&self) -> String {
-        scrape_metrics(self.http_port).await
+        self.pods_config("", watch_extra)
     }
 
     async fn dropped_unchanged(&self) -> f64 {

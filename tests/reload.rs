@@ -17,7 +17,7 @@ use std::time::Duration;
 use common::*;
 use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions, INITIAL_TOKEN};
 use kube2nats_harness::nats::NatsServer;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// How often the flowing watch's object changes.
 const STEP: Duration = Duration::from_millis(20);
@@ -67,11 +67,8 @@ impl Daemon {
         let process = Process::spawn_file(path, |command| {
             command.args(["--log-format", "json"]);
         });
-        let line = process.line_with(&["serving /metrics"]);
-        let line: Value = serde_json::from_str(&line).expect("a JSON log line");
-        let address = line["address"].as_str().expect("the HTTP address");
         Daemon {
-            http: format!("http://{address}"),
+            http: process.http_url(),
             process,
         }
     }

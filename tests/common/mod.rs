@@ -479,6 +479,15 @@ impl Process {
         }
     }
 
+    /// The base URL of the HTTP endpoints (`http://ADDRESS`), from the `serving /metrics` line
+    /// of a process started with `--log-format json`.
+    pub fn http_url(&self) -> String {
+        let line = self.line_with(&["serving /metrics"]);
+        let line: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
+        let address = line["address"].as_str().expect("the HTTP address");
+        format!("http://{address}")
+    }
+
     /// Waits for a line containing every one of `needles`.
     pub fn line_with(&self, needles: &[&str]) -> String {
         self.line_within(needles, WAIT)
