@@ -131,7 +131,7 @@ impl State {
     }
 
     /// The byte-budget charge of the line the last step read (none if it read no line), for the
-    /// outbox that publishes what the line held to take over.
+    /// delivery that publishes what the line held to take over (`crate::delivery`).
     pub fn take_line_charge(&mut self) -> Charge {
         match self {
             State::Watching(watching) | State::ReceivingInitialEvents { watching, .. } => {
