@@ -183,7 +183,7 @@ async fn a_restart_publishes_what_entered_and_left_while_down() {
             assert_eq!(m.header("Kube-Event-Type"), Some("ADDED"));
             assert_eq!(m.header("Kube-Name"), obj["metadata"]["name"].as_str());
         }
-        wait_for_checkpoint(&env, env.sim.resource_version()).await;
+        env.wait_for_checkpoint(env.sim.resource_version()).await;
         first.kill();
 
         let left = env.phase("leaving", "Succeeded");
@@ -329,32 +329,6 @@ async fn mirrored_names(store: &async_nats::jetstream::kv::Store, keys: &[String
         assert!(
             tokio::time::Instant::now() < deadline,
             "the bucket holds {have:?}, expected {keys:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Waits until the saved state covers `rv`: its manifest's resume version reached it.
-async fn wait_for_checkpoint(env: &Env, rv: u64) {
-    let nc = async_nats::connect(env.nats.url()).await.unwrap();
-    let js = async_nats::jetstream::new(nc);
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Ok(kv) = js.get_key_value("kube2nats-state").await {
-            let key = format!("{}._.pods.default.manifest", env.sim.cluster_uid());
-            if let Ok(Some(raw)) = kv.get(key).await {
-                let manifest: Value = serde_json::from_slice(&raw).unwrap();
-                let saved: Option<u64> = manifest["resume_version"]
-                    .as_str()
-                    .and_then(|v| v.parse().ok());
-                if saved.is_some_and(|saved| saved >= rv) {
-                    return;
-                }
-            }
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no checkpoint reached resourceVersion {rv}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

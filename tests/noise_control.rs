@@ -216,7 +216,7 @@ async fn restart_with_state_does_not_republish_content_unchanged_objects() {
             assert_eq!(m.header("Kube-Event-Type"), Some("ADDED"));
         }
         let last = env.sim.resource_version();
-        wait_for_checkpoint(&env, last).await;
+        env.wait_for_checkpoint(last).await;
         first.kill();
 
         for name in &names {
@@ -236,34 +236,6 @@ async fn restart_with_state_does_not_republish_content_unchanged_objects() {
         assert_is(&inbox.next().await, "ADDED", &sentinel);
         let expected = if compact { 5.0 } else { 12.0 };
         eventually_metric(&env, expected).await;
-    }
-}
-
-/// Waits until the saved state covers `rv`: its manifest's resume version reached it.
-async fn wait_for_checkpoint(env: &Env, rv: u64) {
-    let nc = async_nats::connect(env.nats.url()).await.unwrap();
-    let js = async_nats::jetstream::new(nc);
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Ok(kv) = js.get_key_value("kube2nats-state").await {
-            let key = format!("{}._.pods.default.manifest", env.sim.cluster_uid());
-            if let Ok(Some(raw)) = kv.get(key).await {
-                let manifest: Value = serde_json::from_slice(&raw).unwrap();
-                let saved: u64 = manifest["resume_version"]
-                    .as_str()
-                    .unwrap()
-                    .parse()
-                    .unwrap();
-                if saved >= rv {
-                    return;
-                }
-            }
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no checkpoint reached resourceVersion {rv}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

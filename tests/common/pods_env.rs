@@ -7,7 +7,9 @@
 use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions};
 use kube2nats_harness::nats::NatsServer;
 
-use crate::common::{free_port, kube_section, scrape_metrics, Inbox};
+use std::time::Duration;
+
+use crate::common::{free_port, kube_section, scrape_metrics, Inbox, WAIT};
 
 /// The namespace of the pods watch.
 pub const NS: &str = "default";
@@ -48,5 +50,31 @@ impl Env {
 
     pub async fn metrics(&self) -> String {
         scrape_metrics(self.http_port).await
+    }
+
+    /// Waits until the saved state covers `rv`: the watch's manifest's resume version reached it.
+    pub async fn wait_for_checkpoint(&self, rv: u64) {
+        let nc = async_nats::connect(self.nats.url()).await.unwrap();
+        let js = async_nats::jetstream::new(nc);
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Ok(kv) = js.get_key_value("kube2nats-state").await {
+                let key = format!("{}._.pods.{NS}.manifest", self.sim.cluster_uid());
+                if let Ok(Some(raw)) = kv.get(key).await {
+                    let manifest: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+                    let saved: Option<u64> = manifest["resume_version"]
+                        .as_str()
+                        .and_then(|v| v.parse().ok());
+                    if saved.is_some_and(|saved| saved >= rv) {
+                        return;
+                    }
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no checkpoint reached resourceVersion {rv}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
