@@ -43,11 +43,13 @@ use crate::telemetry::metrics::Metrics;
 use crate::watcher::ListSlots;
 use plan::{check_rbac, plan};
 use reload::{ReloadMetrics, Reloader, WatchSet};
+use shared::Shared;
 use stages::StageMetrics;
 use term::{QueuedAfterLostTerm, Watches};
 
 mod plan;
 mod reload;
+mod shared;
 mod stages;
 mod task;
 mod term;
@@ -303,14 +305,16 @@ async fn run_watches(
     );
     let list_slots = ListSlots::new(config.kubernetes.max_concurrent_lists);
     let watches = Watches {
-        config: &config,
-        client: &client,
-        nats: &nats,
-        budget: &budget,
-        list_slots: &list_slots,
+        shared: Shared {
+            config: &config,
+            client: &client,
+            nats: &nats,
+            budget: &budget,
+            list_slots: &list_slots,
+            state: &state,
+        },
         metrics: &metrics,
         readiness: &readiness,
-        state: &state,
         current: std::sync::Mutex::new(plans),
         reloads,
         mirror: mirror.as_ref(),

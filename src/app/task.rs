@@ -6,9 +6,10 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::plan::WatchPlan;
+use super::shared::Shared;
 use crate::backoff::Backoff;
 use crate::budget::Budget;
-use crate::config::{BackoffConfig, Config, InitialState, NatsMode, PayloadMode};
+use crate::config::{BackoffConfig, InitialState, NatsMode, PayloadMode};
 use crate::event::EventType;
 use crate::filter::Filter;
 use crate::kube::discovery::Discovery;
@@ -27,12 +28,7 @@ use crate::watcher::{ListSlots, WatchParts, WatchTask};
 
 /// What one watch target's task is built from.
 pub(super) struct TaskParts<'a> {
-    pub(super) config: &'a Config,
-    pub(super) client: &'a Arc<ApiClient>,
-    pub(super) nats: &'a Nats,
-    pub(super) budget: &'a Budget,
-    pub(super) list_slots: &'a ListSlots,
-    pub(super) state: &'a StateStore,
+    pub(super) shared: Shared<'a>,
     pub(super) plan: &'a WatchPlan,
     /// The matching namespaces of the watch's `namespace_selector`.
     pub(super) selected: Option<watch::Receiver<scope::Selected>>,
@@ -44,7 +40,7 @@ pub(super) struct TaskParts<'a> {
 
 impl TaskParts<'_> {
     pub(super) fn target(&self, namespace: Option<String>) -> Target {
-        let (config, watch) = (self.config, &*self.plan.watch);
+        let (config, watch) = (self.shared.config, &*self.plan.watch);
         Target {
             resource: self.plan.resource.clone(),
             namespace,
@@ -68,7 +64,7 @@ impl TaskParts<'_> {
         publish_metrics: PublishMetrics,
         gauges: TargetGauges,
     ) -> TaskFactory {
-        let (config, watch) = (self.config, &*self.plan.watch);
+        let (config, watch) = (self.shared.config, &*self.plan.watch);
         let target = Arc::new(self.target(namespace));
         // Cluster-scoped objects have no namespace to choose by (`plan` warned).
         let (exclude, selected) = match self.plan.resource.namespaced {
@@ -98,14 +94,14 @@ impl TaskParts<'_> {
         });
         TaskFactory {
             mirror,
-            client: self.client.clone(),
-            state: self.state.clone(),
+            client: self.shared.client.clone(),
+            state: self.shared.state.clone(),
             watch_name: watch.name.clone(),
             target,
             backoff: config.kubernetes.backoff,
-            nats: self.nats.clone(),
-            budget: self.budget.clone(),
-            list_slots: self.list_slots.clone(),
+            nats: self.shared.nats.clone(),
+            budget: self.shared.budget.clone(),
+            list_slots: self.shared.list_slots.clone(),
             max_in_flight,
             messages,
             events: watch.events.clone(),

@@ -16,39 +16,30 @@ use tracing::Instrument;
 
 use super::plan::{check_rbac_late, plan, Plans, Waiting, WatchPlan};
 use super::reload::{diff_watches, WatchSet};
+use super::shared::Shared;
 use super::stages::StageMetrics;
 use super::task::TaskParts;
 use crate::backoff::Backoff;
-use crate::budget::Budget;
-use crate::config::{Config, WatchConfig};
+use crate::config::WatchConfig;
 use crate::filter::Filter;
 use crate::kube::discovery::Discovery;
-use crate::kube::ApiClient;
 use crate::mirror::MirrorBucket;
 use crate::publish::metrics::PublishMetrics;
-use crate::publish::Nats;
 use crate::scope;
-use crate::state::{target_key, StateStore};
+use crate::state::target_key;
 use crate::telemetry::http::Readiness;
 use crate::telemetry::metrics::WatchSync;
 use crate::telemetry::target::TargetGauges;
 use crate::watcher::machine::Machine;
 use crate::watcher::metrics::WatchMetrics;
 use crate::watcher::supervise::supervise;
-use crate::watcher::{ListSlots, NamespaceWatcher};
+use crate::watcher::NamespaceWatcher;
 
 /// What a term of watching needs: everything resolved while warm.
 pub(super) struct Watches<'a> {
-    pub(super) config: &'a Config,
-    pub(super) client: &'a Arc<ApiClient>,
-    pub(super) nats: &'a Nats,
-    /// `nats.max_buffered_bytes`, shared by every target.
-    pub(super) budget: &'a Budget,
-    /// `kubernetes.max_concurrent_lists`, shared by every target.
-    pub(super) list_slots: &'a ListSlots,
+    pub(super) shared: Shared<'a>,
     pub(super) metrics: &'a StageMetrics,
     pub(super) readiness: &'a Readiness,
-    pub(super) state: &'a StateStore,
     /// The watches of the configuration in force, which each term starts.
     pub(super) current: Mutex<Plans>,
     /// The watches of each reloaded configuration.
@@ -181,7 +172,7 @@ impl Watches<'_> {
             term.wait_for(self.metrics, watch);
         }
         self.readiness.set_watches(term.syncs());
-        tokio::spawn(self.state.clone().purge_removed(current.targets()));
+        tokio::spawn(self.shared.state.clone().purge_removed(current.targets()));
         let mut reloading = true;
         loop {
             tokio::select! {
@@ -189,7 +180,7 @@ impl Watches<'_> {
                 _ = shutdown.cancelled() => {
                     let sets = term.task_sets();
                     let targets = term.targets();
-                    let grace_period = self.config.shutdown.grace_period;
+                    let grace_period = self.shared.config.shutdown.grace_period;
                     // Losing the Lease while draining drops the drain, and with it the JoinSets,
                     // which aborts every task.
                     tokio::select! {
@@ -197,9 +188,9 @@ impl Watches<'_> {
                         drained = drain(sets, grace_period, &targets) => return drained,
                     }
                 }
-                plans = waiting.resolved(self.client), if !waiting.is_empty() => {
+                plans = waiting.resolved(self.shared.client), if !waiting.is_empty() => {
                     for plan in &plans {
-                        term.shared.spawn(check_rbac_late(self.client, plan));
+                        term.shared.spawn(check_rbac_late(self.shared.client, plan));
                         term.waiting.remove(&plan.watch.name);
                         self.spawn(plan, &mut term, shutdown);
                     }
@@ -249,8 +240,11 @@ impl Watches<'_> {
         }
         let leaving: Vec<&str> = diff.leaving().collect();
         waiting.forget(&leaving);
-        term.stop(leaving.iter().copied(), self.config.shutdown.grace_period)
-            .await;
+        term.stop(
+            leaving.iter().copied(),
+            self.shared.config.shutdown.grace_period,
+        )
+        .await;
         // Readiness no longer waits for the watches stopped.
         self.readiness.set_watches(term.syncs());
         for name in &diff.removed {
@@ -260,7 +254,7 @@ impl Watches<'_> {
         }
         let arrived = self.update_current(desired).await;
         for plan in &arrived.resolved {
-            term.shared.spawn(check_rbac_late(self.client, plan));
+            term.shared.spawn(check_rbac_late(self.shared.client, plan));
             self.spawn(plan, term, shutdown);
         }
         for watch in &arrived.waiting {
@@ -269,7 +263,7 @@ impl Watches<'_> {
         waiting.add(&arrived.waiting);
         self.readiness.set_watches(term.syncs());
         let targets = self.current().targets();
-        tokio::spawn(self.state.clone().purge_removed(targets));
+        tokio::spawn(self.shared.state.clone().purge_removed(targets));
     }
 
     /// Makes `desired` the watches in force: the unchanged keep their plans, the added and
@@ -281,7 +275,7 @@ impl Watches<'_> {
             return Plans::default();
         }
         let arriving = diff.arriving();
-        let arrived = match Discovery::fetch(self.client).await {
+        let arrived = match Discovery::fetch(self.shared.client).await {
             Ok(discovery) => plan(&arriving, &discovery),
             Err(e) => {
                 tracing::warn!(error = %e, "API discovery for the reloaded watches failed; they wait for it");
@@ -310,14 +304,14 @@ impl Watches<'_> {
     /// client would send them on reconnecting, behind the next holder's: only ending the process
     /// discards them.
     async fn flush_after_lost_term(&self) -> Result<(), QueuedAfterLostTerm> {
-        let election = &self.config.leader_election;
+        let election = &self.shared.config.leader_election;
         // Another replica acquires no sooner than lease_duration after this one's last renewal,
         // which is renew_deadline before now: half that margin leaves the flush room to land.
         let within = election
             .lease_duration
             .saturating_sub(election.renew_deadline)
             / 2;
-        match tokio::time::timeout(within, self.nats.client().flush()).await {
+        match tokio::time::timeout(within, self.shared.nats.client().flush()).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) | Err(_) => Err(QueuedAfterLostTerm { within }),
         }
@@ -353,12 +347,7 @@ impl Watches<'_> {
             // Every line a watch task logs (its publishes included) carries these fields.
             let span = tracing::info_span!("watch", watch = %name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
             let parts = TaskParts {
-                config: self.config,
-                client: self.client,
-                nats: self.nats,
-                budget: self.budget,
-                list_slots: self.list_slots,
-                state: self.state,
+                shared: self.shared,
                 plan,
                 selected: selected.clone(),
                 filter: filter.clone(),
@@ -411,21 +400,19 @@ impl Watches<'_> {
             return Some(receiver.clone());
         }
         let template = TaskParts {
-            config: self.config,
-            client: self.client,
-            nats: self.nats,
-            state: self.state,
+            shared: self.shared,
             plan,
             selected: None,
-            budget: self.budget,
-            list_slots: self.list_slots,
             mirror: None,
             filter: None,
         }
         .target(None);
         let target = Arc::new(NamespaceWatcher::target(selector, &template));
         let (updates, receiver) = NamespaceWatcher::channel();
-        let (client, backoff) = (self.client.clone(), self.config.kubernetes.backoff);
+        let (client, backoff) = (
+            self.shared.client.clone(),
+            self.shared.config.kubernetes.backoff,
+        );
         let span = tracing::info_span!("namespaces", watch = %plan.watch.name, namespace_selector = %selector);
         let start = move |stop| {
             let machine = Machine::new(client.clone(), target.clone(), Backoff::new(backoff));
