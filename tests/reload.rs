@@ -496,6 +496,56 @@ async fn a_watch_added_before_its_crd_waits_for_it_and_can_be_removed_again() {
     widgets.quiet_for(QUIET).await;
 }
 
+/// A reload that removes the only watch using a `namespace_selector` stops that selector's
+/// namespace watcher (its API server watch closes); one adding the watch back starts a new
+/// watcher, whose matching set the watch follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_selector_no_watch_uses_stops_watching_namespaces() {
+    let s = setup().await;
+    let namespace =
+        |name: &str| json!({"metadata": {"name": name, "labels": {"team": "payments"}}});
+    s.sim.create("namespaces", None, namespace("payments"));
+    let path = s.dir.path().join("kube2nats.toml");
+    let pods_only = format!("{}{}", s.settings, watch("pods", "pods", ""));
+    let with_selected = format!(
+        "{pods_only}[[watches]]\nname = \"cms\"\nresource = \"configmaps\"\nnamespace_selector = \"team=payments\"\n"
+    );
+    std::fs::write(&path, &with_selected).unwrap();
+    let daemon = Daemon::spawn(&path);
+    // Pods in `default`, configmaps in every namespace, and the selector's namespaces.
+    let sim = &s.sim;
+    let open = |n: usize| async move {
+        assert!(
+            sim.wait_for_watches(n, WAIT).await,
+            "{n} watches not open: {}",
+            sim.open_watches()
+        );
+    };
+    open(3).await;
+
+    replace_file(&path, &pods_only);
+    open(1).await;
+    daemon.process.line_with(&[
+        "no watch uses this namespace_selector any more",
+        "team=payments",
+    ]);
+
+    replace_file(&path, &with_selected);
+    open(3).await;
+    let mut configmaps = Inbox::subscribe(&s.client, "kube.core.v1.configmaps.>").await;
+    let configmap = |name: &str| json!({"metadata": {"name": name}, "data": {"k": "v"}});
+    s.sim
+        .create("configmaps", Some("payments"), configmap("c1"));
+    assert_eq!(configmaps.next().await.short(), "ADDED c1");
+    s.sim.create("namespaces", None, namespace("billing"));
+    daemon
+        .process
+        .line_with(&["namespace now matches namespace_selector", "billing"]);
+    s.sim.create("configmaps", Some("billing"), configmap("c2"));
+    assert_eq!(configmaps.next().await.short(), "ADDED c2");
+    configmaps.quiet_for(QUIET).await;
+}
+
 /// Waits until the future that `f` makes resolves to `true`, polling.
 async fn eventually_async<F, Fut>(mut f: F)
 where

@@ -76,8 +76,9 @@ struct Term {
     waiting: BTreeMap<String, WatchMetrics>,
     /// What serves every watch: the namespace watchers, the late RBAC checks.
     shared: JoinSet<()>,
-    /// The namespace watcher of each `namespace_selector`, shared by the watches that use it.
-    selectors: HashMap<String, watch::Receiver<scope::Selected>>,
+    /// The namespace watcher of each `namespace_selector`, shared by the watches that use it:
+    /// where it publishes the matching set.
+    selectors: HashMap<String, watch::Sender<scope::Selected>>,
 }
 
 impl Term {
@@ -384,7 +385,8 @@ impl Watches<'_> {
     /// Where the matching namespaces of `plan`'s `namespace_selector` arrive: from the watcher
     /// already running for that selector, or from one started now, supervised like a watch task
     /// under this watch's metrics (a crash is logged and counted, and the watcher restarts). It
-    /// runs for the term: other watches may come to share it.
+    /// runs while a watch task reads its set: once a reload has removed or changed every watch
+    /// using it, it stops, and its API server watch with it.
     fn namespace_watcher(
         &self,
         plan: &WatchPlan,
@@ -396,8 +398,9 @@ impl Watches<'_> {
         if !plan.resource.namespaced {
             return None;
         }
-        if let Some(receiver) = term.selectors.get(selector) {
-            return Some(receiver.clone());
+        // A closed one (no reader left) may not have stopped yet: a new one is started.
+        if let Some(updates) = term.selectors.get(selector).filter(|u| !u.is_closed()) {
+            return Some(updates.subscribe());
         }
         let template = TaskParts {
             shared: self.shared,
@@ -414,6 +417,8 @@ impl Watches<'_> {
             self.shared.config.kubernetes.backoff,
         );
         let span = tracing::info_span!("namespaces", watch = %plan.watch.name, namespace_selector = %selector);
+        term.selectors.insert(selector.clone(), updates.clone());
+        let (unread, unread_selector) = (updates.clone(), selector.clone());
         let start = move |stop| {
             let machine = Machine::new(client.clone(), target.clone(), Backoff::new(backoff));
             let watcher = NamespaceWatcher::new(machine, updates.clone());
@@ -426,14 +431,20 @@ impl Watches<'_> {
             watch_metrics.tracked_objects.clone(),
             publish_metrics.queue_depth.clone(),
         );
-        term.shared.spawn(supervise(
+        let watcher = supervise(
             start,
             watch_metrics.clone(),
             gauges,
             "namespaces".to_owned(),
             shutdown.clone(),
-        ));
-        term.selectors.insert(selector.clone(), receiver.clone());
+        );
+        term.shared.spawn(async move {
+            tokio::select! {
+                () = watcher => {}
+                // Dropping the supervisor aborts the watcher: it holds nothing to drain.
+                () = unread.closed() => tracing::info!(selector = %unread_selector, "no watch uses this namespace_selector any more; stopped watching its namespaces"),
+            }
+        });
         Some(receiver)
     }
 }
