@@ -41,6 +41,7 @@ use crate::state::StateStore;
 use crate::telemetry::http::{self, Readiness};
 use crate::telemetry::metrics::Metrics;
 use crate::watcher::ListSlots;
+pub use plan::MirrorsOverlap;
 use plan::{check_rbac, plan};
 use reload::{ReloadMetrics, Reloader, WatchSet};
 use shared::Shared;
@@ -263,6 +264,7 @@ async fn run_watches(
         return Ok(());
     };
     let plans = plan(&reloads.borrow(), &discovery);
+    MirrorsOverlap::first(&plans.resolved, &reloads.borrow())?;
     check_rbac(&client, &config, &plans.resolved, elector.as_ref()).await?;
     if !ensure_stream(&config, &nats, &shutdown).await {
         return Ok(());

@@ -90,6 +90,7 @@ fn main() -> ExitCode {
             } else if e.downcast_ref::<kube2nats::leader::NoNamespace>().is_some()
                 || e.downcast_ref::<kube2nats::mirror::MirrorUnavailable>()
                     .is_some()
+                || e.downcast_ref::<kube2nats::app::MirrorsOverlap>().is_some()
             {
                 ExitCode::from(EXIT_CONFIG)
             } else {

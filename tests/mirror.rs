@@ -355,6 +355,27 @@ async fn a_mirror_without_jetstream_exits_2() {
     assert!(!errors.is_empty(), "no error naming mirror.enabled:\n{log}");
 }
 
+/// Two mirrored watches of the same objects (here `pods` in one namespace and `po`, kubectl's
+/// short name, in all) would delete each other's keys at each repair: one clear error naming the
+/// second watch's key, exit 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_mirrored_watches_of_the_same_objects_exit_2() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&sim, &nats, dir.path(), "core")
+        + "[[watches]]\nname = \"configmaps\"\nresource = \"configmaps\"\n"
+        + "[[watches]]\nname = \"every-pod\"\nresource = \"po\"\n";
+    let mut daemon = Process::spawn(&config);
+    let (code, _) = daemon.wait_exit(WAIT);
+    assert_eq!(code, Some(2));
+    let log = daemon.rest();
+    assert!(
+        log.lines().any(|l| l.contains(r#"watches[2].mirror: watch "every-pod" would mirror pods in namespace "shop" as watch "pods" does"#)),
+        "no error naming watches[2].mirror:\n{log}"
+    );
+}
+
 /// Two replicas sharing one Lease and one bucket: changes, kill -9 of the holder, changes while
 /// the other takes over, changes after. The bucket ends equal to the API server's state, and no
 /// key ever went back to an older version on the way (a KV watch saw every write).

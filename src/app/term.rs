@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::plan::{check_rbac_late, plan, Plans, Waiting, WatchPlan};
+use super::plan::{check_rbac_late, plan, MirrorsOverlap, Plans, Waiting, WatchPlan};
 use super::reload::{diff_watches, WatchSet};
 use super::shared::Shared;
 use super::stages::StageMetrics;
@@ -57,6 +57,8 @@ struct Group {
     targets: Vec<TargetGauges>,
     watch_metrics: WatchMetrics,
     publish_metrics: PublishMetrics,
+    /// The watch's plan, when it runs mirrored: no other mirrored watch may share its keys.
+    mirrored: Option<WatchPlan>,
 }
 
 impl Group {
@@ -337,12 +339,14 @@ impl Watches<'_> {
             .filter
             .clone()
             .map(|expr| Filter::new(expr, name.as_str().into(), watch.filter_errors.clone()));
+        let mirror = self.mirror.filter(|_| self.may_mirror(plan, term));
         let mut group = Group {
             tasks: JoinSet::new(),
             stop: shutdown.child_token(),
             targets: Vec::new(),
             watch_metrics: watch.clone(),
             publish_metrics: publish.clone(),
+            mirrored: mirror.map(|_| plan.clone()),
         };
         for namespace in &plan.namespaces {
             // Every line a watch task logs (its publishes included) carries these fields.
@@ -352,10 +356,7 @@ impl Watches<'_> {
                 plan,
                 selected: selected.clone(),
                 filter: filter.clone(),
-                mirror: self
-                    .mirror
-                    .filter(|_| plan.watch.mirror)
-                    .map(|bucket| (bucket, metrics.mirror.for_watch(name))),
+                mirror: mirror.map(|bucket| (bucket, metrics.mirror.for_watch(name))),
             };
             let gauges = TargetGauges::new(
                 watch.sync.clone(),
@@ -380,6 +381,32 @@ impl Watches<'_> {
             ));
         }
         term.groups.insert(name.clone(), group);
+    }
+
+    /// Whether `plan`'s watch may be mirrored: it asks for it, and no mirrored watch running
+    /// shares its keys. Two that did were refused at start; one arriving later (a reload, a
+    /// resource served later) runs without the mirror, logged.
+    fn may_mirror(&self, plan: &WatchPlan, term: &Term) -> bool {
+        if !plan.watch.mirror {
+            return false;
+        }
+        let running: Vec<WatchPlan> = term
+            .groups
+            .values()
+            .filter_map(|g| g.mirrored.clone())
+            .collect();
+        let index = self
+            .reloads
+            .borrow()
+            .iter()
+            .position(|w| w.name == plan.watch.name);
+        match MirrorsOverlap::find(plan, &running, index.unwrap_or_default()) {
+            None => true,
+            Some(overlap) => {
+                tracing::error!(watch = %plan.watch.name, error = %overlap, "not mirrored: another mirrored watch holds these keys (docs/mirror.md, \"Limits\")");
+                false
+            }
+        }
     }
 
     /// Where the matching namespaces of `plan`'s `namespace_selector` arrive: from the watcher
