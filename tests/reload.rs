@@ -546,6 +546,46 @@ async fn a_namespace_selector_no_watch_uses_stops_watching_namespaces() {
     configmaps.quiet_for(QUIET).await;
 }
 
+/// A reload adding a mirrored watch whose keys meet a running mirrored watch's: it runs and
+/// publishes, without the mirror (an ERROR line says why); the running one keeps its mirror.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reloaded_watch_sharing_a_mirrored_watchs_keys_runs_unmirrored() {
+    let s = setup().await;
+    let path = s.dir.path().join("kube2nats.toml");
+    let settings = format!("{}[mirror]\nenabled = true\n", s.settings);
+    let one = format!("{settings}{}", watch("pods", "pods", ""));
+    std::fs::write(&path, &one).unwrap();
+    let daemon = Daemon::spawn(&path);
+    assert!(s.sim.wait_for_watches(1, WAIT).await, "watch not open");
+    let every_pod = "[[watches]]\nname = \"every-pod\"\nresource = \"po\"\n";
+    replace_file(&path, &format!("{one}{every_pod}"));
+    daemon.process.line_with(&[
+        "not mirrored: another mirrored watch holds these keys",
+        "\"watch\":\"every-pod\"",
+        "watches[1].mirror",
+    ]);
+    assert!(
+        s.sim.wait_for_watches(2, WAIT).await,
+        "added watch not open"
+    );
+    let mut pods = Inbox::subscribe(&s.client, "kube.core.v1.pods.>").await;
+    s.sim
+        .create("pods", Some("default"), json!({"metadata": {"name": "p1"}}));
+    // Both watches publish it; one mirrors it.
+    let both = [pods.next().await.short(), pods.next().await.short()];
+    assert_eq!(both, ["ADDED p1", "ADDED p1"]);
+    let puts = |text: &str, watch: &str| {
+        metric(
+            text,
+            "kube2nats_mirror_writes_total",
+            &[("watch", watch), ("operation", "put")],
+        )
+    };
+    eventually_async(|| async { puts(&daemon.metrics().await, "pods") == Some(1.0) }).await;
+    let metrics = daemon.metrics().await;
+    assert_eq!(puts(&metrics, "every-pod").unwrap_or(0.0), 0.0, "{metrics}");
+}
+
 /// Waits until the future that `f` makes resolves to `true`, polling.
 async fn eventually_async<F, Fut>(mut f: F)
 where
