@@ -319,7 +319,7 @@ async fn run_watches(
         readiness: &readiness,
         current: std::sync::Mutex::new(plans),
         reloads,
-        mirror: mirror.as_ref(),
+        mirror: tokio::sync::OnceCell::new_with(mirror),
     };
     match elector {
         None => {

@@ -586,6 +586,32 @@ async fn a_reloaded_watch_sharing_a_mirrored_watchs_keys_runs_unmirrored() {
     assert_eq!(puts(&metrics, "every-pod").unwrap_or(0.0), 0.0, "{metrics}");
 }
 
+/// A reload that mirrors a watch while none was mirrored at start opens the bucket then: the
+/// watch restarts mirrored and its objects' keys appear, nothing is published again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_turning_the_mirror_on_opens_the_bucket() {
+    let s = setup().await;
+    s.sim
+        .create("pods", Some("default"), json!({"metadata": {"name": "p1"}}));
+    let path = s.dir.path().join("kube2nats.toml");
+    let pods = watch("pods", "pods", "");
+    std::fs::write(&path, format!("{}{pods}", s.settings)).unwrap();
+    let mut published = Inbox::subscribe(&s.client, "kube.core.v1.pods.>").await;
+    let daemon = Daemon::spawn(&path);
+    assert_eq!(published.next().await.short(), "ADDED p1");
+
+    let mirrored = format!("{}[mirror]\nenabled = true\n{pods}", s.settings);
+    replace_file(&path, &mirrored);
+    daemon
+        .process
+        .line_with(&["mirror bucket opened for the reloaded watches"]);
+    let js = async_nats::jetstream::new(s.client.clone());
+    let bucket = js.get_key_value("kube-objects").await.expect("the bucket");
+    let key = "core.v1.pods.default.p1";
+    eventually_async(|| async { matches!(bucket.get(key).await, Ok(Some(_))) }).await;
+    published.quiet_for(QUIET).await;
+}
+
 /// Waits until the future that `f` makes resolves to `true`, polling.
 async fn eventually_async<F, Fut>(mut f: F)
 where

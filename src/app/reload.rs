@@ -152,6 +152,10 @@ pub(crate) fn diff_watches(old: &[Arc<WatchConfig>], new: &[Arc<WatchConfig>]) -
 /// defaults (a change there is a change of the watches that use them).
 const RELOADABLE: &[&str] = &["watches", "publish"];
 
+/// Keys outside those sections that are watches' defaults too: `mirror.enabled` is each
+/// watch's `mirror` unless it says.
+const RELOADABLE_KEYS: &[&str] = &["mirror.enabled"];
+
 /// The keys outside [`RELOADABLE`] whose values differ (`nats.url`, `http.listen`): they keep
 /// their running values until kube2nats restarts. Only names, never values (some are secrets).
 pub(crate) fn restart_needed(running: &RawConfig, new: &RawConfig) -> Vec<String> {
@@ -162,7 +166,7 @@ pub(crate) fn restart_needed(running: &RawConfig, new: &RawConfig) -> Vec<String
     differing_keys("", &running, &new, &mut keys);
     keys.retain(|key| {
         let section = key.split('.').next().unwrap_or_default();
-        !RELOADABLE.contains(&section)
+        !RELOADABLE.contains(&section) && !RELOADABLE_KEYS.contains(&key.as_str())
     });
     keys
 }
@@ -385,7 +389,8 @@ mod tests {
         ));
         let new = raw(&format!(
             "[nats]\nurl = \"nats://b:4222\"\npassword = \"two\"\n[http]\nlisten = \"127.0.0.1:1\"\n\
-             [kubernetes.backoff]\nmax = \"9s\"\n[publish]\ncluster = \"x\"\n{}{}",
+             [kubernetes.backoff]\nmax = \"9s\"\n[publish]\ncluster = \"x\"\n\
+             [mirror]\nenabled = true\nbucket = \"other\"\n{}{}",
             watch("a", "configmaps"),
             watch("b", "pods")
         ));
@@ -394,6 +399,7 @@ mod tests {
             [
                 "http.listen",
                 "kubernetes.backoff.max",
+                "mirror.bucket",
                 "nats.password",
                 "nats.url"
             ]

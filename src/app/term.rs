@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, OnceCell};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -44,8 +44,9 @@ pub(super) struct Watches<'a> {
     pub(super) current: Mutex<Plans>,
     /// The watches of each reloaded configuration.
     pub(super) reloads: watch::Receiver<WatchSet>,
-    /// The mirror bucket, when a watch is mirrored.
-    pub(super) mirror: Option<&'a MirrorBucket>,
+    /// The mirror bucket: opened at start when a watch is mirrored, else by the first reload
+    /// that mirrors one.
+    pub(super) mirror: OnceCell<MirrorBucket>,
 }
 
 /// One watch's tasks in a term: stopped on their own when a reload removes or changes the watch.
@@ -164,7 +165,7 @@ impl Watches<'_> {
         let mut reloads = self.reloads.clone();
         // A reload while this replica stood by: the term starts the watches now in force.
         let desired = reloads.borrow_and_update().clone();
-        self.update_current(&desired).await;
+        self.update_current(&desired, shutdown).await;
         let current = self.current().clone();
         let mut term = Term::default();
         for plan in &current.resolved {
@@ -255,7 +256,7 @@ impl Watches<'_> {
             self.metrics.publish.forget(name);
             tracing::info!(watch = %name, "watch removed by the reload: stopped; its saved state is kept (docs/configuration.md, \"Reloading the configuration\")");
         }
-        let arrived = self.update_current(desired).await;
+        let arrived = self.update_current(desired, shutdown).await;
         for plan in &arrived.resolved {
             term.shared.spawn(check_rbac_late(self.shared.client, plan));
             self.spawn(plan, term, shutdown);
@@ -272,7 +273,7 @@ impl Watches<'_> {
     /// Makes `desired` the watches in force: the unchanged keep their plans, the added and
     /// changed are resolved through discovery (or wait for their resource, also when discovery
     /// fails now: waiting runs it again). Returns the plans of those.
-    async fn update_current(&self, desired: &WatchSet) -> Plans {
+    async fn update_current(&self, desired: &WatchSet, shutdown: &CancellationToken) -> Plans {
         let diff = diff_watches(&self.current().watches(), desired);
         if diff.is_empty() {
             return Plans::default();
@@ -288,11 +289,7 @@ impl Watches<'_> {
                 }
             }
         };
-        for plan in &arrived.resolved {
-            if plan.watch.mirror && self.mirror.is_none() {
-                tracing::warn!(watch = %plan.watch.name, "the mirror bucket opens at start: this watch is mirrored after kube2nats restarts");
-            }
-        }
+        self.open_mirror_for(&arrived, shutdown).await;
         let mut current = self.current();
         let leaving: Vec<&str> = diff.leaving().collect();
         current.retain(|name| !leaving.contains(&name));
@@ -300,6 +297,30 @@ impl Watches<'_> {
         current.waiting.extend(arrived.waiting.iter().cloned());
         drop(current);
         arrived
+    }
+
+    /// Opens the bucket when `arrived` holds the first mirrored watch (at start it opens only
+    /// if one is mirrored). Waits while NATS does not answer; a server without JetStream leaves
+    /// the watches unmirrored, logged (at start it is exit code 2).
+    async fn open_mirror_for(&self, arrived: &Plans, shutdown: &CancellationToken) {
+        let mut watches = arrived.resolved.iter().map(|p| &p.watch);
+        let wanted = watches.any(|w| w.mirror) || arrived.waiting.iter().any(|w| w.mirror);
+        if !wanted || self.mirror.initialized() {
+            return;
+        }
+        let config = self.shared.config;
+        let api_prefix = config.nats.jetstream_api_prefix();
+        let client = self.shared.nats.client();
+        match crate::mirror::open(&config.mirror, &api_prefix, client, shutdown).await {
+            Ok(Some(bucket)) => {
+                tracing::info!(bucket = %config.mirror.bucket, "mirror bucket opened for the reloaded watches");
+                let _ = self.mirror.set(bucket);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "the mirror bucket cannot be opened: the reloaded watches run without the mirror");
+            }
+        }
     }
 
     /// After a lost term, makes sure the messages already handed to the NATS client reach the
@@ -339,7 +360,7 @@ impl Watches<'_> {
             .filter
             .clone()
             .map(|expr| Filter::new(expr, name.as_str().into(), watch.filter_errors.clone()));
-        let mirror = self.mirror.filter(|_| self.may_mirror(plan, term));
+        let mirror = self.mirror.get().filter(|_| self.may_mirror(plan, term));
         let mut group = Group {
             tasks: JoinSet::new(),
             stop: shutdown.child_token(),
