@@ -492,6 +492,17 @@ async fn a_watch_added_before_its_crd_waits_for_it_and_can_be_removed_again() {
         .process
         .line_with(&["applying the watch changes", r#"removed":"[\"widgets\"]"#]);
     eventually_async(|| async { served(&daemon.metrics().await).is_none() }).await;
+    // Its counters leave too; the other watch's stay.
+    let text = daemon.metrics().await;
+    let received = |watch: &str| {
+        metric(
+            &text,
+            "kube2nats_events_received_total",
+            &[("watch", watch), ("type", "ADDED")],
+        )
+    };
+    assert_eq!(received("widgets"), None, "{text}");
+    assert!(received("pods").is_some(), "{text}");
     s.sim.create("widgets", Some("default"), widget("w2"));
     widgets.quiet_for(QUIET).await;
 }

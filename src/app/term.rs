@@ -254,6 +254,7 @@ impl Watches<'_> {
         for name in &diff.removed {
             self.metrics.watch.forget(name);
             self.metrics.publish.forget(name);
+            self.metrics.mirror.forget(name);
             tracing::info!(watch = %name, "watch removed by the reload: stopped; its saved state is kept (docs/configuration.md, \"Reloading the configuration\")");
         }
         let arrived = self.update_current(desired, shutdown).await;

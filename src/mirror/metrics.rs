@@ -6,7 +6,7 @@ use prometheus::{
     Registry,
 };
 
-use crate::telemetry::metrics::{counter, gauge, opts, NAMESPACE};
+use crate::telemetry::metrics::{counter, gauge, opts, remove_watch, NAMESPACE};
 
 /// The families, registered once; [`for_watch`](Self::for_watch) resolves one watch's labels.
 #[derive(Clone)]
@@ -67,6 +67,15 @@ impl MirrorFamilies {
             pending,
             repairs,
         })
+    }
+
+    /// A watch removed by a reload: its series leave `/metrics`.
+    pub(crate) fn forget(&self, watch: &str) {
+        for family in [&self.writes, &self.write_errors, &self.fenced] {
+            remove_watch(family, watch);
+        }
+        remove_watch(&self.write_lag, watch);
+        remove_watch(&self.pending, watch);
     }
 
     pub fn for_watch(&self, watch: &str) -> MirrorMetrics {

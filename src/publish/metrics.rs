@@ -9,7 +9,7 @@ use prometheus::{
 };
 
 use crate::event::EventType;
-use crate::telemetry::metrics::{counter, gauge, opts, ByType, NAMESPACE};
+use crate::telemetry::metrics::{counter, gauge, opts, remove_watch, ByType, NAMESPACE};
 
 /// The families, registered once; [`for_watch`](Self::for_watch) resolves one watch's labels.
 #[derive(Clone)]
@@ -74,13 +74,21 @@ impl PublishFamilies {
         })
     }
 
-    /// Handles for one configured watch, resolved once; `dropped_too_large` is its
-    /// `events_dropped_total{reason="too_large"}`, a family of the watch stage.
-    /// A watch removed by a reload: its queue depth leaves `/metrics` (its counters stay).
+    /// A watch removed by a reload: its series leave `/metrics`.
     pub(crate) fn forget(&self, watch: &str) {
-        let _ = self.publish_queue_depth.remove_label_values(&[watch]);
+        for family in [
+            &self.events_published,
+            &self.publish_errors,
+            &self.jetstream_duplicates,
+        ] {
+            remove_watch(family, watch);
+        }
+        remove_watch(&self.publish_duration, watch);
+        remove_watch(&self.publish_queue_depth, watch);
     }
 
+    /// Handles for one configured watch, resolved once; `dropped_too_large` is its
+    /// `events_dropped_total{reason="too_large"}`, a family of the watch stage.
     pub fn for_watch(&self, watch: &str, dropped_too_large: IntCounter) -> PublishMetrics {
         PublishMetrics {
             watch: watch.into(),

@@ -22,6 +22,28 @@ pub fn opts(name: &str, help: &str) -> Opts {
     Opts::new(name, help).namespace(NAMESPACE)
 }
 
+/// Removes every series of `family` whose `watch` label is `watch`: a watch a reload removed
+/// leaves `/metrics` (added back, its counters start again from 0, which Prometheus' `rate`
+/// reads as a reset).
+pub(crate) fn remove_watch<T: prometheus::core::MetricVecBuilder>(
+    family: &prometheus::core::MetricVec<T>,
+    watch: &str,
+) {
+    use prometheus::core::Collector;
+    for metrics in family.collect() {
+        for metric in metrics.get_metric() {
+            let labels: std::collections::HashMap<&str, &str> = metric
+                .get_label()
+                .iter()
+                .map(|label| (label.name(), label.value()))
+                .collect();
+            if labels.get("watch") == Some(&watch) {
+                let _ = family.remove(&labels);
+            }
+        }
+    }
+}
+
 /// Registers a counter family.
 pub fn counter(
     registry: &Registry,

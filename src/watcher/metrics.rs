@@ -6,7 +6,7 @@ use std::sync::Arc;
 use prometheus::{Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
 use crate::event::EventType;
-use crate::telemetry::metrics::{counter, gauge, opts, ByType, WatchSync};
+use crate::telemetry::metrics::{counter, gauge, opts, remove_watch, ByType, WatchSync};
 
 /// The families, registered once; [`for_watch`](Self::for_watch) resolves one watch's labels.
 #[derive(Clone)]
@@ -104,17 +104,29 @@ impl WatchFamilies {
         })
     }
 
-    /// A watch removed by a reload: its level gauges leave `/metrics`, so that no alert reads a
-    /// watch that no longer runs as unsynced or stalled. Its counters stay (flat) until restart.
+    /// A watch removed by a reload: its series leave `/metrics`, so that no alert reads a watch
+    /// that no longer runs as unsynced or stalled.
     pub(crate) fn forget(&self, watch: &str) {
+        for family in [
+            &self.events_received,
+            &self.events_dropped,
+            &self.events_synthesized,
+            &self.watch_restarts,
+            &self.relists,
+            &self.decode_errors,
+            &self.events_truncated,
+            &self.filter_errors,
+        ] {
+            remove_watch(family, watch);
+        }
         for family in [
             &self.watch_synced,
             &self.watch_served,
             &self.tracked_objects,
         ] {
-            let _ = family.remove_label_values(&[watch]);
+            remove_watch(family, watch);
         }
-        let _ = self.last_event_timestamp.remove_label_values(&[watch]);
+        remove_watch(&self.last_event_timestamp, watch);
     }
 
     /// Handles for one configured watch, resolved once. `targets` is how many independent
