@@ -46,7 +46,7 @@ fn spawn_with(
         nats.url()
     );
     let process = Process::spawn_with(&config, &["--log-format", "json"]);
-    process.line_with(&["serving /metrics"]);
+    process.http_url();
     process
 }
 
@@ -177,6 +177,17 @@ async fn a_version_replaced_at_once_is_followed_publishing_nothing_again() {
     let (sim, nats, dir, client) = setup().await;
     let (daemon, mut widgets) = watching_v1beta1(&sim, &nats, &dir, &client).await;
 
+    let reads = |text: &str, version: &str| {
+        let labels = [
+            ("watch", "widgets"),
+            ("group", "example.com"),
+            ("version", version),
+            ("resource", "widgets"),
+        ];
+        metric(text, "kube2nats_watch_resource_info", &labels)
+    };
+    let text = daemon.metrics().await;
+    assert_eq!(reads(&text, "v1beta1"), Some(1.0), "{text}");
     sim.set_crd_versions("widgets", &["v1"]);
     let updated = tokio::time::Instant::now();
     assert!(sim.wait_for_watches(1, WAIT).await, "watch not moved");
@@ -186,6 +197,12 @@ async fn a_version_replaced_at_once_is_followed_publishing_nothing_again() {
     );
     widgets.quiet_for(QUIET).await;
     daemon.line_with(&["preferred version moved v1beta1 → v1"]);
+    let text = daemon.metrics().await;
+    assert_eq!(
+        (reads(&text, "v1"), reads(&text, "v1beta1")),
+        (Some(1.0), None),
+        "{text}"
+    );
     changes_are_published_once_at_v1(&sim, &mut widgets).await;
     let log = daemon.rest();
     assert!(!log.contains("no longer served"), "{log}");

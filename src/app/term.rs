@@ -354,6 +354,7 @@ impl Watches<'_> {
         if let Some(served) = watch.sync.served() {
             served.set(1);
         }
+        watch.resource.reading(&plan.resource);
         let selected = self.namespace_watcher(plan, (&watch, &publish), term, shutdown);
         // One per watch, shared by its namespaces: a run-time error is logged once per watch.
         let filter = plan

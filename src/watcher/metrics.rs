@@ -1,11 +1,11 @@
 //! The watch stage's metric families: what arrived from the API server, what was dropped before
 //! publishing, restarts and relists, and whether each watch is synced.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use prometheus::{Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
-use crate::event::EventType;
+use crate::event::{EventType, ResourceInfo};
 use crate::telemetry::metrics::{counter, gauge, opts, remove_watch, ByType, WatchSync};
 
 /// The families, registered once; [`for_watch`](Self::for_watch) resolves one watch's labels.
@@ -19,6 +19,7 @@ pub struct WatchFamilies {
     decode_errors: IntCounterVec,
     watch_synced: IntGaugeVec,
     watch_served: IntGaugeVec,
+    resource_info: IntGaugeVec,
     tracked_objects: IntGaugeVec,
     last_event_timestamp: GaugeVec,
     events_truncated: IntCounterVec,
@@ -70,6 +71,12 @@ impl WatchFamilies {
             "1 while the API server serves the watch's resource; 0 while it does not (its CRD not installed yet, or deleted): the watch waits for it.",
             &["watch"],
         )?;
+        let resource_info = gauge(
+            registry,
+            "watch_resource_info",
+            "1 for the group (core for the core group), version and resource the watch reads; the version changes when a watch follows its resource's preferred version.",
+            &["watch", "group", "version", "resource"],
+        )?;
         let tracked_objects = gauge(
             registry,
             "tracked_objects",
@@ -97,6 +104,7 @@ impl WatchFamilies {
             decode_errors,
             watch_synced,
             watch_served,
+            resource_info,
             tracked_objects,
             last_event_timestamp,
             events_truncated,
@@ -122,6 +130,7 @@ impl WatchFamilies {
         for family in [
             &self.watch_synced,
             &self.watch_served,
+            &self.resource_info,
             &self.tracked_objects,
         ] {
             remove_watch(family, watch);
@@ -162,6 +171,11 @@ impl WatchFamilies {
                 targets,
             )
             .with_served(self.watch_served.with_label_values(&[watch])),
+            resource: ResourceGauge {
+                family: self.resource_info.clone(),
+                watch: name.clone(),
+                labels: Arc::default(),
+            },
             tracked_objects: self.tracked_objects.with_label_values(&[watch]),
             last_event_timestamp: self.last_event_timestamp.with_label_values(&[watch]),
             restarts: self.watch_restarts.clone(),
@@ -204,10 +218,53 @@ pub struct WatchMetrics {
     pub truncated_metadata_fallback: IntCounter,
     pub decode_errors: IntCounter,
     pub sync: WatchSync,
+    /// `watch_resource_info`: the version read now.
+    pub resource: ResourceGauge,
     pub tracked_objects: IntGauge,
     pub last_event_timestamp: Gauge,
     restarts: IntCounterVec,
     relists: IntCounterVec,
+}
+
+/// `kube2nats_watch_resource_info` of one watch: one series, for the group, version and resource
+/// its targets read (docs/configuration.md, "Versions that move").
+#[derive(Clone)]
+pub struct ResourceGauge {
+    family: IntGaugeVec,
+    watch: Arc<str>,
+    /// The labels of the series set: group, version, resource.
+    labels: Arc<Mutex<Option<[String; 3]>>>,
+}
+
+impl ResourceGauge {
+    /// The watch reads `resource` now: its series replaces the previous one.
+    pub fn reading(&self, resource: &ResourceInfo) {
+        let group = match resource.group.as_str() {
+            "" => "core",
+            group => group,
+        };
+        let labels = [
+            group.to_owned(),
+            resource.version.clone(),
+            resource.plural.clone(),
+        ];
+        let Ok(mut current) = self.labels.lock() else {
+            return;
+        };
+        if current.as_ref() == Some(&labels) {
+            return;
+        }
+        if let Some([group, version, plural]) = current.take() {
+            let _ = self
+                .family
+                .remove_label_values(&[&*self.watch, &group, &version, &plural]);
+        }
+        let [group, version, plural] = &labels;
+        self.family
+            .with_label_values(&[&*self.watch, group, version, plural])
+            .set(1);
+        *current = Some(labels);
+    }
 }
 
 impl WatchMetrics {

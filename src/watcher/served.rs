@@ -46,6 +46,7 @@ impl WatchTask {
     pub(super) async fn version_moved(&mut self, moved: VersionMove) {
         let VersionMove { from, to, resume } = moved;
         self.messages = self.messages.with_resource(to.clone());
+        self.metrics.resource.reading(&to);
         if let Some(mirror) = &mut self.mirror {
             mirror.moved_to(&to.version);
         }

@@ -419,6 +419,8 @@ pub struct Process {
     child: Child,
     lines: std::sync::mpsc::Receiver<String>,
     _config: Option<tempfile::NamedTempFile>,
+    /// [`Process::http_url`], once read from the log.
+    http: std::sync::OnceLock<String>,
 }
 
 impl Process {
@@ -476,16 +478,31 @@ impl Process {
             child,
             lines,
             _config: None,
+            http: std::sync::OnceLock::new(),
         }
     }
 
     /// The base URL of the HTTP endpoints (`http://ADDRESS`), from the `serving /metrics` line
-    /// of a process started with `--log-format json`.
+    /// of a process started with `--log-format json` (waited for at the first call).
     pub fn http_url(&self) -> String {
-        let line = self.line_with(&["serving /metrics"]);
-        let line: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
-        let address = line["address"].as_str().expect("the HTTP address");
-        format!("http://{address}")
+        self.http
+            .get_or_init(|| {
+                let line = self.line_with(&["serving /metrics"]);
+                let line: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
+                let address = line["address"].as_str().expect("the HTTP address");
+                format!("http://{address}")
+            })
+            .clone()
+    }
+
+    /// The text of `/metrics` (see [`Process::http_url`]).
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.http_url()))
+            .await
+            .expect("kube2nats /metrics")
+            .text()
+            .await
+            .unwrap_or_default()
     }
 
     /// Waits for a line containing every one of `needles`.
