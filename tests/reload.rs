@@ -59,7 +59,6 @@ fn watch(name: &str, resource: &str, extra: &str) -> String {
 /// kube2nats (the binary) reading `path`, logging JSON lines.
 struct Daemon {
     process: Process,
-    http: String,
 }
 
 impl Daemon {
@@ -67,19 +66,12 @@ impl Daemon {
         let process = Process::spawn_file(path, |command| {
             command.args(["--log-format", "json"]);
         });
-        Daemon {
-            http: process.http_url(),
-            process,
-        }
+        process.http_url();
+        Daemon { process }
     }
 
     async fn metrics(&self) -> String {
-        reqwest::get(format!("{}/metrics", self.http))
-            .await
-            .expect("kube2nats /metrics")
-            .text()
-            .await
-            .unwrap_or_default()
+        self.process.metrics().await
     }
 
     async fn reloads(&self, result: &str) -> Option<f64> {
