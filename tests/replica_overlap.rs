@@ -4,7 +4,8 @@
 //! (sampled every ~20 ms, see `LeaderGauges`):
 //! - a standby's slow read of the Lease, which carries a renewal made long after it was sent;
 //! - the Lease deleted while held;
-//! - two replicas with one hostname and no `POD_NAME`.
+//! - two replicas with one hostname and no `POD_NAME`;
+//! - and one that never did, kept so: the holder paused (SIGSTOP) for longer than a lease.
 //!
 //! Timings as in `replicas.rs`: lease 3 s, renew deadline 2 s, retry 0.5 s. docs/replicas.md
 //! explains the rules these tests hold the elector to.
@@ -181,6 +182,39 @@ async fn a_lease_deleted_while_held_never_makes_two_publishers() {
         stood_down.is_some(),
         "the holder kept publishing after its Lease was deleted"
     );
+}
+
+/// The holder paused (SIGSTOP: a container's CPU throttled, a node under memory pressure, a
+/// debugger) for longer than a lease duration while its watch keeps delivering: `b` takes the
+/// Lease over, and when `a` runs again, the changes waiting in its socket must not go out, though
+/// its elector has not yet noticed that its renew deadline passed long ago.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_holder_never_publishes_after_its_term() {
+    let pair = Pair::start(Replica::start).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let signal = |name: &str| {
+        let sent = std::process::Command::new("kill")
+            .args([name, &pair.a.process.pid().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(sent, "kill {name}");
+    };
+    signal("-STOP");
+    let paused = Instant::now();
+    let first_b = pair
+        .subscriber
+        .first_from("b", LEASE_DURATION + Duration::from_secs(5))
+        .await
+        .expect("the standby takes over");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    signal("-CONT");
+    eprintln!(
+        "paused holder: b's first message {:?} after a was paused, a resumed {:?} after",
+        first_b.at.duration_since(paused),
+        paused.elapsed()
+    );
+    pair.a.line(&["stopped publishing; back to standby"]);
+    pair.finish("paused holder").await;
 }
 
 /// Two replicas without `POD_NAME` on one host (hostNetwork pods, or two processes on a laptop):
