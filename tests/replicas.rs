@@ -702,7 +702,7 @@ async fn three_replicas_under_repeated_faults(mode: &'static str) {
     tokio::time::sleep(Duration::from_millis(800)).await;
     let changes = producer.stop().await;
     let (overlapping, sampled) = gauges.stop().await;
-    eprintln!("three replicas ({kind}), seed {seed}: the leader gauges showed two publishers in {overlapping} of {sampled} sampling rounds");
+    eprintln!("three replicas ({kind}), seed {seed}: the leader gauges showed two publishers in {overlapping} of {sampled} sampling rounds; faults in order {:?}", takeovers);
     caught_up(&sim, &subscriber, &changes).await;
     let got = subscriber.all();
     let replayed = assert_delivery(&got, &changes, &terms, mode);
