@@ -297,7 +297,7 @@ async fn run_watches(
         )
         .await?
         {
-            Some(bucket) => Some(bucket),
+            Some(bucket) => Some(bucket.owned_by(state.owner())),
             None => return Ok(()),
         },
     };

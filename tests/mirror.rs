@@ -376,6 +376,53 @@ async fn two_mirrored_watches_of_the_same_objects_exit_2() {
     );
 }
 
+/// Two deployments (two clusters) mirroring the same namespace into one bucket without
+/// `publish.cluster`: the second neither deletes the first's keys at its repair nor overwrites
+/// a key the first wrote (here `web-0`, whose version in the second cluster is the higher), and
+/// says why once; keys only it has are its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_deployment_never_deletes_or_overwrites_the_firsts_keys() {
+    let nats = NatsServer::start().await.unwrap();
+    let (sim_a, sim_b) = (
+        ApiServer::start(ApiServerOptions::default()).await.unwrap(),
+        ApiServer::start(ApiServerOptions::default()).await.unwrap(),
+    );
+    let web_0 = sim_a.create("pods", Some(NS), pod("web-0"));
+    sim_a.create("pods", Some(NS), pod("web-a"));
+    for i in 0..5 {
+        sim_b.create("pods", Some("elsewhere"), pod(&format!("x{i}")));
+    }
+    sim_b.create("pods", Some(NS), pod("web-0"));
+    sim_b.create("pods", Some(NS), pod("web-b"));
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let deployment = |sim: &ApiServer, dir: &std::path::Path, cluster: &str| {
+        config(sim, &nats, dir, "core").replace(
+            "[state]\n",
+            &format!("[state]\ncluster_id = \"{cluster}\"\n"),
+        )
+    };
+    let _a = Process::spawn(&deployment(&sim_a, dir_a.path(), "a"));
+    let store = bucket(&nats).await;
+    let names = ["web-0".to_owned(), "web-a".to_owned()];
+    converged(&store, &sim_a, &names, WAIT).await;
+
+    let b = Process::spawn(&deployment(&sim_b, dir_b.path(), "b"));
+    b.line_with(&[
+        "another kube2nats deployment writes this mirror key",
+        "other_owner=a.",
+    ]);
+    b.line_with(&["mirror repaired"]);
+    let have = contents(&store).await;
+    assert_eq!(
+        have.keys().collect::<Vec<_>>(),
+        [&key("web-0"), &key("web-a"), &key("web-b")],
+        "{have:?}"
+    );
+    let value = store.get(key("web-0")).await.unwrap().expect("web-0");
+    let object: Value = serde_json::from_slice(&value).unwrap();
+    assert_eq!(object["metadata"]["uid"], web_0["metadata"]["uid"]);
+}
+
 /// Two replicas sharing one Lease and one bucket: changes, kill -9 of the holder, changes while
 /// the other takes over, changes after. The bucket ends equal to the API server's state, and no
 /// key ever went back to an older version on the way (a KV watch saw every write).

@@ -315,7 +315,7 @@ impl Watches<'_> {
         match crate::mirror::open(&config.mirror, &api_prefix, client, shutdown).await {
             Ok(Some(bucket)) => {
                 tracing::info!(bucket = %config.mirror.bucket, "mirror bucket opened for the reloaded watches");
-                let _ = self.mirror.set(bucket);
+                let _ = self.mirror.set(bucket.owned_by(self.shared.state.owner()));
             }
             Ok(None) => {}
             Err(e) => {

@@ -31,6 +31,17 @@ pub struct MirrorBucket {
     pub stream: stream::Stream,
     pub delete_marker_ttl: Duration,
     pub max_in_flight: usize,
+    /// `{cluster}.{instance}` of the durable state ([`crate::state::owner`]), written on every
+    /// key as `Kube2nats-Owner`, so that a deployment never overwrites or deletes another's keys
+    /// (docs/mirror.md); `None` without durable state.
+    pub owner: Option<String>,
+}
+
+impl MirrorBucket {
+    /// The bucket, its keys written as `owner`'s.
+    pub fn owned_by(self, owner: Option<String>) -> MirrorBucket {
+        MirrorBucket { owner, ..self }
+    }
 }
 
 /// The mirror was asked for and cannot be kept: a configuration problem (exit code 2).
@@ -79,6 +90,7 @@ pub async fn open(
                     stream: store.stream,
                     delete_marker_ttl: config.delete_marker_ttl,
                     max_in_flight: config.max_in_flight,
+                    owner: None,
                 }))
             }
             Err(Setup::Refused(refused)) => return Err(refused),

@@ -14,6 +14,7 @@ pub struct MirrorFamilies {
     writes: IntCounterVec,
     write_errors: IntCounterVec,
     fenced: IntCounterVec,
+    foreign: IntCounterVec,
     write_lag: HistogramVec,
     pending: IntGaugeVec,
     /// `mirror_repairs_in_progress`: watch targets comparing the bucket with a list; readiness
@@ -41,6 +42,12 @@ impl MirrorFamilies {
             "Mirror writes not made because the key already held the same or a newer resourceVersion (another writer got there first).",
             &["watch"],
         )?;
+        let foreign = counter(
+            registry,
+            "mirror_foreign_keys_total",
+            "Mirror writes and deletions not made because another kube2nats deployment (Kube2nats-Owner) wrote the key last: the deployments share a bucket and keys; give each its own mirror.bucket or publish.cluster.",
+            &["watch"],
+        )?;
         let write_lag = HistogramVec::new(
             HistogramOpts::new("mirror_write_lag_seconds", "Time from an event being handed to the publisher until the mirror bucket acknowledged its write.")
                 .namespace(NAMESPACE)
@@ -63,6 +70,7 @@ impl MirrorFamilies {
             writes,
             write_errors,
             fenced,
+            foreign,
             write_lag,
             pending,
             repairs,
@@ -71,7 +79,12 @@ impl MirrorFamilies {
 
     /// A watch removed by a reload: its series leave `/metrics`.
     pub(crate) fn forget(&self, watch: &str) {
-        for family in [&self.writes, &self.write_errors, &self.fenced] {
+        for family in [
+            &self.writes,
+            &self.write_errors,
+            &self.fenced,
+            &self.foreign,
+        ] {
             remove_watch(family, watch);
         }
         remove_watch(&self.write_lag, watch);
@@ -84,6 +97,7 @@ impl MirrorFamilies {
             deletes: self.writes.with_label_values(&[watch, "delete"]),
             write_errors: self.write_errors.with_label_values(&[watch]),
             fenced: self.fenced.with_label_values(&[watch]),
+            foreign: self.foreign.with_label_values(&[watch]),
             write_lag: self.write_lag.with_label_values(&[watch]),
             pending: self.pending.with_label_values(&[watch]),
             repairs: self.repairs.clone(),
@@ -98,6 +112,7 @@ pub struct MirrorMetrics {
     pub deletes: IntCounter,
     pub write_errors: IntCounter,
     pub fenced: IntCounter,
+    pub foreign: IntCounter,
     pub write_lag: Histogram,
     pub pending: IntGauge,
     pub repairs: IntGauge,

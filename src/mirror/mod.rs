@@ -69,6 +69,7 @@ impl Mirror {
             namespace,
             delete_marker_ttl: bucket.delete_marker_ttl,
             max_in_flight: bucket.max_in_flight,
+            owner: bucket.owner.clone(),
         };
         let (ops, receiver) = mpsc::channel(QUEUE);
         let writer = Writer::new(place, metrics.clone(), watch.to_owned());

@@ -59,6 +59,8 @@ const KV_OPERATION: HeaderName = HeaderName::from_static("KV-Operation");
 const NATS_TTL: HeaderName = HeaderName::from_static("Nats-TTL");
 const EXPECTED_LAST_SUBJECT_SEQUENCE: HeaderName =
     HeaderName::from_static("Nats-Expected-Last-Subject-Sequence");
+/// The deployment that wrote a key ([`Place::owner`]).
+const OWNER: HeaderName = HeaderName::from_static("Kube2nats-Owner");
 
 /// What the watch task hands the writer, in the order it sees the objects.
 pub(crate) enum Op {
@@ -97,6 +99,8 @@ struct Found {
     /// `Kube-Resource-Version` of the last write (a put's object, a deletion's version).
     version: Option<String>,
     live: bool,
+    /// `Kube2nats-Owner` of the last write (`None`: written without one).
+    owner: Option<String>,
 }
 
 type Ack = Pin<Box<dyn Future<Output = Result<PublishAck, PublishError>> + Send>>;
@@ -120,6 +124,9 @@ pub(crate) struct Place {
     pub namespace: Option<String>,
     pub delete_marker_ttl: Duration,
     pub max_in_flight: usize,
+    /// `{cluster}.{instance}` of this deployment, written on every key; `None`: not known (no
+    /// durable state), nothing written, nothing checked.
+    pub owner: Option<String>,
 }
 
 pub(crate) struct Writer {
@@ -133,6 +140,8 @@ pub(crate) struct Writer {
     metrics: MirrorMetrics,
     retry: Backoff,
     watch: String,
+    /// Whether a key written by another deployment was logged (once per writer).
+    foreign_logged: bool,
 }
 
 impl Writer {
@@ -146,6 +155,7 @@ impl Writer {
             metrics,
             retry: Backoff::new(RETRY_BACKOFF),
             watch,
+            foreign_logged: false,
         }
     }
 
@@ -199,6 +209,7 @@ impl Writer {
                     .into_iter()
                     .filter(|(key, found)| found.live && self.owns(key))
                     .collect();
+                gone.retain(|(key, found)| !self.foreign(key, found));
                 gone.sort_by(|a, b| a.0.cmp(&b.0));
                 let repaired = gone.len();
                 for (key, _) in gone {
@@ -237,6 +248,23 @@ impl Writer {
         }
     }
 
+    /// Whether another deployment wrote `key` last (its `Kube2nats-Owner` is not this one's):
+    /// then this one neither overwrites nor deletes it. Counted and logged (once).
+    fn foreign(&mut self, key: &str, found: &Found) -> bool {
+        let (Some(ours), Some(theirs)) = (&self.place.owner, &found.owner) else {
+            return false;
+        };
+        if ours == theirs {
+            return false;
+        }
+        self.metrics.foreign.inc();
+        if !self.foreign_logged {
+            self.foreign_logged = true;
+            tracing::error!(watch = %self.watch, key, owner = %ours, other_owner = %theirs, "another kube2nats deployment writes this mirror key: neither overwritten nor deleted; give each deployment its own mirror.bucket or publish.cluster (docs/mirror.md)");
+        }
+        true
+    }
+
     /// Queues one write once no earlier write of its key is in flight and the window has room;
     /// during a repair, only if the key differs from it.
     async fn write(&mut self, write: Write) {
@@ -252,8 +280,10 @@ impl Writer {
             }
             if let Some(found) = snapshot.remove(&write.subject[key_at..]) {
                 // The key holds this version already, or a newer one (a list older than what
-                // another writer wrote): nothing to write.
-                if !supersedes(&write, Some(&found)) {
+                // another writer wrote), or another deployment's: nothing to write.
+                if !supersedes(&write, Some(&found))
+                    || self.foreign(&write.subject[key_at..], &found)
+                {
                     self.metrics.pending.dec();
                     return;
                 }
@@ -282,11 +312,17 @@ impl Writer {
     async fn send(&mut self, write: &Write, expected: u64) -> Option<Ack> {
         loop {
             let (headers, payload) = match &write.kind {
-                WriteKind::Put { headers, value } => {
-                    (put_headers(headers, expected), value.clone())
-                }
+                WriteKind::Put { headers, value } => (
+                    put_headers(headers, expected, self.place.owner.as_deref()),
+                    value.clone(),
+                ),
                 WriteKind::Delete { headers } => (
-                    delete_headers(headers.as_ref(), &write.version, &self.ttl, expected),
+                    delete_headers(
+                        headers.as_ref(),
+                        &write.version,
+                        &self.ttl,
+                        (expected, self.place.owner.as_deref()),
+                    ),
                     Bytes::new(),
                 ),
             };
@@ -342,6 +378,11 @@ impl Writer {
                 }
                 Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
                     let found = self.read_key(&write.subject).await;
+                    let key = &write.subject[self.place.subject_prefix.len()..];
+                    if found.as_ref().is_some_and(|f| self.foreign(key, f)) {
+                        self.revisions.insert(hash, found.map_or(0, |f| f.revision));
+                        break;
+                    }
                     if !supersedes(&write, found.as_ref()) {
                         self.revisions.insert(hash, found.map_or(0, |f| f.revision));
                         self.metrics.fenced.inc();
@@ -384,6 +425,7 @@ impl Writer {
                             get("KV-Operation").as_deref(),
                             get("Nats-Marker-Reason").is_some(),
                         ),
+                        owner: get(OWNER.as_ref()),
                     });
                 }
                 Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return None,
@@ -457,6 +499,7 @@ async fn read_keys(
                         get("KV-Operation").as_deref(),
                         get("Nats-Marker-Reason").is_some(),
                     ),
+                    owner: get(OWNER.as_ref()),
                 },
             );
             if pending == 0 {
@@ -524,10 +567,23 @@ fn hash(key: &str) -> u64 {
 /// A put's header block: the event message's, less its `Nats-Msg-Id` (a KV key may be written
 /// with the same version again after a delete, which the bucket's duplicate window would drop),
 /// plus the key's expected revision. The event's lines are copied as they are, not parsed again.
-fn put_headers(event: &SerializedHeaders, expected: u64) -> SerializedHeaders {
-    let mut block = event.builder_from(&[MSG_ID], EXPECTED_LINE_BYTES);
+fn put_headers(event: &SerializedHeaders, expected: u64, owner: Option<&str>) -> SerializedHeaders {
+    let mut block = event.builder_from(&[MSG_ID], EXPECTED_LINE_BYTES + owner_line_bytes(owner));
     append_expected(&mut block, expected);
+    append_owner(&mut block, owner);
     block.finish()
+}
+
+/// The bytes of a `Kube2nats-Owner` line.
+fn owner_line_bytes(owner: Option<&str>) -> usize {
+    owner.map_or(0, |o| "Kube2nats-Owner: ".len() + o.len() + 2)
+}
+
+/// Appends `Kube2nats-Owner` when the owner is known (a token: never refused).
+fn append_owner(block: &mut SerializedHeadersBuilder, owner: Option<&str>) {
+    if let Some(owner) = owner {
+        let _ = block.append(&OWNER, owner);
+    }
 }
 
 /// A delete marker's header block: the DELETED message's (when there was one) less its
@@ -537,9 +593,9 @@ fn delete_headers(
     event: Option<&SerializedHeaders>,
     version: &ResourceVersion,
     ttl: &str,
-    expected: u64,
+    (expected, owner): (u64, Option<&str>),
 ) -> SerializedHeaders {
-    let extra = 64 + version.as_str().len() + EXPECTED_LINE_BYTES;
+    let extra = 64 + version.as_str().len() + EXPECTED_LINE_BYTES + owner_line_bytes(owner);
     let mut block = match event {
         Some(event) => event.builder_from(&[MSG_ID, header::RESOURCE_VERSION.as_ref()], extra),
         None => SerializedHeaders::builder(extra),
@@ -549,6 +605,7 @@ fn delete_headers(
     let _ = block.append(&NATS_TTL, ttl);
     let _ = block.append(&header::RESOURCE_VERSION, version.as_str());
     append_expected(&mut block, expected);
+    append_owner(&mut block, owner);
     block.finish()
 }
 
@@ -595,6 +652,7 @@ mod tests {
             revision: 7,
             version: Some(version.into()),
             live,
+            owner: None,
         }
     }
 
@@ -654,7 +712,11 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(
-            lines(&put_headers(&event, 18_446_744_073_709_551_615)),
+            lines(&put_headers(&event, 3, Some("c1.shop"))).last(),
+            Some(&("Kube2nats-Owner".to_owned(), "c1.shop".to_owned()))
+        );
+        assert_eq!(
+            lines(&put_headers(&event, 18_446_744_073_709_551_615, None)),
             owned(&[
                 ("Kube-Resource-Version", "5"),
                 ("Kube-Name", "web"),
@@ -666,17 +728,23 @@ mod tests {
         );
         let version = ResourceVersion::new("6");
         assert_eq!(
-            lines(&delete_headers(Some(&event), &version, "900s", 0)),
+            lines(&delete_headers(
+                Some(&event),
+                &version,
+                "900s",
+                (0, Some("c1.shop"))
+            )),
             owned(&[
                 ("Kube-Name", "web"),
                 ("KV-Operation", "DEL"),
                 ("Nats-TTL", "900s"),
                 ("Kube-Resource-Version", "6"),
-                ("Nats-Expected-Last-Subject-Sequence", "0")
+                ("Nats-Expected-Last-Subject-Sequence", "0"),
+                ("Kube2nats-Owner", "c1.shop")
             ])
         );
         assert_eq!(
-            lines(&delete_headers(None, &version, "1s", 42)),
+            lines(&delete_headers(None, &version, "1s", (42, None))),
             owned(&[
                 ("KV-Operation", "DEL"),
                 ("Nats-TTL", "1s"),

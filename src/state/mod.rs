@@ -172,6 +172,11 @@ impl StateStore {
         }))
     }
 
+    /// `{cluster}.{instance}` of this deployment's keys; `None` without durable state.
+    pub fn owner(&self) -> Option<String> {
+        Some(self.prefix.clone()).filter(|p| !p.is_empty())
+    }
+
     async fn open_backend(
         config: &StateConfig,
         api_prefix: &str,
