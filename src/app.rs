@@ -306,6 +306,9 @@ async fn run_watches(
         metrics.publish.buffered_bytes.clone(),
     );
     let list_slots = ListSlots::new(config.kubernetes.max_concurrent_lists);
+    let term = elector
+        .as_ref()
+        .map_or_else(crate::leader::TermClock::unbounded, Elector::clock);
     let watches = Watches {
         shared: Shared {
             config: &config,
@@ -314,6 +317,7 @@ async fn run_watches(
             budget: &budget,
             list_slots: &list_slots,
             state: &state,
+            term: &term,
         },
         metrics: &metrics,
         readiness: &readiness,

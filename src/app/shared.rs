@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::budget::Budget;
 use crate::config::Config;
 use crate::kube::ApiClient;
+use crate::leader::TermClock;
 use crate::publish::Nats;
 use crate::state::StateStore;
 use crate::watcher::ListSlots;
@@ -21,4 +22,6 @@ pub(super) struct Shared<'a> {
     /// `kubernetes.max_concurrent_lists`, shared by every target.
     pub(super) list_slots: &'a ListSlots,
     pub(super) state: &'a StateStore,
+    /// The term's deadline: every message goes out only while it is in force.
+    pub(super) term: &'a TermClock,
 }

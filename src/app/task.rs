@@ -14,6 +14,7 @@ use crate::event::EventType;
 use crate::filter::Filter;
 use crate::kube::discovery::Discovery;
 use crate::kube::ApiClient;
+use crate::leader::TermClock;
 use crate::mirror::metrics::MirrorMetrics;
 use crate::mirror::{Mirror, MirrorBucket};
 use crate::noise::NoiseControl;
@@ -102,6 +103,7 @@ impl TaskParts<'_> {
             nats: self.shared.nats.clone(),
             budget: self.shared.budget.clone(),
             list_slots: self.shared.list_slots.clone(),
+            term: self.shared.term.clone(),
             max_in_flight,
             messages,
             events: watch.events.clone(),
@@ -131,6 +133,7 @@ pub(super) struct TaskFactory {
     nats: Nats,
     budget: Budget,
     list_slots: ListSlots,
+    term: TermClock,
     max_in_flight: usize,
     messages: MessageBuilder,
     events: Vec<EventType>,
@@ -174,6 +177,7 @@ impl TaskFactory {
             scope: Scope::new(self.exclude.clone(), self.selected.clone()),
         })
         .with_filter(self.filter.clone())
+        .with_term(self.term.clone())
         .with_mirror(self.mirror.as_ref().map(|m| {
             Mirror::start(
                 &m.bucket,

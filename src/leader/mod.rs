@@ -26,7 +26,10 @@
 //! that is cancelled the moment the term is lost, and `lead` stops every publisher on it
 //! (`app`). Metrics: `leader`, `leader_transitions_total`, `lease_renew_failures_total`.
 
+pub mod clock;
 pub mod lease;
+
+pub use clock::TermClock;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -199,6 +202,8 @@ pub struct Elector {
     config: LeaderElectionConfig,
     observed: Option<Observed>,
     metrics: LeaderMetrics,
+    /// The term's deadline, for the publishers ([`clock`]).
+    clock: TermClock,
 }
 
 impl Elector {
@@ -215,7 +220,13 @@ impl Elector {
             config,
             observed: None,
             metrics,
+            clock: TermClock::ended(),
         }
+    }
+
+    /// The term's deadline as this elector moves it: publishers read it before every message.
+    pub fn clock(&self) -> TermClock {
+        self.clock.clone()
     }
 
     /// The Lease this replica competes for: its namespace and name.
@@ -242,6 +253,8 @@ impl Elector {
             let Some(acquired_at) = self.acquire(shutdown).await else {
                 return Ok(());
             };
+            self.clock
+                .hold_until(acquired_at + self.config.renew_deadline);
             self.metrics.leader.set(1);
             self.metrics.transitions.inc();
             tracing::info!(lease = %self.api.describe(), identity = %self.identity, "acquired the Lease: starting the watches");
@@ -250,11 +263,13 @@ impl Elector {
             tokio::pin!(term);
             tokio::select! {
                 ended = &mut term => {
+                    self.clock.end();
                     self.metrics.leader.set(0);
                     self.release().await;
                     return ended;
                 }
                 end = self.hold(acquired_at) => {
+                    self.clock.end();
                     lost.cancel();
                     let ended = term.await;
                     self.metrics.leader.set(0);
@@ -335,7 +350,10 @@ impl Elector {
                 return TermEnd::RenewDeadline;
             }
             match tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await {
-                Ok(Ok(Attempt::Held)) => renewed_at = started,
+                Ok(Ok(Attempt::Held)) => {
+                    renewed_at = started;
+                    self.clock.hold_until(started + self.config.renew_deadline);
+                }
                 Ok(Ok(Attempt::HeldBy(holder))) => {
                     self.metrics.renew_failures.inc();
                     return TermEnd::HeldBy(holder);

@@ -35,6 +35,7 @@ use crate::event::{EventType, ObjectEvent, ResourceVersion};
 use crate::filter::Filter;
 use crate::kube::client::Verb;
 use crate::kube::metadata;
+use crate::leader::TermClock;
 use crate::mirror::Mirror;
 use crate::noise::NoiseControl;
 use crate::publish::message::BuildError;
@@ -91,6 +92,9 @@ pub struct WatchTask {
     mirror: Option<Mirror>,
     /// Which objects are published, when the watch has a `filter` (docs/filters.md).
     filter: Option<Filter>,
+    /// The replica's term: nothing is published once it is over by the clock
+    /// ([`crate::leader::clock`]).
+    term: TermClock,
 }
 
 /// How waiting for one step ended.
@@ -150,7 +154,14 @@ impl WatchTask {
             metadata_fallback_logged: false,
             mirror: None,
             filter: None,
+            term: TermClock::unbounded(),
         }
+    }
+
+    /// Publishes only while `term` is in force (leader election).
+    pub fn with_term(mut self, term: TermClock) -> WatchTask {
+        self.term = term;
+        self
     }
 
     /// Publishes only the objects `filter` matches (docs/filters.md).
@@ -604,10 +615,21 @@ impl WatchTask {
     ) {
         let key = self.mirror_key(&event);
         let message = self.message(event, synthesized, fit);
+        self.in_term().await;
         if let Some(mut message) = message {
             let object = std::mem::take(&mut message.object);
             self.mirror(key, &message, object).await;
             self.delivery.submit(message, recorded, confirm).await;
+        }
+    }
+
+    /// Returns at once while the replica's term is in force; past its renew deadline (the
+    /// elector's timer has not run yet: the process was paused), waits until the task is
+    /// stopped, so that nothing goes out beside the next holder's messages.
+    async fn in_term(&mut self) {
+        if !self.term.in_force() {
+            tracing::warn!(watch = %self.metrics.watch, "the Lease's renew deadline has passed: not publishing until the term is renewed or ends");
+            self.term.wait_in_force().await;
         }
     }
 
@@ -617,6 +639,7 @@ impl WatchTask {
         let Some(key) = self.mirror_key(&event) else {
             return;
         };
+        self.in_term().await;
         if let Some(mut message) = self.message(event, synthesized, fit) {
             let object = std::mem::take(&mut message.object);
             self.mirror(Some(key), &message, object).await;
