@@ -48,15 +48,13 @@ pub(crate) mod testing;
 use std::collections::HashMap;
 use std::path::Path;
 
-pub use error::{ConfigError, ConfigErrors};
+pub use error::ConfigErrors;
 pub use leader::{LeaderElectionConfig, RawLeaderElection, RETRY_JITTER_FACTOR};
 pub use mirror::{MirrorConfig, RawMirror};
 pub use named::*;
-pub use noise::{Changes, NoiseConfig, DEFAULT_CHANGES};
+pub use noise::{Changes, NoiseConfig};
 pub use raw::*;
 pub use root::Config;
-pub use selector::{check_field_selector, check_label_selector};
-pub use source::{env_var_name, ENV_PREFIX, ENV_SEPARATOR, REDACTED};
 pub(crate) use state::is_key_token;
 pub use state::{RawState, StateConfig};
 pub use values::*;

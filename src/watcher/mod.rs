@@ -47,7 +47,7 @@ use machine::{Machine, Outcome, Restart, RestartError, RestartReason, State};
 use metrics::WatchMetrics;
 
 pub use list_slots::ListSlots;
-pub use machine::{ListReason, Target};
+pub use machine::ListReason;
 pub use namespaces::NamespaceWatcher;
 
 /// What a watch's filter left of one event ([`filtered`]).
