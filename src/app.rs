@@ -85,13 +85,9 @@ impl Daemon {
 }
 
 /// Runs kube2nats until `shutdown` resolves (SIGTERM in production, anything in tests), or until
-/// a fatal error (a refused RBAC check with `rbac_check = "fail"`) stops it.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    run_reloading(config, None, shutdown).await
-}
-
-/// [`run`], reloading the configuration on SIGHUP and when its file changes
-/// (docs/configuration.md, "Reloading the configuration") when `reload` is given.
+/// a fatal error (a refused RBAC check with `rbac_check = "fail"`) stops it; reloads the
+/// configuration on SIGHUP and when its file changes (docs/configuration.md, "Reloading the
+/// configuration") when `reload` is given.
 pub async fn run_reloading(
     config: Config,
     reload: Option<Reload>,

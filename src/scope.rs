@@ -64,11 +64,6 @@ impl Scope {
         }
     }
 
-    /// No scope: every object is published.
-    pub fn all() -> Scope {
-        Scope::new(Arc::from([]), None)
-    }
-
     /// Whether the scope can change what a saved memory covers (and so a start must relist).
     pub fn is_limited(&self) -> bool {
         !self.exclude.is_empty() || self.selector.is_some()
@@ -142,7 +137,7 @@ mod tests {
         assert!(scope.admits(Some("default")));
         assert!(!scope.admits(Some("kube-system")));
         assert!(scope.admits(None));
-        assert!(!Scope::all().is_limited());
+        assert!(!Scope::new(Arc::from([]), None).is_limited());
 
         let (tx, rx) = watch::channel(None);
         let mut scope = Scope::new(Arc::from([]), Some(rx));

@@ -68,18 +68,6 @@ use std::fmt;
 
 use crate::event::EventType;
 
-/// The placeholders a template may use, in the order the error message lists them.
-pub const PLACEHOLDERS: [&str; 8] = [
-    "prefix",
-    "cluster",
-    "group",
-    "version",
-    "resource",
-    "namespace",
-    "name",
-    "type",
-];
-
 /// The default subject template.
 pub const DEFAULT_TEMPLATE: &str =
     "{prefix}.{group}.{version}.{resource}.{namespace}.{name}.{type}";

@@ -61,13 +61,6 @@ pub struct Lease {
 }
 
 impl Lease {
-    pub fn resource_version(&self) -> &str {
-        self.object
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-    }
-
     fn from_object(object: Value) -> Result<Lease, LeaseError> {
         if !object.get("spec").is_none_or(Value::is_object) {
             return Err(LeaseError::Malformed("spec is not an object".into()));
@@ -190,7 +183,7 @@ mod tests {
             "spec": {"holderIdentity": "pod-a", "leaseDurationSeconds": 15, "leaseTransitions": 2,
                      "renewTime": "2026-01-01T00:00:00.000000Z", "strategy": "OldestEmulationVersion"}});
         let lease = Lease::from_object(object).unwrap();
-        assert_eq!(lease.resource_version(), "7");
+        assert_eq!(lease.object["metadata"]["resourceVersion"], "7");
         assert_eq!(lease.record.holder_identity, "pod-a");
         assert_eq!(lease.record.lease_transitions, 2);
         assert_eq!(lease.record.acquire_time, None);

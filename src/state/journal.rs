@@ -193,17 +193,6 @@ impl Journal {
         self.next += 1;
     }
 
-    /// Writes everything recorded, waiting until it is stored.
-    pub async fn write_all(&mut self) {
-        loop {
-            self.begin_write();
-            if self.writing.is_none() {
-                return;
-            }
-            self.written().await;
-        }
-    }
-
     /// Gives up the write under way and what was recorded: messages no longer wait for the
     /// journal. The next checkpoint holds every object; once one is stored, the journal goes on
     /// at the same position (the manifest's `journal_next`).

@@ -68,11 +68,6 @@ impl TargetGauges {
         self.0.queue_depth.add(now - before);
     }
 
-    /// What this target last reported as queued.
-    pub fn queued(&self) -> i64 {
-        self.0.queued.load(Ordering::SeqCst)
-    }
-
     /// Messages this target holds that NATS has not taken yet.
     pub fn set_unconfirmed(&self, messages: usize) {
         let now = i64::try_from(messages).unwrap_or(i64::MAX);
