@@ -112,7 +112,9 @@ fn concerns_any(key: &str, reported: &[String]) -> bool {
 }
 
 /// Stage one of [`load`]: reads the file and the environment, checks the shape (unknown keys,
-/// types), fills in defaults; meaning is checked by `Config::try_from`.
+/// types), fills in defaults; meaning is checked by `Config::try_from`. The unit tests read a
+/// configuration's shape with it; `load` does both stages itself, reporting both kinds of error.
+#[cfg(test)]
 pub fn load_raw(
     file: Option<&Path>,
     env: Option<HashMap<String, String>>,
