@@ -9,10 +9,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use common::*;
-use kube2nats::config::{ApiSource, InClusterFiles, KubernetesConfig};
-use kube2nats::kube::credentials::{self, CredentialsError};
-use kube2nats::kube::ApiClient;
-use kube2nats::kube::ApiError;
+use kube2nats::facade::ApiClient;
+use kube2nats::facade::ApiError;
+use kube2nats::facade::{resolve_endpoint, CredentialsError};
+use kube2nats::facade::{ApiSource, InClusterFiles, KubernetesConfig};
 use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions, Auth};
 use serde_json::json;
 
@@ -28,7 +28,7 @@ fn kubernetes(source: ApiSource, insecure: bool) -> KubernetesConfig {
         streaming_list: false,
         max_line_bytes: 1 << 20,
         backoff: FAST_BACKOFF,
-        rbac_check: kube2nats::config::RbacCheck::Warn,
+        rbac_check: kube2nats::facade::RbacCheck::Warn,
     }
 }
 
@@ -36,7 +36,7 @@ fn client_for(
     cfg: &KubernetesConfig,
     env: &[(&str, String)],
 ) -> Result<std::sync::Arc<ApiClient>, CredentialsError> {
-    let endpoint = credentials::resolve(cfg, |name| {
+    let endpoint = resolve_endpoint(cfg, |name| {
         env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone())
     })?;
     Ok(api_client(endpoint))
@@ -220,7 +220,7 @@ async fn unreachable_api_server_at_start_is_retried() {
         kube_section(&sim, &sim.token_file()),
         nats.url()
     );
-    let daemon = kube2nats::app::start(config_from(&toml)).await.unwrap();
+    let daemon = kube2nats::facade::start(config_from(&toml)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     sim.resume_serving().await.unwrap();
     assert_eq!(inbox.next().await.short(), "ADDED early");

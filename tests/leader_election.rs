@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use kube2nats::config::LeaderElectionConfig;
-use kube2nats::leader::{Candidate, Elector, LeaderMetrics};
+use kube2nats::facade::LeaderElectionConfig;
+use kube2nats::facade::{Candidate, Elector, LeaderMetrics};
 use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -54,7 +54,7 @@ fn run(
 
 /// [`run`] with a client of its own.
 fn run_with(
-    client: Arc<kube2nats::kube::ApiClient>,
+    client: Arc<kube2nats::facade::ApiClient>,
     identity: &str,
     config: LeaderElectionConfig,
     shutdown: CancellationToken,
@@ -302,11 +302,11 @@ async fn a_hung_renewal_ends_the_term_at_the_renew_deadline_whatever_the_request
         let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
         sim.set_valid_tokens(&["test-token", "holder-token"]);
         let dir = tempfile::tempdir().unwrap();
-        let endpoint = kube2nats::kube::credentials::Endpoint {
+        let endpoint = kube2nats::facade::Endpoint {
             base_url: sim.url().parse().unwrap(),
             ca_pem: sim.ca_file().map(|p| std::fs::read(p).unwrap()),
             identity_pem: None,
-            auth: Some(kube2nats::kube::credentials::AuthSource::file(
+            auth: Some(kube2nats::facade::AuthSource::file(
                 token_file(dir.path(), "holder-token"),
                 Duration::from_secs(60),
             )),
@@ -314,9 +314,10 @@ async fn a_hung_renewal_ends_the_term_at_the_renew_deadline_whatever_the_request
             proxy_url: None,
         };
         let counter =
-            kube2nats::kube::client::register_api_requests(&prometheus::Registry::new()).unwrap();
-        let client =
-            Arc::new(kube2nats::kube::ApiClient::new(endpoint, request_timeout, counter).unwrap());
+            kube2nats::facade::register_api_requests(&prometheus::Registry::new()).unwrap();
+        let client = Arc::new(
+            kube2nats::facade::ApiClient::new(endpoint, request_timeout, counter).unwrap(),
+        );
         let shutdown = CancellationToken::new();
         let mut terms = run_with(client, "holder", short(), shutdown.clone());
         assert!(matches!(

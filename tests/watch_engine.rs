@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use kube2nats::backoff::Backoff;
-use kube2nats::watcher::machine::{Machine, Outcome};
-use kube2nats::watcher::ListSlots;
+use kube2nats::facade::Backoff;
+use kube2nats::facade::ListSlots;
+use kube2nats::facade::{Machine, Outcome};
 use kube2nats_harness::apiserver::{
     ApiServer, ApiServerOptions, Auth, Failure, RequestFilter, Rule, INITIAL_TOKEN,
 };
@@ -357,11 +357,11 @@ async fn tls_with_the_ca_file() {
     assert!(rec.next().await.starts_with("list start:initial [secure]"));
 
     let token = token_file(dir.path(), INITIAL_TOKEN);
-    let endpoint = kube2nats::kube::credentials::Endpoint {
+    let endpoint = kube2nats::facade::Endpoint {
         base_url: sim.url().parse().unwrap(),
         ca_pem: None,
         identity_pem: None,
-        auth: Some(kube2nats::kube::credentials::AuthSource::file(
+        auth: Some(kube2nats::facade::AuthSource::file(
             token,
             Duration::from_secs(60),
         )),
@@ -398,7 +398,7 @@ async fn kubectl_style_names_resolve_through_discovery() {
     let dir = tempfile::tempdir().unwrap();
     let token = token_file(dir.path(), INITIAL_TOKEN);
     let client = client(&sim, Some(token), Duration::from_secs(60));
-    let discovery = kube2nats::kube::discovery::Discovery::fetch(&client)
+    let discovery = kube2nats::facade::Discovery::fetch(&client)
         .await
         .expect("discovery");
     let cases = [
@@ -479,9 +479,7 @@ async fn cluster_scoped_resource() {
     let dir = tempfile::tempdir().unwrap();
     let token = token_file(dir.path(), INITIAL_TOKEN);
     let client = client(&sim, Some(token), Duration::from_secs(60));
-    let discovery = kube2nats::kube::discovery::Discovery::fetch(&client)
-        .await
-        .unwrap();
+    let discovery = kube2nats::facade::Discovery::fetch(&client).await.unwrap();
     let mut rec = Recorder::start(
         client,
         target(discovery.resolve("namespaces").unwrap(), None),
@@ -581,10 +579,10 @@ async fn expired_continue_token_restarts_the_list() {
     let token = token_file(dir.path(), INITIAL_TOKEN);
     let mut t = target(pods(), Some("default"));
     t.page_size = 2;
-    let mut machine = kube2nats::watcher::machine::Machine::new(
+    let mut machine = kube2nats::facade::Machine::new(
         client(&sim, Some(token), Duration::from_secs(60)),
         std::sync::Arc::new(t),
-        kube2nats::backoff::Backoff::new(FAST_BACKOFF),
+        kube2nats::facade::Backoff::new(FAST_BACKOFF),
     );
     let state = machine.start();
     let (first, state) = machine.step(state).await;
@@ -720,7 +718,7 @@ async fn a_resource_no_longer_served_is_reported_once_and_listed_when_back() {
     );
     let dir = tempfile::tempdir().unwrap();
     let token = token_file(dir.path(), INITIAL_TOKEN);
-    let widgets = kube2nats::event::ResourceInfo {
+    let widgets = kube2nats::facade::ResourceInfo {
         group: "example.com".into(),
         version: "v1".into(),
         plural: "widgets".into(),

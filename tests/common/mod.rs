@@ -15,12 +15,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use kube2nats::backoff::Backoff;
-use kube2nats::config::BackoffConfig;
-use kube2nats::event::ResourceInfo;
-use kube2nats::kube::credentials::{AuthSource, Endpoint};
-use kube2nats::kube::ApiClient;
-use kube2nats::watcher::machine::{Machine, Outcome, Target};
+use kube2nats::facade::ApiClient;
+use kube2nats::facade::Backoff;
+use kube2nats::facade::BackoffConfig;
+use kube2nats::facade::ResourceInfo;
+use kube2nats::facade::{AuthSource, Endpoint};
+use kube2nats::facade::{Machine, Outcome, Target};
 use kube2nats_harness::apiserver::ApiServer;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -93,8 +93,8 @@ pub fn client(sim: &ApiServer, token_file: Option<PathBuf>, reload: Duration) ->
 
 /// A client for `endpoint`, counting its requests into a throwaway counter.
 pub fn api_client(endpoint: Endpoint) -> Arc<ApiClient> {
-    let counter = kube2nats::kube::client::register_api_requests(&prometheus::Registry::new())
-        .expect("counter");
+    let counter =
+        kube2nats::facade::register_api_requests(&prometheus::Registry::new()).expect("counter");
     Arc::new(ApiClient::new(endpoint, Duration::from_secs(5), counter).expect("API client"))
 }
 
@@ -317,11 +317,11 @@ impl Inbox {
 }
 
 /// Loads a kube2nats configuration from TOML text, with no environment.
-pub fn config_from(toml: &str) -> kube2nats::config::Config {
+pub fn config_from(toml: &str) -> kube2nats::facade::Config {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("kube2nats.toml");
     std::fs::write(&path, toml).expect("writing config");
-    kube2nats::config::load(Some(&path), Some(HashMap::new()))
+    kube2nats::facade::load(Some(&path), Some(HashMap::new()))
         .unwrap_or_else(|e| panic!("test config invalid:\n{e}\n---\n{toml}"))
 }
 
