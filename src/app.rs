@@ -109,7 +109,10 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
 }
 
 /// [`start`], reloading the configuration as `reload` says.
-pub async fn start_reloading(config: Config, reload: Option<Reload>) -> anyhow::Result<Daemon> {
+pub(crate) async fn start_reloading(
+    config: Config,
+    reload: Option<Reload>,
+) -> anyhow::Result<Daemon> {
     // Before anything is served: without a cluster to watch, the one line that says so is all
     // an operator should see (docs/troubleshooting.md, "Exit codes").
     let endpoint = credentials::resolve(&config.kubernetes, |name| std::env::var(name).ok())

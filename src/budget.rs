@@ -43,12 +43,12 @@ use prometheus::IntGauge;
 use tokio::sync::{Notify, OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 
 /// The budget has one read slot and one resume slot per this many bytes (at least two).
-pub const SLOT_BYTES: usize = 1024 * 1024;
+pub(crate) const SLOT_BYTES: usize = 1024 * 1024;
 
 /// How long a reopened watch keeps its resume slot while nothing arrives: the API server replays
 /// the history from the watch's version at once, so a watch that stays quiet has nothing to catch
 /// up on and lets the next one in.
-pub const RESUME_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const RESUME_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How many read slots, and how many resume slots, a budget of `limit` bytes has.
 fn slots(limit: usize) -> usize {

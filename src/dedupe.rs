@@ -141,7 +141,7 @@ struct ByName {
 }
 
 /// The most objects [`Dedupe::size_for`] sizes the index for ahead (~25 MB of index).
-pub const MAX_SIZED_AHEAD: u64 = 4 << 20;
+pub(crate) const MAX_SIZED_AHEAD: u64 = 4 << 20;
 
 impl Dedupe {
     pub fn new() -> Dedupe {

@@ -1,7 +1,8 @@
 //! kube2nats turns the Kubernetes watch API into NATS messages.
 //!
-//! Every module is private: code outside the library (the binary, the integration tests, the
-//! benchmarks, the fuzz properties, the examples) uses only what [`facade`] re-exports, which is
+//! Every module is private and every item `pub(crate)` or narrower unless it is reachable
+//! through [`facade`]: code outside the library (the binary, the integration tests, the
+//! benchmarks, the fuzz properties, the examples) uses only what the facade re-exports, which is
 //! not a stable library API (docs/development.md, "Visibility").
 //!
 //! The modules, one stage each, in the order an event flows through them:
@@ -26,15 +27,19 @@
 //! - `app`: builds every stage from the configuration, runs them, and stops them in order.
 
 #![forbid(unsafe_code)]
+// A `pub` item must be reachable through `facade`; anything else is `pub(crate)` or narrower, so
+// the compiler reports an item nothing uses (docs/development.md, "Visibility").
+#![warn(unreachable_pub)]
 
 // The fuzz properties (`fuzz/src/lib.rs`) hold the one reference decoder of watch lines and of
 // escaped subject tokens; the unit tests use them too. They name this crate `kube2nats`, as the
-// fuzz crate and the integration tests do.
+// fuzz crate and the integration tests do. The file is the fuzz crate's root: its `pub` items
+// are what the fuzz targets call, so they stay `pub`.
 #[cfg(test)]
 extern crate self as kube2nats;
 #[cfg(test)]
 #[path = "../fuzz/src/lib.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, unreachable_pub)]
 mod fuzz_props;
 
 mod app;

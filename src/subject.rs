@@ -75,7 +75,7 @@ pub const DEFAULT_TEMPLATE: &str =
 /// The default subject template once `publish.cluster` is set: the cluster is the first token
 /// after the prefix, so the clusters publishing into one NATS (leaf nodes into a hub) stay apart,
 /// one subscription (`kube.eu-west.>`) takes one cluster, and `kube.>` still takes them all.
-pub const DEFAULT_CLUSTER_TEMPLATE: &str =
+pub(crate) const DEFAULT_CLUSTER_TEMPLATE: &str =
     "{prefix}.{cluster}.{group}.{version}.{resource}.{namespace}.{name}.{type}";
 
 /// One named slot of a template.
@@ -587,7 +587,7 @@ pub fn escape_token(token: &str, out: &mut String) {
 }
 
 /// Checks a subject prefix: one or more tokens of `[A-Za-z0-9_-]` separated by dots.
-pub fn validate_prefix(prefix: &str) -> Result<(), String> {
+pub(crate) fn validate_prefix(prefix: &str) -> Result<(), String> {
     if prefix.is_empty() {
         return Err(
             "empty prefix (expected tokens of [A-Za-z0-9_-] separated by dots, e.g. kube)".into(),

@@ -16,15 +16,15 @@ use super::state::StateConfig;
 use super::values::{NatsMode, StreamConfig};
 
 /// `leader_election.lease_name`.
-pub const DEFAULT_LEASE_NAME: &str = "kube2nats";
+pub(super) const DEFAULT_LEASE_NAME: &str = "kube2nats";
 /// `leader_election.lease_duration`: client-go's `LeaseDuration`.
-pub const DEFAULT_LEASE_DURATION: &str = "15s";
+pub(super) const DEFAULT_LEASE_DURATION: &str = "15s";
 /// `leader_election.renew_deadline`: client-go's `RenewDeadline`.
-pub const DEFAULT_RENEW_DEADLINE: &str = "10s";
+pub(super) const DEFAULT_RENEW_DEADLINE: &str = "10s";
 /// `leader_election.retry_period`: client-go's `RetryPeriod`.
-pub const DEFAULT_RETRY_PERIOD: &str = "2s";
+pub(super) const DEFAULT_RETRY_PERIOD: &str = "2s";
 /// client-go's `JitterFactor`: attempts are spread over `[retry, retry × (1 + factor))`.
-pub const RETRY_JITTER_FACTOR: f64 = 1.2;
+pub(crate) const RETRY_JITTER_FACTOR: f64 = 1.2;
 
 /// The validated `[leader_election]`.
 #[derive(Debug, Clone, PartialEq, Eq)]

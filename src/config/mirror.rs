@@ -8,18 +8,18 @@ use super::raw::s;
 use super::values::WatchConfig;
 
 /// `mirror.bucket`: the key contract's default bucket (docs/subscribers.md).
-pub const DEFAULT_MIRROR_BUCKET: &str = "kube-objects";
+pub(super) const DEFAULT_MIRROR_BUCKET: &str = "kube-objects";
 /// `mirror.replicas`: one, as a single NATS server needs; three on a clustered JetStream.
-pub const DEFAULT_MIRROR_REPLICAS: usize = 1;
+pub(super) const DEFAULT_MIRROR_REPLICAS: usize = 1;
 /// `mirror.delete_marker_ttl`: how long a deletion's marker stays in the bucket, so that a
 /// client whose watch was away for less than this still sees the deletion; then the server
 /// removes it (per-message TTL) and markers never pile up.
-pub const DEFAULT_DELETE_MARKER_TTL: &str = "15m";
+pub(super) const DEFAULT_DELETE_MARKER_TTL: &str = "15m";
 /// The shortest `mirror.delete_marker_ttl` accepted: the server's per-message TTL is in whole
 /// seconds.
 const MIN_DELETE_MARKER_TTL: Duration = Duration::from_secs(1);
 /// `mirror.max_in_flight`: unacknowledged bucket writes per watch target.
-pub const DEFAULT_MIRROR_MAX_IN_FLIGHT: usize = 256;
+pub(super) const DEFAULT_MIRROR_MAX_IN_FLIGHT: usize = 256;
 
 /// The validated `[mirror]`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -49,14 +49,15 @@ use std::collections::HashMap;
 use std::path::Path;
 
 pub use error::ConfigErrors;
-pub use leader::{LeaderElectionConfig, RawLeaderElection, RETRY_JITTER_FACTOR};
-pub use mirror::{MirrorConfig, RawMirror};
+pub use leader::LeaderElectionConfig;
+pub(crate) use leader::{RawLeaderElection, RETRY_JITTER_FACTOR};
+pub(crate) use mirror::{MirrorConfig, RawMirror};
 pub use named::*;
 pub use noise::{Changes, NoiseConfig};
 pub use raw::*;
 pub use root::Config;
 pub(crate) use state::is_key_token;
-pub use state::{RawState, StateConfig};
+pub(crate) use state::{RawState, StateConfig};
 pub use values::*;
 
 use source::{name_env_sources, process_environment, read_raw};
@@ -75,7 +76,7 @@ pub fn load(
 
 /// [`load`], also returning the effective [`RawConfig`] (defaults filled in, environment applied)
 /// for `--check-config` to print with [`RawConfig::to_redacted_toml`].
-pub fn load_with_raw(
+pub(crate) fn load_with_raw(
     file: Option<&Path>,
     env: Option<HashMap<String, String>>,
 ) -> Result<(RawConfig, Config), ConfigErrors> {
@@ -115,7 +116,7 @@ fn concerns_any(key: &str, reported: &[String]) -> bool {
 /// types), fills in defaults; meaning is checked by `Config::try_from`. The unit tests read a
 /// configuration's shape with it; `load` does both stages itself, reporting both kinds of error.
 #[cfg(test)]
-pub fn load_raw(
+pub(crate) fn load_raw(
     file: Option<&Path>,
     env: Option<HashMap<String, String>>,
 ) -> Result<RawConfig, ConfigErrors> {

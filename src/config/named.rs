@@ -3,7 +3,7 @@
 //! configuration's layers: the raw file, the checks and the typed values all use these.
 
 /// A configuration value the file spells by name (`log.format = "json"`).
-pub trait Named: Copy + PartialEq + 'static {
+pub(crate) trait Named: Copy + PartialEq + 'static {
     /// Every value with its spelling, in the order error messages list them.
     const NAMES: &'static [(&'static str, Self)];
 

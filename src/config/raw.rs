@@ -15,122 +15,123 @@ use crate::event::EventType;
 
 /// `log.filter`: `info` shows start-up, reconnects that need attention and errors, without the
 /// per-event chatter of `debug`.
-pub const DEFAULT_LOG_FILTER: &str = "info";
+pub(crate) const DEFAULT_LOG_FILTER: &str = "info";
 /// `log.format`: text reads well in `kubectl logs`; use `json` for log pipelines.
-pub const DEFAULT_LOG_FORMAT: LogFormat = LogFormat::Text;
+pub(crate) const DEFAULT_LOG_FORMAT: LogFormat = LogFormat::Text;
 
 /// In-cluster service-account token, mounted by the kubelet (projected and rotated).
-pub const DEFAULT_TOKEN_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+pub(crate) const DEFAULT_TOKEN_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 /// In-cluster CA bundle of the API server.
-pub const DEFAULT_CA_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+pub(crate) const DEFAULT_CA_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
 /// In-cluster file holding the pod's namespace.
-pub const DEFAULT_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+pub(crate) const DEFAULT_NAMESPACE_FILE: &str =
+    "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 /// `kubernetes.token_reload_interval`: bound tokens expire after an hour and are refreshed by the
 /// kubelet well before; re-reading each minute (as client-go does) always picks up the new one.
-pub const DEFAULT_TOKEN_RELOAD_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_TOKEN_RELOAD_INTERVAL: Duration = Duration::from_secs(60);
 /// `kubernetes.request_timeout`: generous for one list page of a large resource, short enough to
 /// notice a dead API server.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// `kubernetes.list_page_size`: client-go's pager default; bounds memory per page.
-pub const DEFAULT_LIST_PAGE_SIZE: u32 = 500;
+pub(crate) const DEFAULT_LIST_PAGE_SIZE: u32 = 500;
 /// Largest `list_page_size` accepted; larger pages only cost memory.
-pub const MAX_LIST_PAGE_SIZE: u32 = 10_000;
+pub(crate) const MAX_LIST_PAGE_SIZE: u32 = 10_000;
 /// `kubernetes.max_concurrent_lists`: a list holds a page of objects until they are published,
 /// so memory grows with the lists under way, not with the targets. Two keep one list's request
 /// in flight while another's page is published (the one thread is never idle waiting for the
 /// API server), at two pages' memory.
-pub const DEFAULT_MAX_CONCURRENT_LISTS: usize = 2;
+pub(crate) const DEFAULT_MAX_CONCURRENT_LISTS: usize = 2;
 /// `kubernetes.watch_timeout`: client-go's reflector asks for a timeout in [5m, 10m).
-pub const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+pub(crate) const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// `kubernetes.max_line_bytes`: 8 MiB, a little above the API server's default 3 MiB request limit
 /// (etcd's 1.5 MiB object limit plus JSON overhead), so no real object is refused but a malformed
 /// stream cannot grow a buffer without bound.
-pub const DEFAULT_MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
 /// Smallest `max_line_bytes` accepted: smaller cannot hold even a minimal event.
-pub const MIN_MAX_LINE_BYTES: usize = 1024;
+pub(crate) const MIN_MAX_LINE_BYTES: usize = 1024;
 /// `kubernetes.rbac_check`: warn, so a missing permission is visible but one optional watch does not
 /// take the whole daemon down.
-pub const DEFAULT_RBAC_CHECK: RbacCheck = RbacCheck::Warn;
+pub(crate) const DEFAULT_RBAC_CHECK: RbacCheck = RbacCheck::Warn;
 
 /// `kubernetes.backoff.initial`: kube-rs's and client-go's 800 ms.
-pub const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_millis(800);
+pub(crate) const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_millis(800);
 /// `kubernetes.backoff.max`: 30 s, client-go's cap.
-pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// `kubernetes.backoff.multiplier`: doubling, as client-go.
-pub const DEFAULT_BACKOFF_MULTIPLIER: f64 = 2.0;
+pub(crate) const DEFAULT_BACKOFF_MULTIPLIER: f64 = 2.0;
 /// `kubernetes.backoff.jitter`: half the delay randomized, so replicas do not retry in lockstep.
-pub const DEFAULT_BACKOFF_JITTER: f64 = 0.5;
+pub(crate) const DEFAULT_BACKOFF_JITTER: f64 = 0.5;
 /// `kubernetes.backoff.reset_after`: client-go's 2 minutes of health before the backoff resets.
-pub const DEFAULT_BACKOFF_RESET_AFTER: Duration = Duration::from_secs(2 * 60);
+pub(crate) const DEFAULT_BACKOFF_RESET_AFTER: Duration = Duration::from_secs(2 * 60);
 
 /// `nats.url`: a local nats-server, e.g. a sidecar.
-pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
+pub(crate) const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 /// `nats.name`: the connection name shown by `nats server report connections`.
-pub const DEFAULT_NATS_NAME: &str = "kube2nats";
+pub(crate) const DEFAULT_NATS_NAME: &str = "kube2nats";
 /// `nats.mode`: core NATS needs no stream set-up; choose `jetstream` for acknowledged delivery.
-pub const DEFAULT_NATS_MODE: &str = "core";
+pub(crate) const DEFAULT_NATS_MODE: &str = "core";
 /// `nats.connect_timeout`: async-nats' default.
-pub const DEFAULT_NATS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_NATS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// `nats.queue_capacity`: messages queued towards the NATS connection before publishing waits;
 /// small, so a NATS outage costs bounded memory (the API server keeps the history, not kube2nats).
-pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
+pub(crate) const DEFAULT_QUEUE_CAPACITY: usize = 1024;
 /// `nats.max_buffered_bytes`: 32 MiB. The shipped manifests limit the container to 128 MiB; the
 /// process needs ~15 MiB without data, and beyond the budget it holds up to one read chunk per
 /// watch connection, one over-budget line and the HTTP/2 flow-control windows (see
 /// `kube::client`), so 32 MiB leaves room for those and the allocator's slack.
-pub const DEFAULT_MAX_BUFFERED_BYTES: usize = 32 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_BUFFERED_BYTES: usize = 32 * 1024 * 1024;
 /// Smallest `max_buffered_bytes` accepted: less than a typical large object only adds reconnects.
-pub const MIN_MAX_BUFFERED_BYTES: usize = 1024 * 1024;
+pub(crate) const MIN_MAX_BUFFERED_BYTES: usize = 1024 * 1024;
 /// `nats.jetstream.ack_timeout`: async-nats' default request timeout.
-pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(5);
 /// `nats.jetstream.max_ack_inflight`: enough to keep throughput high over a round trip of a few ms,
 /// small enough that a stalled stream applies backpressure quickly.
-pub const DEFAULT_MAX_ACK_INFLIGHT: usize = 256;
+pub(crate) const DEFAULT_MAX_ACK_INFLIGHT: usize = 256;
 /// `nats.jetstream.stream.name`.
-pub const DEFAULT_STREAM_NAME: &str = "KUBE";
+pub(crate) const DEFAULT_STREAM_NAME: &str = "KUBE";
 /// `nats.jetstream.stream.subjects`: everything under the default prefix.
-pub const DEFAULT_STREAM_SUBJECT: &str = "kube.>";
+pub(crate) const DEFAULT_STREAM_SUBJECT: &str = "kube.>";
 /// `nats.jetstream.stream.retention`.
-pub const DEFAULT_STREAM_RETENTION: Retention = Retention::Limits;
+pub(crate) const DEFAULT_STREAM_RETENTION: Retention = Retention::Limits;
 /// `nats.jetstream.stream.storage`.
-pub const DEFAULT_STREAM_STORAGE: Storage = Storage::File;
+pub(crate) const DEFAULT_STREAM_STORAGE: Storage = Storage::File;
 /// `nats.jetstream.stream.duplicate_window`: JetStream's own default; must cover the longest
 /// window in which kube2nats may republish (reconnect plus relist).
-pub const DEFAULT_DUPLICATE_WINDOW: Duration = Duration::from_secs(2 * 60);
+pub(crate) const DEFAULT_DUPLICATE_WINDOW: Duration = Duration::from_secs(2 * 60);
 /// `nats.jetstream.stream.max_age`: a week, so a consumer that was down over a long weekend can
 /// still replay what it missed, and nothing is kept for ever.
-pub const DEFAULT_STREAM_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+pub(crate) const DEFAULT_STREAM_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 /// `nats.jetstream.stream.max_bytes`: 1 GiB bounds the disk (or memory) the stream takes whatever
 /// the cluster's churn; at a few KiB per event that is hundreds of thousands of changes.
-pub const DEFAULT_STREAM_MAX_BYTES: i64 = 1 << 30;
+pub(crate) const DEFAULT_STREAM_MAX_BYTES: i64 = 1 << 30;
 /// `nats.jetstream.stream.max_msgs_per_subject`: a subject is one object and event type, so this
 /// keeps each object's last 1000 changes of a type: one hot object (a Lease renewed every few
 /// seconds) cannot push every other object's history out of `max_bytes`.
-pub const DEFAULT_STREAM_MAX_MSGS_PER_SUBJECT: i64 = 1000;
+pub(crate) const DEFAULT_STREAM_MAX_MSGS_PER_SUBJECT: i64 = 1000;
 /// `nats.jetstream.stream.replicas`: 1 runs on a single NATS server (the NATS Helm chart's
 /// default); use 3 on a JetStream cluster so the loss of one NATS server loses nothing.
-pub const DEFAULT_STREAM_REPLICAS: usize = 1;
+pub(crate) const DEFAULT_STREAM_REPLICAS: usize = 1;
 /// `nats.jetstream.stream.discard`: `old`, so a full stream drops its oldest messages and keeps
 /// accepting new ones. `new` would refuse publishes when full, which stalls every watch.
-pub const DEFAULT_STREAM_DISCARD: Discard = Discard::Old;
+pub(crate) const DEFAULT_STREAM_DISCARD: Discard = Discard::Old;
 
 /// `publish.subject_prefix`.
-pub const DEFAULT_SUBJECT_PREFIX: &str = "kube";
+pub(crate) const DEFAULT_SUBJECT_PREFIX: &str = "kube";
 /// `publish.payload`: the event as the API server sent it, type included.
-pub const DEFAULT_PAYLOAD: PayloadMode = PayloadMode::Event;
+pub(crate) const DEFAULT_PAYLOAD: PayloadMode = PayloadMode::Event;
 /// `publish.format`: kube2nats' own headers; CloudEvents consumers opt in.
-pub const DEFAULT_FORMAT: MessageFormat = MessageFormat::Native;
+pub(crate) const DEFAULT_FORMAT: MessageFormat = MessageFormat::Native;
 /// `http.listen`: all interfaces, so the kubelet and Prometheus can reach the pod.
-pub const DEFAULT_HTTP_LISTEN: SocketAddr =
+pub(crate) const DEFAULT_HTTP_LISTEN: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 9090));
 /// `http.max_connections`: the kubelet's probes and a few Prometheus scrapers need a handful; the
 /// rest of the cap is room for clients that come and go.
-pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 64;
+pub(crate) const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 64;
 /// `shutdown.grace_period`: below Kubernetes' default 30 s termination grace period, leaving room
 /// for the pod to exit before SIGKILL.
-pub const DEFAULT_SHUTDOWN_GRACE_PERIOD: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_SHUTDOWN_GRACE_PERIOD: Duration = Duration::from_secs(10);
 /// `watches[].initial_state`: publish the listed objects as ADDED so subscribers start complete.
-pub const DEFAULT_INITIAL_STATE: InitialState = InitialState::Added;
+pub(crate) const DEFAULT_INITIAL_STATE: InitialState = InitialState::Added;
 
 pub(super) fn s(v: &str) -> String {
     v.to_owned()

@@ -7,18 +7,18 @@ use super::checker::Checker;
 use super::raw::s;
 
 /// `state.bucket`: the JetStream key-value bucket; one per kube2nats deployment sharing a NATS.
-pub const DEFAULT_STATE_BUCKET: &str = "kube2nats-state";
+pub(super) const DEFAULT_STATE_BUCKET: &str = "kube2nats-state";
 /// `state.replicas`: one, as a single NATS server needs; three on a clustered JetStream.
-pub const DEFAULT_STATE_REPLICAS: usize = 1;
+pub(super) const DEFAULT_STATE_REPLICAS: usize = 1;
 /// `state.checkpoint_interval`: a crash re-announces at most this much of the watch's history (in
 /// JetStream mode the duplicate window drops even that); a checkpoint rewrites every object of a
 /// changed target, so much shorter intervals cost CPU on large targets.
-pub const DEFAULT_CHECKPOINT_INTERVAL: &str = "5s";
+pub(super) const DEFAULT_CHECKPOINT_INTERVAL: &str = "5s";
 /// `state.max_load_bytes`: 64 MiB. What loading a target's saved state may build up in memory,
 /// estimated as its encoded size plus 48 bytes per object (`crate::state`) (~700k pods). The
 /// shipped manifests limit the container to 128 MiB, of which `nats.max_buffered_bytes` takes 32
 /// MiB and the process ~15 MiB; a watch's objects take ~62 bytes each once loaded.
-pub const DEFAULT_MAX_LOAD_BYTES: usize = 64 * 1024 * 1024;
+pub(super) const DEFAULT_MAX_LOAD_BYTES: usize = 64 * 1024 * 1024;
 /// The smallest `state.max_load_bytes` accepted.
 const MIN_MAX_LOAD_BYTES: usize = 1024 * 1024;
 /// The shortest `state.checkpoint_interval` accepted.

@@ -13,7 +13,7 @@ use cel::common::ast::{EntryExpr, Expr};
 use cel::{IdedExpr, Program};
 
 /// The one variable a filter sees.
-pub const OBJECT: &str = "object";
+pub(crate) const OBJECT: &str = "object";
 
 /// Names an expression may use without binding them: CEL's type names (`type(x) == string`).
 const TYPE_NAMES: [&str; 13] = [

@@ -54,7 +54,7 @@ pub fn register_api_requests(registry: &prometheus::Registry) -> prometheus::Res
 /// discovery documents. kube2nats builds its paths from the configured watches plus discovery,
 /// access reviews and its Lease, so the label has no more values than those; object names and
 /// namespaces in a path never reach it.
-pub fn resource_label(path: &str) -> String {
+pub(crate) fn resource_label(path: &str) -> String {
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let (group, rest) = match segments.as_slice() {
         ["api", _version, rest @ ..] => ("", rest),
@@ -467,7 +467,7 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 }
 
 /// The collection path of a resource: `/api/v1/namespaces/default/pods`, `/apis/apps/v1/deployments`.
-pub fn collection_path(resource: &ResourceInfo, namespace: Option<&str>) -> String {
+pub(crate) fn collection_path(resource: &ResourceInfo, namespace: Option<&str>) -> String {
     let mut path = if resource.group.is_empty() {
         format!("/api/{}", resource.version)
     } else {

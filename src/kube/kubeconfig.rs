@@ -51,7 +51,7 @@ pub enum KubeconfigError {
 
 /// The parts of one kubeconfig context that kube2nats uses. Its `Debug` shows no secret.
 #[derive(Clone, PartialEq, Eq)]
-pub struct KubeconfigContext {
+pub(crate) struct KubeconfigContext {
     pub server: String,
     pub ca_pem: Option<Vec<u8>>,
     pub insecure_skip_tls_verify: bool,
@@ -168,7 +168,7 @@ struct Merged<'a> {
 /// Loads `context` (or the current context) from the kubeconfig files `paths`, merged in order.
 /// Files that do not exist are skipped, as kubectl skips them in `$KUBECONFIG`; at least one
 /// must exist.
-pub fn load(
+pub(crate) fn load(
     paths: &[PathBuf],
     context: Option<&str>,
 ) -> Result<KubeconfigContext, KubeconfigError> {

@@ -14,7 +14,7 @@ use crate::event::{EventType, ObjectEvent, ResourceInfo, ResourceVersion};
 
 /// One page of a list.
 #[derive(Debug)]
-pub struct ListPage {
+pub(crate) struct ListPage {
     /// The version of the whole list (the same on every page of it).
     pub resource_version: ResourceVersion,
     /// Present when more pages follow.
@@ -45,7 +45,10 @@ struct ListMeta {
 }
 
 /// Parses a list page; `resource` supplies the `apiVersion` and `kind` added to each item.
-pub fn parse_list_page(body: &Bytes, resource: &ResourceInfo) -> Result<ListPage, DecodeError> {
+pub(crate) fn parse_list_page(
+    body: &Bytes,
+    resource: &ResourceInfo,
+) -> Result<ListPage, DecodeError> {
     let list: RawList = serde_json::from_slice(body).map_err(DecodeError::Malformed)?;
     if list.metadata.resource_version.is_empty() {
         return Err(DecodeError::MissingField("list metadata.resourceVersion"));

@@ -14,7 +14,7 @@ use crate::kube::{ApiClient, ApiError};
 
 /// What the Lease's spec says about who holds it (client-go's `LeaderElectionRecord`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Record {
+pub(crate) struct Record {
     /// Empty when nobody holds it (after a release).
     pub holder_identity: String,
     pub lease_duration_seconds: i64,
@@ -48,13 +48,13 @@ impl Record {
 }
 
 /// `metav1.MicroTime` on the wire: RFC 3339, UTC, six fractional digits.
-pub fn micro_time(t: SystemTime) -> String {
+pub(crate) fn micro_time(t: SystemTime) -> String {
     humantime::format_rfc3339_micros(t).to_string()
 }
 
 /// One Lease as last read or written.
 #[derive(Debug, Clone)]
-pub struct Lease {
+pub(crate) struct Lease {
     /// The whole object, so an update keeps what kube2nats does not know.
     object: Value,
     pub record: Record,
@@ -71,7 +71,7 @@ impl Lease {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum LeaseError {
+pub(crate) enum LeaseError {
     /// Somebody else wrote the Lease (or created it) since it was read.
     #[error("the Lease was changed by another writer (409)")]
     Conflict,
@@ -82,7 +82,7 @@ pub enum LeaseError {
 }
 
 /// The Lease's address, and the client that reaches it.
-pub struct LeaseApi {
+pub(crate) struct LeaseApi {
     client: std::sync::Arc<ApiClient>,
     collection: String,
     name: String,
@@ -90,7 +90,7 @@ pub struct LeaseApi {
 }
 
 impl LeaseApi {
-    pub fn new(client: std::sync::Arc<ApiClient>, namespace: &str, name: &str) -> LeaseApi {
+    pub(crate) fn new(client: std::sync::Arc<ApiClient>, namespace: &str, name: &str) -> LeaseApi {
         LeaseApi {
             client,
             collection: format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"),
@@ -100,17 +100,17 @@ impl LeaseApi {
     }
 
     /// The Lease's namespace and name.
-    pub fn lease(&self) -> (&str, &str) {
+    pub(crate) fn lease(&self) -> (&str, &str) {
         (&self.namespace, &self.name)
     }
 
     /// `namespace/name`, for log lines.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
 
     /// The Lease, or `None` if it does not exist yet.
-    pub async fn get(&self) -> Result<Option<Lease>, LeaseError> {
+    pub(crate) async fn get(&self) -> Result<Option<Lease>, LeaseError> {
         match self
             .client
             .get(&format!("{}/{}", self.collection, self.name))
@@ -123,7 +123,7 @@ impl LeaseApi {
     }
 
     /// Creates the Lease with `record`; [`LeaseError::Conflict`] if another replica was first.
-    pub async fn create(&self, record: &Record) -> Result<Lease, LeaseError> {
+    pub(crate) async fn create(&self, record: &Record) -> Result<Lease, LeaseError> {
         let mut object = json!({
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -140,7 +140,7 @@ impl LeaseApi {
     }
 
     /// Writes `record` over `lease`, if the Lease is still at `lease`'s resourceVersion.
-    pub async fn update(&self, lease: &Lease, record: &Record) -> Result<Lease, LeaseError> {
+    pub(crate) async fn update(&self, lease: &Lease, record: &Record) -> Result<Lease, LeaseError> {
         let mut object = lease.object.clone();
         if !object["spec"].is_object() {
             object["spec"] = json!({});

@@ -26,7 +26,7 @@
 //! that is cancelled the moment the term is lost, and `lead` stops every publisher on it
 //! (`app`). Metrics: `leader`, `leader_transitions_total`, `lease_renew_failures_total`.
 
-pub mod lease;
+pub(crate) mod lease;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -43,9 +43,9 @@ use crate::telemetry::metrics::opts;
 use lease::{micro_time, Lease, LeaseApi, LeaseError, Record};
 
 /// Environment variable naming this replica (the pod's name, from the downward API).
-pub const POD_NAME_ENV: &str = "POD_NAME";
+pub(crate) const POD_NAME_ENV: &str = "POD_NAME";
 /// Environment variable naming the pod's namespace (downward API).
-pub const POD_NAMESPACE_ENV: &str = "POD_NAMESPACE";
+pub(crate) const POD_NAMESPACE_ENV: &str = "POD_NAMESPACE";
 /// The kernel's hostname: a pod's hostname is its name.
 const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
 /// `leaseDurationSeconds` of a released Lease, as client-go writes it.

@@ -10,7 +10,7 @@ use crate::telemetry::metrics::{counter, gauge, opts, NAMESPACE};
 
 /// The families, registered once; [`for_watch`](Self::for_watch) resolves one watch's labels.
 #[derive(Clone)]
-pub struct MirrorFamilies {
+pub(crate) struct MirrorFamilies {
     writes: IntCounterVec,
     write_errors: IntCounterVec,
     fenced: IntCounterVec,
@@ -22,7 +22,7 @@ pub struct MirrorFamilies {
 }
 
 impl MirrorFamilies {
-    pub fn register(registry: &Registry) -> prometheus::Result<MirrorFamilies> {
+    pub(crate) fn register(registry: &Registry) -> prometheus::Result<MirrorFamilies> {
         let writes = counter(
             registry,
             "mirror_writes_total",
@@ -69,7 +69,7 @@ impl MirrorFamilies {
         })
     }
 
-    pub fn for_watch(&self, watch: &str) -> MirrorMetrics {
+    pub(crate) fn for_watch(&self, watch: &str) -> MirrorMetrics {
         MirrorMetrics {
             puts: self.writes.with_label_values(&[watch, "put"]),
             deletes: self.writes.with_label_values(&[watch, "delete"]),
@@ -84,7 +84,7 @@ impl MirrorFamilies {
 
 /// One watch's handles.
 #[derive(Clone)]
-pub struct MirrorMetrics {
+pub(crate) struct MirrorMetrics {
     pub puts: IntCounter,
     pub deletes: IntCounter,
     pub write_errors: IntCounter,

@@ -20,11 +20,11 @@ use crate::config::{Changes, NoiseConfig};
 use crate::event::ObjectEvent;
 use crate::json_path::JsonPath;
 
-pub use json::Malformed;
+pub(crate) use json::Malformed;
 
 /// Paths `changes = "content"` always ignores: they change on every write (or with every spec
 /// change, which the content shows anyway) without saying anything about the object.
-pub const ALWAYS_IGNORED: [&str; 3] = [
+pub(crate) const ALWAYS_IGNORED: [&str; 3] = [
     "metadata.resourceVersion",
     "metadata.managedFields",
     "metadata.generation",
@@ -98,7 +98,7 @@ impl NoiseControl {
 /// Up to 64 paths, followed together through an object: `active` bit sets name the paths still
 /// matching along the way.
 #[derive(Debug, Clone, Default)]
-pub struct PathSet {
+pub(crate) struct PathSet {
     paths: Vec<JsonPath>,
 }
 
@@ -111,7 +111,7 @@ struct Step {
 }
 
 impl PathSet {
-    pub fn new(mut paths: Vec<JsonPath>) -> PathSet {
+    pub(crate) fn new(mut paths: Vec<JsonPath>) -> PathSet {
         paths.truncate(64);
         PathSet { paths }
     }

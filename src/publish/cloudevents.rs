@@ -58,13 +58,13 @@ pub mod header {
 }
 
 /// The CloudEvents version kube2nats speaks.
-pub const SPECVERSION: &str = "1.0";
+pub(crate) const SPECVERSION: &str = "1.0";
 
 /// Every payload kube2nats publishes is JSON (the watch event or the object).
-pub const DATA_CONTENT_TYPE: &str = "application/json";
+pub(crate) const DATA_CONTENT_TYPE: &str = "application/json";
 
 /// The reverse-DNS head of every `ce-type`: the events are Kubernetes' own.
-pub const TYPE_PREFIX: &str = "io.k8s";
+pub(crate) const TYPE_PREFIX: &str = "io.k8s";
 
 /// The per-watch parts of the attributes, built once.
 #[derive(Debug, Clone)]
@@ -226,7 +226,7 @@ fn needs_encoding(byte: u8) -> bool {
 
 /// A header value by the binding's rule: `raw` itself when nothing needs encoding, otherwise
 /// every byte that does (of the UTF-8 encoding) as `%XX`, upper-case.
-pub fn header_value(raw: &str) -> Cow<'_, str> {
+pub(crate) fn header_value(raw: &str) -> Cow<'_, str> {
     if !raw.bytes().any(needs_encoding) {
         return Cow::Borrowed(raw);
     }

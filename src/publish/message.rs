@@ -59,18 +59,18 @@ pub mod header {
 }
 
 /// The value of `Kube-Payload` on a message whose object was cut to its metadata (too large).
-pub const PAYLOAD_TRUNCATED: &str = "truncated";
+pub(crate) const PAYLOAD_TRUNCATED: &str = "truncated";
 
 /// The value of `Kube-Synthesized` on events derived from a list rather than received.
-pub const SYNTHESIZED_RELIST: &str = "relist";
+pub(crate) const SYNTHESIZED_RELIST: &str = "relist";
 
 /// The value of `Kube-Synthesized` on the DELETED events of the objects a watch held when its
 /// resource stopped being served (its CRD deleted): docs/messages.md.
-pub const SYNTHESIZED_UNSERVED: &str = "unserved";
+pub(crate) const SYNTHESIZED_UNSERVED: &str = "unserved";
 
 /// A header value NATS accepts, by the rule in the module docs: verbatim unless it holds `%` or
 /// an ASCII control character, then escaped whole as a subject token.
-pub fn header_value(raw: &str) -> Cow<'_, str> {
+pub(crate) fn header_value(raw: &str) -> Cow<'_, str> {
     if !verbatim(raw.as_bytes()) {
         let mut escaped = String::with_capacity(raw.len() + 8);
         escape_token(raw, &mut escaped);
@@ -458,7 +458,7 @@ fn line_len(name: &HeaderName, value: &str) -> usize {
 /// type it is published with: a version re-listed after a crash (as ADDED or MODIFIED) has the same
 /// id as when it was first published, so JetStream drops it within its duplicate window, even from
 /// another replica. A deletion is a distinct message with the last known version.
-pub fn msg_id(watch: &str, meta: &ObjectMeta, event_type: EventType) -> String {
+pub(crate) fn msg_id(watch: &str, meta: &ObjectMeta, event_type: EventType) -> String {
     let mut id = String::new();
     write_msg_id(&mut id, watch, meta, event_type);
     id

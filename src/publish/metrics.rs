@@ -13,7 +13,7 @@ use crate::telemetry::metrics::{counter, gauge, opts, ByType, NAMESPACE};
 
 /// The families, registered once; [`for_watch`](Self::for_watch) resolves one watch's labels.
 #[derive(Clone)]
-pub struct PublishFamilies {
+pub(crate) struct PublishFamilies {
     events_published: IntCounterVec,
     publish_errors: IntCounterVec,
     publish_duration: HistogramVec,
@@ -26,7 +26,7 @@ pub struct PublishFamilies {
 }
 
 impl PublishFamilies {
-    pub fn register(registry: &Registry) -> prometheus::Result<PublishFamilies> {
+    pub(crate) fn register(registry: &Registry) -> prometheus::Result<PublishFamilies> {
         let events_published = counter(
             registry,
             "events_published_total",
@@ -81,7 +81,7 @@ impl PublishFamilies {
         let _ = self.publish_queue_depth.remove_label_values(&[watch]);
     }
 
-    pub fn for_watch(&self, watch: &str, dropped_too_large: IntCounter) -> PublishMetrics {
+    pub(crate) fn for_watch(&self, watch: &str, dropped_too_large: IntCounter) -> PublishMetrics {
         PublishMetrics {
             watch: watch.into(),
             published: ByType::new(&self.events_published, watch),
@@ -96,7 +96,7 @@ impl PublishFamilies {
 
 /// The publish stage's metrics of one configured watch, shared by its namespaces' outboxes.
 #[derive(Clone)]
-pub struct PublishMetrics {
+pub(crate) struct PublishMetrics {
     pub watch: Arc<str>,
     published: ByType,
     /// Larger than the NATS server's `max_payload`: can never be published.
@@ -108,7 +108,7 @@ pub struct PublishMetrics {
 }
 
 impl PublishMetrics {
-    pub fn published(&self, t: EventType) {
+    pub(crate) fn published(&self, t: EventType) {
         self.published.inc(t);
     }
 }

@@ -14,7 +14,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use super::list_slots::{ListSlot, ListSlots};
-pub use super::restart::{
+pub(crate) use super::restart::{
     ListReason, Restart, RestartError, RestartReason, StreamingRefusal, VersionMove,
 };
 use crate::backoff::Backoff;

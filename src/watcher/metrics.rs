@@ -10,7 +10,7 @@ use crate::telemetry::metrics::{counter, gauge, opts, ByType, WatchSync};
 
 /// The families, registered once; [`for_watch`](Self::for_watch) resolves one watch's labels.
 #[derive(Clone)]
-pub struct WatchFamilies {
+pub(crate) struct WatchFamilies {
     events_received: IntCounterVec,
     events_dropped: IntCounterVec,
     events_synthesized: IntCounterVec,
@@ -26,7 +26,7 @@ pub struct WatchFamilies {
 }
 
 impl WatchFamilies {
-    pub fn register(registry: &Registry) -> prometheus::Result<WatchFamilies> {
+    pub(crate) fn register(registry: &Registry) -> prometheus::Result<WatchFamilies> {
         let events_received = counter(
             registry,
             "events_received_total",
@@ -119,7 +119,7 @@ impl WatchFamilies {
 
     /// Handles for one configured watch, resolved once. `targets` is how many independent
     /// list+watch loops (namespaces) the watch runs; it counts as synced when all of them are.
-    pub fn for_watch(&self, watch: &str, targets: usize) -> WatchMetrics {
+    pub(crate) fn for_watch(&self, watch: &str, targets: usize) -> WatchMetrics {
         let dropped = |reason: &str| self.events_dropped.with_label_values(&[watch, reason]);
         let name: Arc<str> = watch.into();
         WatchMetrics {
@@ -160,14 +160,14 @@ impl WatchFamilies {
 
     /// `events_dropped_total{reason="too_large"}` of one watch: counted by the publish stage, in
     /// the family this stage owns.
-    pub fn dropped_too_large(&self, watch: &str) -> IntCounter {
+    pub(crate) fn dropped_too_large(&self, watch: &str) -> IntCounter {
         self.events_dropped.with_label_values(&[watch, "too_large"])
     }
 }
 
 /// The watch stage's metrics of one configured watch, shared by its namespaces' loops.
 #[derive(Clone)]
-pub struct WatchMetrics {
+pub(crate) struct WatchMetrics {
     pub watch: Arc<str>,
     received: ByType,
     synthesized: ByType,
@@ -201,26 +201,26 @@ pub struct WatchMetrics {
 impl WatchMetrics {
     /// The watch stopped without its tasks reporting back (this replica stood down): what they
     /// tracked is no longer tracked here.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.sync.clear();
         self.tracked_objects.set(0);
     }
-    pub fn received(&self, t: EventType) {
+    pub(crate) fn received(&self, t: EventType) {
         self.received.inc(t);
     }
-    pub fn synthesized(&self, t: EventType) {
+    pub(crate) fn synthesized(&self, t: EventType) {
         self.synthesized.inc(t);
     }
-    pub fn restart(&self, reason: &str) {
+    pub(crate) fn restart(&self, reason: &str) {
         self.restarts
             .with_label_values(&[&self.watch, reason])
             .inc();
     }
-    pub fn relist(&self, reason: &str) {
+    pub(crate) fn relist(&self, reason: &str) {
         self.relists.with_label_values(&[&self.watch, reason]).inc();
     }
     /// Marks the current time as the last sign of life of the watch.
-    pub fn touch(&self) {
+    pub(crate) fn touch(&self) {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
