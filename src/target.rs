@@ -9,7 +9,7 @@ use crate::event::ResourceInfo;
 
 /// What one watch target watches.
 #[derive(Debug, Clone)]
-pub struct Target {
+pub(crate) struct Target {
     pub resource: ResourceInfo,
     /// `None`: all namespaces (or a cluster-scoped resource).
     pub namespace: Option<String>,

@@ -46,7 +46,7 @@ use crate::telemetry::target::TargetGauges;
 use machine::{Machine, Outcome, Restart, RestartError, RestartReason, State};
 use metrics::WatchMetrics;
 
-pub use list_slots::ListSlots;
+pub(crate) use list_slots::ListSlots;
 pub(crate) use machine::ListReason;
 pub(crate) use namespaces::NamespaceWatcher;
 

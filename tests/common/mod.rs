@@ -1,6 +1,5 @@
 //! Shared helpers of the integration tests: a kube2nats API client or a whole daemon pointed at
-//! the simulated API server, a recorder of what the watch state machine emits, and a collector of
-//! NATS messages.
+//! the simulated API server, and a collector of NATS messages.
 
 #![allow(dead_code)]
 
@@ -16,14 +15,10 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use kube2nats::facade::ApiClient;
-use kube2nats::facade::Backoff;
 use kube2nats::facade::BackoffConfig;
-use kube2nats::facade::ResourceInfo;
 use kube2nats::facade::{AuthSource, Endpoint};
-use kube2nats::facade::{Machine, Outcome, Target};
 use kube2nats_harness::apiserver::ApiServer;
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
 
 /// How long a test waits for something that should happen promptly.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -53,10 +48,6 @@ pub fn token_file(dir: &Path, token: &str) -> PathBuf {
     let path = dir.join("token");
     std::fs::write(&path, token).expect("writing the test token file");
     path
-}
-
-pub fn pods() -> ResourceInfo {
-    ResourceInfo::core("pods", "Pod", true)
 }
 
 /// The text of kube2nats' `/metrics`, served on loopback at `port`.
@@ -96,132 +87,6 @@ pub fn api_client(endpoint: Endpoint) -> Arc<ApiClient> {
     let counter =
         kube2nats::facade::register_api_requests(&prometheus::Registry::new()).expect("counter");
     Arc::new(ApiClient::new(endpoint, Duration::from_secs(5), counter).expect("API client"))
-}
-
-pub fn target(resource: ResourceInfo, namespace: Option<&str>) -> Target {
-    Target {
-        resource,
-        namespace: namespace.map(str::to_owned),
-        label_selector: None,
-        field_selector: None,
-        page_size: 500,
-        watch_timeout: Duration::from_secs(60),
-        streaming_list: false,
-        max_line_bytes: 1 << 20,
-        metadata_only: false,
-        follow: None,
-    }
-}
-
-/// Runs a watch state machine in the background and records each outcome as a short line, so a
-/// test states the exact sequence it expects.
-pub struct Recorder {
-    rx: mpsc::UnboundedReceiver<(String, Outcome)>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Recorder {
-    pub fn start(client: Arc<ApiClient>, target: Target) -> Recorder {
-        Recorder::machine(Machine::new(
-            client,
-            Arc::new(target),
-            Backoff::new(FAST_BACKOFF),
-        ))
-    }
-
-    /// Records what `machine` sees, from its first list.
-    pub fn machine(mut machine: Machine) -> Recorder {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(async move {
-            let mut state = machine.start();
-            loop {
-                let (outcome, next) = machine.step(state).await;
-                state = next;
-                if !matches!(outcome, Outcome::Idle)
-                    && tx.send((describe(&outcome), outcome)).is_err()
-                {
-                    return;
-                }
-            }
-        });
-        Recorder { rx, task }
-    }
-
-    /// The next outcome, described.
-    pub async fn next(&mut self) -> String {
-        self.next_outcome().await.0
-    }
-
-    pub async fn next_outcome(&mut self) -> (String, Outcome) {
-        match tokio::time::timeout(WAIT, self.rx.recv()).await {
-            Ok(Some(o)) => o,
-            Ok(None) => panic!("the watch machine stopped"),
-            Err(_) => panic!("no outcome from the watch machine within {WAIT:?}"),
-        }
-    }
-
-    /// Skips outcomes until one starting with `prefix`; returns it and what was skipped.
-    pub async fn until(&mut self, prefix: &str) -> (String, Vec<String>) {
-        let mut skipped = Vec::new();
-        loop {
-            let next = self.next().await;
-            if next.starts_with(prefix) {
-                return (next, skipped);
-            }
-            skipped.push(next);
-        }
-    }
-
-    /// Asserts nothing is emitted for `d`.
-    pub async fn quiet_for(&mut self, d: Duration) {
-        if let Ok(Some((o, _))) = tokio::time::timeout(d, self.rx.recv()).await {
-            panic!("expected no outcome, got {o}");
-        }
-    }
-}
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// `list start:initial [a b] complete:12`, `ADDED a 13`, `bookmark 14`, `opened 14`,
-/// `restart transport`.
-pub fn describe(outcome: &Outcome) -> String {
-    match outcome {
-        Outcome::ListPage {
-            started,
-            items,
-            complete,
-            ..
-        } => {
-            let mut s = "list".to_owned();
-            if let Some(r) = started {
-                s += &format!(" start:{}", r.as_str());
-            }
-            let names: Vec<&str> = items.iter().map(|i| i.meta.name.as_str()).collect();
-            s += &format!(" [{}]", names.join(" "));
-            if let Some(rv) = complete {
-                s += &format!(" complete:{rv}");
-            }
-            s
-        }
-        Outcome::Event(e) => format!(
-            "{} {} {}",
-            e.event_type, e.meta.name, e.meta.resource_version
-        ),
-        Outcome::Oversized { event: e, .. } => format!(
-            "{} {} {} (oversized)",
-            e.event_type, e.meta.name, e.meta.resource_version
-        ),
-        Outcome::Bookmark(rv) => format!("bookmark {rv}"),
-        Outcome::WatchOpened(rv) => format!("opened {rv}"),
-        Outcome::Restart(r) => format!("restart {}", r.reason.as_str()),
-        Outcome::Unserved(_) => "unserved".into(),
-        Outcome::VersionMoved(moved) => format!("moved {}", moved.to.version),
-        Outcome::Idle => "idle".into(),
-    }
 }
 
 /// The resourceVersion of a simulator object.
