@@ -14,6 +14,8 @@ pub(crate) mod list;
 pub(crate) mod metadata;
 pub(crate) mod status;
 pub(crate) mod stream;
+#[cfg(test)]
+pub(crate) mod testing;
 
 pub use client::ApiClient;
 pub use error::ApiError;

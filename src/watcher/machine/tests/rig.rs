@@ -1,20 +1,16 @@
-//! The rig of the list+watch state machine's tests: an API client pointed at the simulated API
-//! server (`kube2nats-harness`), a pods target, and a recorder of the machine's outcomes as short
-//! lines, so a test states the exact sequence it expects.
+//! The rig of the list+watch state machine's tests: a pods target, and a recorder of the
+//! machine's outcomes as short lines, so a test states the exact sequence it expects. The API
+//! client pointed at the simulated API server is `crate::kube::testing`'s.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube2nats_harness::apiserver::ApiServer;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use crate::backoff::Backoff;
 use crate::config::BackoffConfig;
 use crate::event::ResourceInfo;
-use crate::kube::client::register_api_requests;
-use crate::kube::credentials::{AuthSource, Endpoint};
 use crate::kube::ApiClient;
 use crate::watcher::machine::{Machine, Outcome, Target};
 
@@ -37,39 +33,8 @@ pub(super) fn pod(name: &str) -> Value {
     })
 }
 
-/// A file holding `token`, as a mounted service-account token.
-pub(super) fn token_file(dir: &Path, token: &str) -> PathBuf {
-    let path = dir.join("token");
-    std::fs::write(&path, token).expect("writing the test token file");
-    path
-}
-
 pub(super) fn pods() -> ResourceInfo {
     ResourceInfo::core("pods", "Pod", true)
-}
-
-/// A client for `sim` that reads its token from `token_file` (re-read every `reload`).
-pub(super) fn client(
-    sim: &ApiServer,
-    token_file: Option<PathBuf>,
-    reload: Duration,
-) -> Arc<ApiClient> {
-    api_client(Endpoint {
-        base_url: sim.url().parse().expect("simulator URL"),
-        ca_pem: sim
-            .ca_file()
-            .map(|p| std::fs::read(p).expect("reading the simulator CA")),
-        identity_pem: None,
-        auth: token_file.map(|p| AuthSource::file(p, reload)),
-        insecure_skip_tls_verify: false,
-        proxy_url: None,
-    })
-}
-
-/// A client for `endpoint`, counting its requests into a throwaway counter.
-pub(super) fn api_client(endpoint: Endpoint) -> Arc<ApiClient> {
-    let counter = register_api_requests(&prometheus::Registry::new()).expect("counter");
-    Arc::new(ApiClient::new(endpoint, Duration::from_secs(5), counter).expect("API client"))
 }
 
 pub(super) fn target(resource: ResourceInfo, namespace: Option<&str>) -> Target {
