@@ -49,8 +49,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 pub use error::ConfigErrors;
-pub use leader::LeaderElectionConfig;
-pub(crate) use leader::{RawLeaderElection, RETRY_JITTER_FACTOR};
+pub(crate) use leader::{LeaderElectionConfig, RawLeaderElection, RETRY_JITTER_FACTOR};
 pub(crate) use mirror::{MirrorConfig, RawMirror};
 pub use named::*;
 pub use noise::{Changes, NoiseConfig};
