@@ -1,15 +1,18 @@
 //! Helpers of the tests that talk to the simulated API server (`kube2nats-harness`): an API
-//! client pointed at it, authenticated with a token file as a pod's service account is.
+//! client pointed at it, authenticated with a token file as a pod's service account is, a pod to
+//! create there, and retries short enough for a test.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use kube2nats_harness::apiserver::ApiServer;
+use serde_json::{json, Value};
 
 use super::client::register_api_requests;
 use super::credentials::{AuthSource, Endpoint};
 use super::ApiClient;
+use crate::config::BackoffConfig;
 
 /// A file holding `token`, as a mounted service-account token.
 pub(crate) fn token_file(dir: &Path, token: &str) -> PathBuf {
@@ -40,4 +43,20 @@ pub(crate) fn client(
 pub(crate) fn api_client(endpoint: Endpoint) -> Arc<ApiClient> {
     let counter = register_api_requests(&prometheus::Registry::new()).expect("counter");
     Arc::new(ApiClient::new(endpoint, Duration::from_secs(5), counter).expect("API client"))
+}
+
+/// Backoff short enough for tests, with no jitter so delays are predictable.
+pub(crate) const FAST_BACKOFF: BackoffConfig = BackoffConfig::checked(
+    Duration::from_millis(50),
+    Duration::from_secs(2),
+    2.0,
+    0.0,
+    Duration::from_secs(120),
+);
+
+pub(crate) fn pod(name: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}
+    })
 }

@@ -16,7 +16,7 @@ use crate::backoff::Backoff;
 use crate::event::ResourceInfo;
 use crate::kube::credentials::{AuthSource, Endpoint};
 use crate::kube::discovery::Discovery;
-use crate::kube::testing::{api_client, client, token_file};
+use crate::kube::testing::{api_client, client, pod, token_file, FAST_BACKOFF};
 use crate::watcher::machine::{Machine, Outcome};
 use crate::watcher::ListSlots;
 

@@ -5,33 +5,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::backoff::Backoff;
-use crate::config::BackoffConfig;
 use crate::event::ResourceInfo;
+use crate::kube::testing::FAST_BACKOFF;
 use crate::kube::ApiClient;
 use crate::watcher::machine::{Machine, Outcome, Target};
 
 /// How long a test waits for something that should happen promptly.
 pub(super) const WAIT: Duration = Duration::from_secs(10);
-
-/// Backoff short enough for tests, with no jitter so delays are predictable.
-pub(super) const FAST_BACKOFF: BackoffConfig = BackoffConfig::checked(
-    Duration::from_millis(50),
-    Duration::from_secs(2),
-    2.0,
-    0.0,
-    Duration::from_secs(120),
-);
-
-pub(super) fn pod(name: &str) -> Value {
-    json!({
-        "metadata": {"name": name, "labels": {"app": "web"}},
-        "spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}
-    })
-}
 
 pub(super) fn pods() -> ResourceInfo {
     ResourceInfo::core("pods", "Pod", true)
