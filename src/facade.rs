@@ -22,14 +22,6 @@ pub use crate::telemetry::logging::init as init_logging;
 pub use crate::telemetry::metrics::REVISION;
 pub use crate::watcher::supervise::install_panic_hook;
 
-// tests/credentials.rs, tests/informers.rs (through `tests/common`): the API client built from
-// configuration values as the daemon builds it, listing and watching the simulated API server.
-pub use crate::config::{ApiSource, BackoffConfig, InClusterFiles, KubernetesConfig, RbacCheck};
-pub use crate::kube::client::register_api_requests;
-pub use crate::kube::credentials::resolve as resolve_endpoint;
-pub use crate::kube::credentials::{AuthSource, CredentialsError, Endpoint};
-pub use crate::kube::{ApiClient, ApiError};
-
 // The fuzz properties (fuzz/src/lib.rs, also run by tests/fuzz_props.rs and the unit tests),
 // the benchmarks and examples/decode_callgrind.rs: framing and decoding of watch lines, subject
 // escaping, the message builder and its headers.

@@ -57,7 +57,7 @@ pub use raw::*;
 pub use root::Config;
 pub(crate) use state::is_key_token;
 pub(crate) use state::{RawState, StateConfig};
-pub use values::*;
+pub(crate) use values::*;
 
 use source::{name_env_sources, process_environment, read_raw};
 

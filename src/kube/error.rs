@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::status::Status;
 
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     /// 410: the version asked for (or a `continue` token) is older than the server's history.
     #[error("resource version expired: {message}")]
     Gone { message: String },
@@ -68,7 +68,7 @@ pub(crate) fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
 
 impl ApiError {
     /// Classifies a non-success response from its status, headers and body.
-    pub fn from_response(code: u16, retry_after: Option<Duration>, body: &[u8]) -> ApiError {
+    pub(crate) fn from_response(code: u16, retry_after: Option<Duration>, body: &[u8]) -> ApiError {
         let status = Status::from_body(body);
         let message = match &status {
             Some(s) if !s.message.is_empty() => s.message.clone(),

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use super::exec::{ExecConfig, RawExecConfig};
 
 #[derive(Debug, thiserror::Error)]
-pub enum KubeconfigError {
+pub(crate) enum KubeconfigError {
     #[error("reading kubeconfig {path}: {source}")]
     Read {
         path: PathBuf,

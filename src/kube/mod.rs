@@ -17,5 +17,5 @@ pub(crate) mod stream;
 #[cfg(test)]
 pub(crate) mod testing;
 
-pub use client::ApiClient;
-pub use error::ApiError;
+pub(crate) use client::ApiClient;
+pub(crate) use error::ApiError;

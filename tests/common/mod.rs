@@ -1,5 +1,5 @@
-//! Shared helpers of the integration tests: a kube2nats API client or a whole daemon pointed at
-//! the simulated API server, and a collector of NATS messages.
+//! Shared helpers of the integration tests: a whole daemon pointed at the simulated API server,
+//! and a collector of NATS messages.
 
 #![allow(dead_code)]
 
@@ -14,9 +14,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use kube2nats::facade::ApiClient;
-use kube2nats::facade::BackoffConfig;
-use kube2nats::facade::{AuthSource, Endpoint};
 use kube2nats_harness::apiserver::ApiServer;
 use serde_json::{json, Value};
 
@@ -26,15 +23,6 @@ pub const WAIT: Duration = Duration::from_secs(10);
 /// How long a test listens for a message that must not come: a repeat caused by a publish retry
 /// or a watch resume arrives after a backoff of a second or two, so shorter windows prove little.
 pub const QUIET: Duration = Duration::from_millis(2500);
-
-/// Backoff short enough for tests, with no jitter so delays are predictable.
-pub const FAST_BACKOFF: BackoffConfig = BackoffConfig::checked(
-    Duration::from_millis(50),
-    Duration::from_secs(2),
-    2.0,
-    0.0,
-    Duration::from_secs(120),
-);
 
 pub fn pod(name: &str) -> Value {
     json!({
@@ -66,27 +54,6 @@ pub fn header_text(headers: Option<&async_nats::HeaderMap>, name: &str) -> Strin
         .and_then(|h| h.get(name))
         .map(|v| v.as_str().to_owned())
         .unwrap_or_default()
-}
-
-/// A client for `sim` that reads its token from `token_file` (re-read every `reload`).
-pub fn client(sim: &ApiServer, token_file: Option<PathBuf>, reload: Duration) -> Arc<ApiClient> {
-    api_client(Endpoint {
-        base_url: sim.url().parse().expect("simulator URL"),
-        ca_pem: sim
-            .ca_file()
-            .map(|p| std::fs::read(p).expect("reading the simulator CA")),
-        identity_pem: None,
-        auth: token_file.map(|p| AuthSource::file(p, reload)),
-        insecure_skip_tls_verify: false,
-        proxy_url: None,
-    })
-}
-
-/// A client for `endpoint`, counting its requests into a throwaway counter.
-pub fn api_client(endpoint: Endpoint) -> Arc<ApiClient> {
-    let counter =
-        kube2nats::facade::register_api_requests(&prometheus::Registry::new()).expect("counter");
-    Arc::new(ApiClient::new(endpoint, Duration::from_secs(5), counter).expect("API client"))
 }
 
 /// The resourceVersion of a simulator object.
