@@ -10,9 +10,9 @@
 //! API server, a benchmark, a fuzz target); a test of one module's internals is a unit test in
 //! that module's sibling `tests.rs` instead.
 
-// The binary: flags, configuration loading, logging, the run loop and how it ends. The tests
-// that run the daemon in process use `start` and `Daemon`; the demo and `tests/common` load a
-// configuration file with `load`.
+// The binary (src/main.rs): configuration loading, logging, the run loop, and the errors it
+// ends on with their own exit codes. The tests, the demo and the load harness run the daemon in
+// process with `load`, `start` and `Daemon`.
 pub use crate::app::{run_reloading, start, ConfigSource, Daemon, Reload};
 pub use crate::config::{load, Config, ConfigErrors, LogFormat, RawConfig};
 pub use crate::leader::NoNamespace;
@@ -23,8 +23,8 @@ pub use crate::telemetry::metrics::REVISION;
 pub use crate::watcher::supervise::install_panic_hook;
 
 // The fuzz properties (fuzz/src/lib.rs, also run by tests/fuzz_props.rs and the unit tests),
-// the benchmarks and examples/decode_callgrind.rs: framing and decoding of watch lines, subject
-// escaping, the message builder and its headers.
+// the benchmarks (benches/) and examples/decode_callgrind.rs: framing and decoding of watch
+// lines, noise control, subject templates and escaping, the message builder and its headers.
 pub use crate::config::{Changes, MessageFormat, NoiseConfig, PayloadMode};
 pub use crate::event::{EventType, ObjectEvent, ObjectMeta, ResourceInfo, ResourceVersion};
 pub use crate::json_path::JsonPath;
