@@ -9,7 +9,7 @@
 //!   changed ones MODIFIED, vanished ones DELETED (client-go's `DeletedFinalStateUnknown`).
 //!
 //! The state is per watch target. [`crate::state`] checkpoints it to JetStream (read through
-//! [`Dedupe::for_each_saved`]) and refills it at start ([`Dedupe::restore`]), so a restart's relist
+//! [`Dedupe::freeze`]) and refills it at start ([`Dedupe::restore`]), so a restart's relist
 //! is diffed against what was published before it.
 
 mod confirm;
@@ -657,6 +657,7 @@ pub enum SavedVersion<'a> {
 impl Dedupe {
     /// Calls `f` with every tracked object, in no particular order, then with every tombstone,
     /// oldest first.
+    #[cfg(test)]
     pub fn for_each_saved(&self, f: impl FnMut(Saved<'_>)) {
         self.freeze().for_each(f);
     }
@@ -678,7 +679,6 @@ impl Dedupe {
             opaque_versions: self.opaque_versions.clone(),
             unconfirmed: self.unconfirmed.clone(),
             tombstones: self.tombstones.order.iter().cloned().collect(),
-            objects: self.len(),
             next: 0,
         }
     }
@@ -745,18 +745,13 @@ pub struct Frozen {
     opaque_versions: HashMap<UidKey, Box<str>>,
     unconfirmed: FxHashSet<UidKey>,
     tombstones: Vec<UidKey>,
-    objects: usize,
     /// The next part: a chunk of the dense entries, then the rest.
     next: usize,
 }
 
 impl Frozen {
-    /// Objects tracked at the freeze.
-    pub fn objects(&self) -> usize {
-        self.objects
-    }
-
     /// Calls `f` with every object and tombstone, as [`Dedupe::for_each_saved`].
+    #[cfg(test)]
     pub fn for_each(mut self, mut f: impl FnMut(Saved<'_>)) {
         while self.next_part(&mut f) {}
     }

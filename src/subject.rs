@@ -245,11 +245,6 @@ impl SubjectTemplate {
         })
     }
 
-    /// The template as written.
-    pub fn as_str(&self) -> &str {
-        &self.source
-    }
-
     /// Whether the template uses `{cluster}` (which then must not be empty).
     pub fn uses_cluster(&self) -> bool {
         self.parts

@@ -35,6 +35,7 @@ impl fmt::Display for ConfigError {
 pub struct ConfigErrors(pub Vec<ConfigError>);
 
 impl ConfigErrors {
+    #[cfg(test)]
     pub fn iter(&self) -> impl Iterator<Item = &ConfigError> {
         self.0.iter()
     }

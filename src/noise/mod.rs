@@ -66,11 +66,6 @@ impl NoiseControl {
         }
     }
 
-    /// Whether MODIFIED events are judged by a mark at all (`changes` other than `any`).
-    pub fn compares(&self) -> bool {
-        self.changes != Changes::Any
-    }
-
     /// What de-duplication compares to tell whether a MODIFIED is news: the generation, or the
     /// content fingerprint. 0 means "nothing to compare" (no generation; `changes = "any"`; an
     /// object that could not be walked), and such an event is always published.
