@@ -59,7 +59,7 @@ impl JsonPath {
         }
     }
 
-    pub fn segments(&self) -> &[Box<str>] {
+    pub(crate) fn segments(&self) -> &[Box<str>] {
         &self.segments
     }
 }

@@ -30,20 +30,20 @@ pub(crate) enum Purpose<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     /// The watch's name, `leader election` or `state cluster id`.
-    pub needed_by: String,
-    pub verb: Verb,
-    pub resource: ResourceInfo,
+    pub(crate) needed_by: String,
+    pub(crate) verb: Verb,
+    pub(crate) resource: ResourceInfo,
     /// `None`: all namespaces (or cluster-scoped).
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// The one object the permission is needed on (`resourceNames` in the rule).
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// The verbs of the rule to add (a watch also needs `get`, which the check does not ask).
-    pub grant: Vec<Verb>,
+    pub(crate) grant: Vec<Verb>,
 }
 
 impl Refusal {
     /// `add to a Role in namespace "default" …: {apiGroups: [""], resources: ["pods"], …}`.
-    pub fn rule(&self) -> String {
+    pub(crate) fn rule(&self) -> String {
         rule_for(
             &self.resource,
             self.namespace.as_deref(),
@@ -61,12 +61,12 @@ pub struct RbacDenied(pub Vec<Refusal>);
 /// What to check: `check` on one resource in one namespace (or all), on one object by name or on
 /// the collection; `grant` is what the rule to add allows.
 pub(crate) struct Access<'a> {
-    pub purpose: Purpose<'a>,
-    pub resource: &'a ResourceInfo,
-    pub namespace: Option<&'a str>,
-    pub name: Option<&'a str>,
-    pub check: &'static [Verb],
-    pub grant: &'static [Verb],
+    pub(crate) purpose: Purpose<'a>,
+    pub(crate) resource: &'a ResourceInfo,
+    pub(crate) namespace: Option<&'a str>,
+    pub(crate) name: Option<&'a str>,
+    pub(crate) check: &'static [Verb],
+    pub(crate) grant: &'static [Verb],
 }
 
 impl<'a> Access<'a> {

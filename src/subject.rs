@@ -246,7 +246,7 @@ impl SubjectTemplate {
     }
 
     /// Whether the template uses `{cluster}` (which then must not be empty).
-    pub fn uses_cluster(&self) -> bool {
+    pub(crate) fn uses_cluster(&self) -> bool {
         self.parts
             .contains(&Part::Placeholder(Placeholder::Cluster))
     }
@@ -254,7 +254,7 @@ impl SubjectTemplate {
     /// The tokens of every subject this template can render for `prefix` and `cluster`: a token
     /// made only of literal text, the prefix or the cluster is `Some(text)`; a token holding any
     /// other placeholder (whose value varies per object) is `None`, a single-token wildcard.
-    pub fn token_pattern(&self, prefix: &str, cluster: &str) -> Vec<Option<String>> {
+    pub(crate) fn token_pattern(&self, prefix: &str, cluster: &str) -> Vec<Option<String>> {
         // Placeholders that vary render as NUL, which no literal, prefix or escaped value holds.
         let mut text = String::new();
         for part in &self.parts {
@@ -387,13 +387,13 @@ enum BoundPart {
 impl BoundTemplate {
     /// Whether the subject depends on the object's labels or annotations: only then are they
     /// read ([`ObjectFields::read`]).
-    pub fn reads_object(&self) -> bool {
+    pub(crate) fn reads_object(&self) -> bool {
         self.reads_object
     }
 
     /// As [`Self::render`], with the object's labels and annotations for `{label:…}` and
     /// `{annotation:…}` (`None`: rendered as missing, `_`).
-    pub fn render_object(
+    pub(crate) fn render_object(
         &self,
         namespace: Option<&str>,
         name: &str,
@@ -482,16 +482,16 @@ impl SubjectTemplate {
 /// The values a template is rendered with, borrowed from the event and the watch's config.
 #[derive(Debug, Clone, Copy)]
 pub struct SubjectFields<'a> {
-    pub watch: WatchFields<'a>,
+    pub(crate) watch: WatchFields<'a>,
     /// `None` for cluster-scoped objects; renders as `_`.
-    pub namespace: Option<&'a str>,
-    pub name: &'a str,
-    pub event_type: EventType,
+    pub(crate) namespace: Option<&'a str>,
+    pub(crate) name: &'a str,
+    pub(crate) event_type: EventType,
 }
 
 /// The labels and annotations of one object, read only for a template that uses them.
 #[derive(Debug, Default, serde::Deserialize)]
-pub struct ObjectFields {
+pub(crate) struct ObjectFields {
     #[serde(default)]
     labels: std::collections::HashMap<String, String>,
     #[serde(default)]
@@ -501,7 +501,7 @@ pub struct ObjectFields {
 impl ObjectFields {
     /// Reads `metadata.labels` and `metadata.annotations` of an object (JSON); an object that
     /// cannot be read has none (its placeholders render `_`).
-    pub fn read(object: &[u8]) -> ObjectFields {
+    pub(crate) fn read(object: &[u8]) -> ObjectFields {
         #[derive(serde::Deserialize)]
         struct Object {
             #[serde(default)]

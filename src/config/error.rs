@@ -6,9 +6,9 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     /// The key path (`watches[2].subject`), or the file for problems not tied to one key.
-    pub key: String,
+    pub(crate) key: String,
     /// What is wrong: the bad value and what is allowed.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl ConfigError {
@@ -36,7 +36,7 @@ pub struct ConfigErrors(pub Vec<ConfigError>);
 
 impl ConfigErrors {
     #[cfg(test)]
-    pub fn iter(&self) -> impl Iterator<Item = &ConfigError> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &ConfigError> {
         self.0.iter()
     }
 }

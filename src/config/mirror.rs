@@ -23,36 +23,36 @@ pub(super) const DEFAULT_MIRROR_MAX_IN_FLIGHT: usize = 256;
 
 /// The validated `[mirror]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MirrorConfig {
+pub(crate) struct MirrorConfig {
     /// The default of every watch's `mirror`.
-    pub enabled: bool,
-    pub bucket: String,
+    pub(crate) enabled: bool,
+    pub(crate) bucket: String,
     /// Replicas of the bucket when kube2nats creates it (an existing bucket is not changed).
-    pub replicas: usize,
+    pub(crate) replicas: usize,
     /// The bucket's size limit; `None` = unlimited. When full, writes fail (counted and logged).
-    pub max_bytes: Option<u64>,
+    pub(crate) max_bytes: Option<u64>,
     /// The per-message TTL of delete markers.
-    pub delete_marker_ttl: Duration,
+    pub(crate) delete_marker_ttl: Duration,
     /// Unacknowledged bucket writes per watch target.
-    pub max_in_flight: usize,
+    pub(crate) max_in_flight: usize,
 }
 
 /// `[mirror]`
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawMirror {
+pub(crate) struct RawMirror {
     /// Default `false`.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// `[A-Za-z0-9_-]+`. Default [`DEFAULT_MIRROR_BUCKET`].
-    pub bucket: String,
+    pub(crate) bucket: String,
     /// 1..=5. Default [`DEFAULT_MIRROR_REPLICAS`].
-    pub replicas: usize,
+    pub(crate) replicas: usize,
     /// Bytes, >= 1, or -1 = unlimited (the default).
-    pub max_bytes: i64,
+    pub(crate) max_bytes: i64,
     /// Duration, >= 1s. Default [`DEFAULT_DELETE_MARKER_TTL`].
-    pub delete_marker_ttl: String,
+    pub(crate) delete_marker_ttl: String,
     /// 1..=65536. Default [`DEFAULT_MIRROR_MAX_IN_FLIGHT`].
-    pub max_in_flight: usize,
+    pub(crate) max_in_flight: usize,
 }
 
 impl Default for RawMirror {

@@ -146,29 +146,29 @@ fn duration(d: Duration) -> String {
 #[derive(Debug, Clone, Default, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawConfig {
-    pub log: RawLog,
+    pub(crate) log: RawLog,
     /// Absent: in-cluster with the defaults below.
-    pub kubernetes: RawKubernetes,
-    pub nats: RawNats,
-    pub publish: RawPublish,
-    pub http: RawHttp,
-    pub shutdown: RawShutdown,
-    pub state: super::RawState,
-    pub leader_election: super::RawLeaderElection,
-    pub mirror: super::RawMirror,
+    pub(crate) kubernetes: RawKubernetes,
+    pub(crate) nats: RawNats,
+    pub(crate) publish: RawPublish,
+    pub(crate) http: RawHttp,
+    pub(crate) shutdown: RawShutdown,
+    pub(crate) state: super::RawState,
+    pub(crate) leader_election: super::RawLeaderElection,
+    pub(crate) mirror: super::RawMirror,
     /// At least one.
-    pub watches: Vec<RawWatch>,
+    pub(crate) watches: Vec<RawWatch>,
 }
 
 /// `[log]`
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawLog {
+pub(crate) struct RawLog {
     /// A `RUST_LOG`-style filter; the `RUST_LOG` environment variable, when set, wins.
     /// Default [`DEFAULT_LOG_FILTER`].
-    pub filter: String,
+    pub(crate) filter: String,
     /// `text` or `json`. Default [`DEFAULT_LOG_FORMAT`].
-    pub format: String,
+    pub(crate) format: String,
 }
 
 impl Default for RawLog {
@@ -183,46 +183,46 @@ impl Default for RawLog {
 /// `[kubernetes]`: where the API server is, and how kube2nats talks to it.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawKubernetes {
+pub(crate) struct RawKubernetes {
     /// `""`: found as kubectl finds it (see [`ApiSource::Auto`]); otherwise an http(s) URL such
     /// as `http://127.0.0.1:8001` behind `kubectl proxy`. Default `""`.
-    pub api_url: String,
+    pub(crate) api_url: String,
     /// Kubeconfig path(s), `:`-separated like `$KUBECONFIG`; excludes `api_url`. Default `""`:
     /// `$KUBECONFIG`, else `~/.kube/config`, when not in a pod.
-    pub kubeconfig: String,
+    pub(crate) kubeconfig: String,
     /// Context of the kubeconfig; `""` is its current-context. Naming one uses the kubeconfig
     /// even in a pod. Excludes `api_url`.
-    pub context: String,
+    pub(crate) context: String,
     /// Bearer token file. In-cluster: default [`DEFAULT_TOKEN_FILE`]; with `api_url`: used only
     /// when set.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub token_file: Option<String>,
+    pub(crate) token_file: Option<String>,
     /// CA bundle file. In-cluster: default [`DEFAULT_CA_FILE`]; with `api_url`: used only when set.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub ca_file: Option<String>,
+    pub(crate) ca_file: Option<String>,
     /// In-cluster only: the pod's namespace file. Default [`DEFAULT_NAMESPACE_FILE`].
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub namespace_file: Option<String>,
+    pub(crate) namespace_file: Option<String>,
     /// Skip verifying the API server's certificate. Default false; a warning is logged when true.
-    pub insecure_skip_tls_verify: bool,
+    pub(crate) insecure_skip_tls_verify: bool,
     /// Duration; how often the token file is re-read. Default [`DEFAULT_TOKEN_RELOAD_INTERVAL`].
-    pub token_reload_interval: String,
+    pub(crate) token_reload_interval: String,
     /// Duration; timeout of one non-watch request. Default [`DEFAULT_REQUEST_TIMEOUT`].
-    pub request_timeout: String,
+    pub(crate) request_timeout: String,
     /// Objects per list page, 1..=10000. Default [`DEFAULT_LIST_PAGE_SIZE`].
-    pub list_page_size: u32,
+    pub(crate) list_page_size: u32,
     /// Targets that list at once, >= 1; the others wait for a slot. Default
     /// [`DEFAULT_MAX_CONCURRENT_LISTS`].
-    pub max_concurrent_lists: usize,
+    pub(crate) max_concurrent_lists: usize,
     /// Duration, >= 1s; server-side watch timeout base. Default [`DEFAULT_WATCH_TIMEOUT`].
-    pub watch_timeout: String,
+    pub(crate) watch_timeout: String,
     /// Use streaming lists where supported. Default false (needs Kubernetes >= 1.32 to be useful).
-    pub streaming_list: bool,
+    pub(crate) streaming_list: bool,
     /// Bytes, >= 1024; longest accepted watch line. Default [`DEFAULT_MAX_LINE_BYTES`].
-    pub max_line_bytes: usize,
+    pub(crate) max_line_bytes: usize,
     /// `warn` or `fail`. Default [`DEFAULT_RBAC_CHECK`].
-    pub rbac_check: String,
-    pub backoff: RawBackoff,
+    pub(crate) rbac_check: String,
+    pub(crate) backoff: RawBackoff,
 }
 
 impl Default for RawKubernetes {
@@ -251,17 +251,17 @@ impl Default for RawKubernetes {
 /// `[kubernetes.backoff]`: the delay between failed attempts of one watch.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawBackoff {
+pub(crate) struct RawBackoff {
     /// Duration, > 0 and <= `max`. Default [`DEFAULT_BACKOFF_INITIAL`].
-    pub initial: String,
+    pub(crate) initial: String,
     /// Duration. Default [`DEFAULT_BACKOFF_MAX`].
-    pub max: String,
+    pub(crate) max: String,
     /// >= 1. Default [`DEFAULT_BACKOFF_MULTIPLIER`].
-    pub multiplier: f64,
+    pub(crate) multiplier: f64,
     /// 0..=1. Default [`DEFAULT_BACKOFF_JITTER`].
-    pub jitter: f64,
+    pub(crate) jitter: f64,
     /// Duration. Default [`DEFAULT_BACKOFF_RESET_AFTER`].
-    pub reset_after: String,
+    pub(crate) reset_after: String,
 }
 
 impl Default for RawBackoff {
@@ -279,36 +279,36 @@ impl Default for RawBackoff {
 /// `[nats]`
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawNats {
+pub(crate) struct RawNats {
     /// Comma-separated server URLs; schemes `nats`, `tls`, `ws`, `wss`. Default [`DEFAULT_NATS_URL`].
-    pub url: String,
+    pub(crate) url: String,
     /// Connection name. Default [`DEFAULT_NATS_NAME`].
-    pub name: String,
+    pub(crate) name: String,
     /// `core` or `jetstream`. Default [`DEFAULT_NATS_MODE`].
-    pub mode: String,
+    pub(crate) mode: String,
     /// Auth token (secret). At most one of token, user+password, nkey_seed_file, credentials_file.
-    pub token: String,
+    pub(crate) token: String,
     /// User name; needs `password`.
-    pub user: String,
+    pub(crate) user: String,
     /// Password (secret); needs `user`.
-    pub password: String,
+    pub(crate) password: String,
     /// Path of an NKey seed file.
-    pub nkey_seed_file: String,
+    pub(crate) nkey_seed_file: String,
     /// Path of a `.creds` file (JWT and seed).
-    pub credentials_file: String,
+    pub(crate) credentials_file: String,
     /// CA bundle for `tls://` servers; `""` = system roots.
-    pub tls_ca_file: String,
+    pub(crate) tls_ca_file: String,
     /// Client certificate (mutual TLS); with `tls_key_file`, both or neither.
-    pub tls_cert_file: String,
+    pub(crate) tls_cert_file: String,
     /// Client key; with `tls_cert_file`.
-    pub tls_key_file: String,
+    pub(crate) tls_key_file: String,
     /// Duration. Default [`DEFAULT_NATS_CONNECT_TIMEOUT`].
-    pub connect_timeout: String,
+    pub(crate) connect_timeout: String,
     /// Events, >= 1. Default [`DEFAULT_QUEUE_CAPACITY`].
-    pub queue_capacity: usize,
+    pub(crate) queue_capacity: usize,
     /// Bytes, >= [`MIN_MAX_BUFFERED_BYTES`]. Default [`DEFAULT_MAX_BUFFERED_BYTES`].
-    pub max_buffered_bytes: usize,
-    pub jetstream: RawJetStream,
+    pub(crate) max_buffered_bytes: usize,
+    pub(crate) jetstream: RawJetStream,
 }
 
 impl Default for RawNats {
@@ -336,18 +336,18 @@ impl Default for RawNats {
 /// `[nats.jetstream]`: used when `nats.mode = "jetstream"`.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawJetStream {
+pub(crate) struct RawJetStream {
     /// Duration. Default [`DEFAULT_ACK_TIMEOUT`].
-    pub ack_timeout: String,
+    pub(crate) ack_timeout: String,
     /// >= 1. Default [`DEFAULT_MAX_ACK_INFLIGHT`].
-    pub max_ack_inflight: usize,
+    pub(crate) max_ack_inflight: usize,
     /// The JetStream domain of the stream and of the state bucket; `""` (the default) = the
     /// domain of the server kube2nats connects to. Set it to the hub's domain when kube2nats
     /// connects to a leaf node: JetStream requests then cross the leaf-node connection.
-    pub domain: String,
+    pub(crate) domain: String,
     /// Absent: kube2nats does not manage streams.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub stream: Option<RawStream>,
+    pub(crate) stream: Option<RawStream>,
 }
 
 impl Default for RawJetStream {
@@ -364,28 +364,28 @@ impl Default for RawJetStream {
 /// `[nats.jetstream.stream]`: the stream kube2nats creates or checks at start.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawStream {
+pub(crate) struct RawStream {
     /// Default [`DEFAULT_STREAM_NAME`].
-    pub name: String,
+    pub(crate) name: String,
     /// Default `["kube.>"]`.
-    pub subjects: Vec<String>,
+    pub(crate) subjects: Vec<String>,
     /// `limits`, `interest` or `workqueue`. Default [`DEFAULT_STREAM_RETENTION`].
-    pub retention: String,
+    pub(crate) retention: String,
     /// `file` or `memory`. Default [`DEFAULT_STREAM_STORAGE`].
-    pub storage: String,
+    pub(crate) storage: String,
     /// Duration. Default [`DEFAULT_DUPLICATE_WINDOW`].
-    pub duplicate_window: String,
+    pub(crate) duplicate_window: String,
     /// Duration; `0s` = unlimited. Default [`DEFAULT_STREAM_MAX_AGE`].
-    pub max_age: String,
+    pub(crate) max_age: String,
     /// Bytes, >= 1 or -1 = unlimited. Default [`DEFAULT_STREAM_MAX_BYTES`].
-    pub max_bytes: i64,
+    pub(crate) max_bytes: i64,
     /// Messages kept per subject, >= 1 or -1 = unlimited. Default
     /// [`DEFAULT_STREAM_MAX_MSGS_PER_SUBJECT`].
-    pub max_msgs_per_subject: i64,
+    pub(crate) max_msgs_per_subject: i64,
     /// 1..=5. Default [`DEFAULT_STREAM_REPLICAS`].
-    pub replicas: usize,
+    pub(crate) replicas: usize,
     /// `old` or `new`: what a full stream drops. Default [`DEFAULT_STREAM_DISCARD`].
-    pub discard: String,
+    pub(crate) discard: String,
 }
 
 impl Default for RawStream {
@@ -408,18 +408,18 @@ impl Default for RawStream {
 /// `[publish]`: defaults for every watch.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawPublish {
+pub(crate) struct RawPublish {
     /// Tokens of `[A-Za-z0-9_-]` separated by dots. Default [`DEFAULT_SUBJECT_PREFIX`].
-    pub subject_prefix: String,
+    pub(crate) subject_prefix: String,
     /// Value of `{cluster}`; a template using `{cluster}` needs it non-empty. Default `""`.
-    pub cluster: String,
+    pub(crate) cluster: String,
     /// Subject template; `""` (the default) = [`crate::subject::DEFAULT_TEMPLATE`], or with
     /// `cluster` set [`crate::subject::DEFAULT_CLUSTER_TEMPLATE`].
-    pub subject: String,
+    pub(crate) subject: String,
     /// `event`, `object` or `metadata`. Default [`DEFAULT_PAYLOAD`].
-    pub payload: String,
+    pub(crate) payload: String,
     /// `native` or `cloudevents`. Default [`DEFAULT_FORMAT`].
-    pub format: String,
+    pub(crate) format: String,
 }
 
 impl Default for RawPublish {
@@ -437,11 +437,11 @@ impl Default for RawPublish {
 /// `[http]`
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawHttp {
+pub(crate) struct RawHttp {
     /// Socket address of `/metrics`, `/healthz`, `/readyz`. Default [`DEFAULT_HTTP_LISTEN`].
-    pub listen: String,
+    pub(crate) listen: String,
     /// 1 or more. Default [`DEFAULT_HTTP_MAX_CONNECTIONS`].
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
 }
 
 impl Default for RawHttp {
@@ -456,9 +456,9 @@ impl Default for RawHttp {
 /// `[shutdown]`
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawShutdown {
+pub(crate) struct RawShutdown {
     /// Duration. Default [`DEFAULT_SHUTDOWN_GRACE_PERIOD`].
-    pub grace_period: String,
+    pub(crate) grace_period: String,
 }
 
 impl Default for RawShutdown {
@@ -472,42 +472,42 @@ impl Default for RawShutdown {
 /// `[[watches]]`: one resource to list and watch.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawWatch {
+pub(crate) struct RawWatch {
     /// Required, unique, `[A-Za-z0-9_-]{1,63}`: the `watch` label of metrics.
-    pub name: String,
+    pub(crate) name: String,
     /// Required; kubectl-style `plural[.version][.group]`.
-    pub resource: String,
+    pub(crate) resource: String,
     /// DNS-1123 labels; `[]` = all namespaces.
-    pub namespaces: Vec<String>,
+    pub(crate) namespaces: Vec<String>,
     /// With `namespaces = []`: namespaces whose objects are not published. Default `[]`.
-    pub namespaces_exclude: Vec<String>,
+    pub(crate) namespaces_exclude: Vec<String>,
     /// Label selector on namespaces (`team=payments`); `""` = every namespace.
-    pub namespace_selector: String,
+    pub(crate) namespace_selector: String,
     /// Kubernetes label selector; `""` = none.
-    pub label_selector: String,
+    pub(crate) label_selector: String,
     /// Kubernetes field selector; `""` = none.
-    pub field_selector: String,
+    pub(crate) field_selector: String,
     /// Non-empty subset of ADDED, MODIFIED, DELETED (any case). Default all three.
-    pub events: Vec<String>,
+    pub(crate) events: Vec<String>,
     /// `added` or `skip`. Default [`DEFAULT_INITIAL_STATE`].
-    pub initial_state: String,
+    pub(crate) initial_state: String,
     /// Subject template; `""` = `publish.subject`.
-    pub subject: String,
+    pub(crate) subject: String,
     /// `event`, `object` or `metadata`; `""` = `publish.payload`.
-    pub payload: String,
+    pub(crate) payload: String,
     /// `native` or `cloudevents`; `""` = `publish.format`.
-    pub format: String,
+    pub(crate) format: String,
     /// Noise control: `any`, `generation` or `content`; `""` = `any`.
-    pub changes: String,
+    pub(crate) changes: String,
     /// Paths `changes = "content"` ignores besides the default three.
-    pub ignore_paths: Vec<String>,
+    pub(crate) ignore_paths: Vec<String>,
     /// Paths removed from the published object.
-    pub strip_paths: Vec<String>,
+    pub(crate) strip_paths: Vec<String>,
     /// A CEL expression over `object`: only matching objects are published; `""` = all.
-    pub filter: String,
+    pub(crate) filter: String,
     /// Keep the watch's objects in the `[mirror]` bucket; unset = `mirror.enabled`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub mirror: Option<bool>,
+    pub(crate) mirror: Option<bool>,
 }
 
 impl Default for RawWatch {

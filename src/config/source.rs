@@ -287,7 +287,7 @@ fn unknown_keys(
 impl RawConfig {
     /// A copy with secrets replaced by [`REDACTED`]: `nats.token`, `nats.password` and credentials
     /// inside `nats.url`.
-    pub fn redacted(&self) -> RawConfig {
+    pub(crate) fn redacted(&self) -> RawConfig {
         let mut raw = self.clone();
         if !raw.nats.token.is_empty() {
             raw.nats.token = s(REDACTED);

@@ -26,41 +26,41 @@ const MIN_CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The validated `[state]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateConfig {
+pub(crate) struct StateConfig {
     /// Checkpoint to JetStream; `false` keeps state in memory only (a restart re-announces all).
-    pub enabled: bool,
-    pub bucket: String,
+    pub(crate) enabled: bool,
+    pub(crate) bucket: String,
     /// Replicas of the bucket when kube2nats creates it (an existing bucket is not changed).
-    pub replicas: usize,
+    pub(crate) replicas: usize,
     /// Time between checkpoints of a watch target that changed.
-    pub checkpoint_interval: Duration,
+    pub(crate) checkpoint_interval: Duration,
     /// The cluster part of the state's owner; `None`: the `kube-system` Namespace's uid.
-    pub cluster_id: Option<String>,
+    pub(crate) cluster_id: Option<String>,
     /// The instance part of the state's owner; `None`: derived (see `crate::state::owner`).
-    pub instance: Option<String>,
+    pub(crate) instance: Option<String>,
     /// The most one target's saved state may take in memory when loaded; larger state is
     /// refused (the target starts fresh), so forged or runaway state cannot OOM every start.
-    pub max_load_bytes: usize,
+    pub(crate) max_load_bytes: usize,
 }
 
 /// `[state]`
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawState {
+pub(crate) struct RawState {
     /// Default `true`.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// `[A-Za-z0-9_-]+`. Default [`DEFAULT_STATE_BUCKET`].
-    pub bucket: String,
+    pub(crate) bucket: String,
     /// 1..=5. Default [`DEFAULT_STATE_REPLICAS`].
-    pub replicas: usize,
+    pub(crate) replicas: usize,
     /// Duration, >= 100ms. Default [`DEFAULT_CHECKPOINT_INTERVAL`].
-    pub checkpoint_interval: String,
+    pub(crate) checkpoint_interval: String,
     /// `[A-Za-z0-9_-]+`, or empty (the default): the `kube-system` Namespace's uid.
-    pub cluster_id: String,
+    pub(crate) cluster_id: String,
     /// `[A-Za-z0-9_-]+`, or empty (the default): the Lease, else the pod's namespace.
-    pub instance: String,
+    pub(crate) instance: String,
     /// Bytes, >= 1 MiB. Default [`DEFAULT_MAX_LOAD_BYTES`].
-    pub max_load_bytes: usize,
+    pub(crate) max_load_bytes: usize,
 }
 
 impl Default for RawState {

@@ -137,7 +137,7 @@ fn bearer(token: &str) -> Option<reqwest::header::HeaderValue> {
 
 /// The API verbs kube2nats uses, as they appear in the `verb` label and in RBAC rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verb {
+pub(crate) enum Verb {
     Get,
     List,
     Watch,
@@ -146,7 +146,7 @@ pub enum Verb {
 }
 
 impl Verb {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Verb::Get => "get",
             Verb::List => "list",

@@ -51,15 +51,15 @@ pub(crate) enum CredentialsError {
 
 /// Everything needed to build the HTTP client. Its `Debug` shows no key material.
 pub(crate) struct Endpoint {
-    pub base_url: Url,
+    pub(crate) base_url: Url,
     /// PEM bundle of the CAs to trust; `None` trusts the public web PKI roots.
-    pub ca_pem: Option<Vec<u8>>,
+    pub(crate) ca_pem: Option<Vec<u8>>,
     /// Client certificate and key PEM.
-    pub identity_pem: Option<Vec<u8>>,
-    pub auth: Option<AuthSource>,
-    pub insecure_skip_tls_verify: bool,
+    pub(crate) identity_pem: Option<Vec<u8>>,
+    pub(crate) auth: Option<AuthSource>,
+    pub(crate) insecure_skip_tls_verify: bool,
     /// A proxy for every request (kubeconfig `proxy-url`); `None` follows `HTTPS_PROXY`/`NO_PROXY`.
-    pub proxy_url: Option<Url>,
+    pub(crate) proxy_url: Option<Url>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -234,9 +234,9 @@ fn read(what: &'static str, path: &PathBuf) -> Result<Vec<u8>, CredentialsError>
 /// one the client was built with.
 #[derive(Default)]
 pub(crate) struct Credential {
-    pub token: Option<Arc<str>>,
+    pub(crate) token: Option<Arc<str>>,
     /// Certificate and key PEM from an exec plugin; the same `Arc` until the plugin runs again.
-    pub identity_pem: Option<Arc<[u8]>>,
+    pub(crate) identity_pem: Option<Arc<[u8]>>,
 }
 
 /// Where request credentials come from: a fixed token, a token file that may be rewritten at any

@@ -62,15 +62,15 @@ impl ExecApiVersion {
 /// A user's `exec` section, validated. Its `Debug` shows the env's names, not their values.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct ExecConfig {
-    pub api_version: ExecApiVersion,
+    pub(crate) api_version: ExecApiVersion,
     /// The program: a name looked up in `PATH`, or a path (made absolute against the kubeconfig's
     /// directory when it was relative).
-    pub command: OsString,
-    pub args: Vec<String>,
-    pub env: Vec<(String, String)>,
-    pub install_hint: Option<String>,
+    pub(crate) command: OsString,
+    pub(crate) args: Vec<String>,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) install_hint: Option<String>,
     /// Pass the cluster's server and CA to the plugin in `KUBERNETES_EXEC_INFO`.
-    pub provide_cluster_info: bool,
+    pub(crate) provide_cluster_info: bool,
 }
 
 impl std::fmt::Debug for ExecConfig {
@@ -162,20 +162,20 @@ impl ExecConfig {
 /// The cluster as `KUBERNETES_EXEC_INFO` describes it to a plugin that asked for it.
 #[derive(Debug, Clone)]
 pub(crate) struct ClusterInfo {
-    pub server: String,
-    pub ca_pem: Option<Vec<u8>>,
-    pub insecure_skip_tls_verify: bool,
+    pub(crate) server: String,
+    pub(crate) ca_pem: Option<Vec<u8>>,
+    pub(crate) insecure_skip_tls_verify: bool,
 }
 
 /// What one run of the plugin handed out. Its `Debug` never shows the secrets.
 #[derive(Clone)]
 pub(crate) struct Issued {
-    pub token: Option<Arc<str>>,
+    pub(crate) token: Option<Arc<str>>,
     /// Client certificate and key PEM, concatenated; a new `Arc` per run, so a client can tell
     /// a fresh certificate from the one it already uses.
-    pub identity_pem: Option<Arc<[u8]>>,
+    pub(crate) identity_pem: Option<Arc<[u8]>>,
     /// `None`: valid until the server answers 401.
-    pub expires: Option<SystemTime>,
+    pub(crate) expires: Option<SystemTime>,
 }
 
 impl std::fmt::Debug for Issued {

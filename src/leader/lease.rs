@@ -16,13 +16,13 @@ use crate::kube::{ApiClient, ApiError};
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct Record {
     /// Empty when nobody holds it (after a release).
-    pub holder_identity: String,
-    pub lease_duration_seconds: i64,
+    pub(crate) holder_identity: String,
+    pub(crate) lease_duration_seconds: i64,
     /// `MicroTime`s as written; informational only: they come from another machine's clock and
     /// are never compared with the local one.
-    pub acquire_time: Option<String>,
-    pub renew_time: Option<String>,
-    pub lease_transitions: i64,
+    pub(crate) acquire_time: Option<String>,
+    pub(crate) renew_time: Option<String>,
+    pub(crate) lease_transitions: i64,
 }
 
 impl Record {
@@ -57,7 +57,7 @@ pub(crate) fn micro_time(t: SystemTime) -> String {
 pub(crate) struct Lease {
     /// The whole object, so an update keeps what kube2nats does not know.
     object: Value,
-    pub record: Record,
+    pub(crate) record: Record,
 }
 
 impl Lease {

@@ -59,11 +59,11 @@ const RELEASE_TIMEOUT: Duration = Duration::from_millis(400);
 #[derive(Clone)]
 pub(crate) struct LeaderMetrics {
     /// 1 while this replica holds the Lease (and publishes).
-    pub leader: IntGauge,
+    pub(crate) leader: IntGauge,
     /// Terms this replica has started.
-    pub transitions: IntCounter,
+    pub(crate) transitions: IntCounter,
     /// Renewal attempts of the holder that failed.
-    pub renew_failures: IntCounter,
+    pub(crate) renew_failures: IntCounter,
 }
 
 impl LeaderMetrics {
@@ -104,9 +104,9 @@ pub(crate) struct Candidate {
     /// `holderIdentity`: the pod name (`POD_NAME`), else the hostname (a pod's hostname is its
     /// name), then `_` and 8 random hex digits, as kube-controller-manager appends a UUID: two
     /// processes with the same name (hostNetwork pods, two on one machine) are still two holders.
-    pub identity: String,
-    pub namespace: String,
-    pub lease_name: String,
+    pub(crate) identity: String,
+    pub(crate) namespace: String,
+    pub(crate) lease_name: String,
 }
 
 impl Candidate {

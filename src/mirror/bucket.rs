@@ -26,11 +26,11 @@ const RETRY_BACKOFF: BackoffConfig = BackoffConfig::checked(
 /// The bucket, ready for the watch targets' writers.
 #[derive(Clone)]
 pub(crate) struct MirrorBucket {
-    pub name: String,
-    pub context: jetstream::Context,
-    pub stream: stream::Stream,
-    pub delete_marker_ttl: Duration,
-    pub max_in_flight: usize,
+    pub(crate) name: String,
+    pub(crate) context: jetstream::Context,
+    pub(crate) stream: stream::Stream,
+    pub(crate) delete_marker_ttl: Duration,
+    pub(crate) max_in_flight: usize,
 }
 
 /// The mirror was asked for and cannot be kept: a configuration problem (exit code 2).

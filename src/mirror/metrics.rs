@@ -18,7 +18,7 @@ pub(crate) struct MirrorFamilies {
     pending: IntGaugeVec,
     /// `mirror_repairs_in_progress`: watch targets comparing the bucket with a list; readiness
     /// waits for them.
-    pub repairs: IntGauge,
+    pub(crate) repairs: IntGauge,
 }
 
 impl MirrorFamilies {
@@ -85,11 +85,11 @@ impl MirrorFamilies {
 /// One watch's handles.
 #[derive(Clone)]
 pub(crate) struct MirrorMetrics {
-    pub puts: IntCounter,
-    pub deletes: IntCounter,
-    pub write_errors: IntCounter,
-    pub fenced: IntCounter,
-    pub write_lag: Histogram,
-    pub pending: IntGauge,
-    pub repairs: IntGauge,
+    pub(crate) puts: IntCounter,
+    pub(crate) deletes: IntCounter,
+    pub(crate) write_errors: IntCounter,
+    pub(crate) fenced: IntCounter,
+    pub(crate) write_lag: Histogram,
+    pub(crate) pending: IntGauge,
+    pub(crate) repairs: IntGauge,
 }

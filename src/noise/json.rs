@@ -13,8 +13,8 @@ pub struct Malformed(pub usize);
 pub(super) type Result<T> = std::result::Result<T, Malformed>;
 
 pub(super) struct Cursor<'a> {
-    pub b: &'a [u8],
-    pub i: usize,
+    pub(crate) b: &'a [u8],
+    pub(crate) i: usize,
 }
 
 impl<'a> Cursor<'a> {

@@ -20,9 +20,9 @@ pub(crate) struct PublishFamilies {
     publish_queue_depth: IntGaugeVec,
     jetstream_duplicates: IntCounterVec,
     /// `nats_connected`: one connection for the process.
-    pub nats_connected: IntGauge,
+    pub(crate) nats_connected: IntGauge,
     /// `buffered_bytes`: the byte budget in use, for the process.
-    pub buffered_bytes: IntGauge,
+    pub(crate) buffered_bytes: IntGauge,
 }
 
 impl PublishFamilies {
@@ -97,14 +97,14 @@ impl PublishFamilies {
 /// The publish stage's metrics of one configured watch, shared by its namespaces' outboxes.
 #[derive(Clone)]
 pub(crate) struct PublishMetrics {
-    pub watch: Arc<str>,
+    pub(crate) watch: Arc<str>,
     published: ByType,
     /// Larger than the NATS server's `max_payload`: can never be published.
-    pub dropped_too_large: IntCounter,
-    pub publish_errors: IntCounter,
-    pub publish_duration: Histogram,
-    pub queue_depth: IntGauge,
-    pub jetstream_duplicates: IntCounter,
+    pub(crate) dropped_too_large: IntCounter,
+    pub(crate) publish_errors: IntCounter,
+    pub(crate) publish_duration: Histogram,
+    pub(crate) queue_depth: IntGauge,
+    pub(crate) jetstream_duplicates: IntCounter,
 }
 
 impl PublishMetrics {

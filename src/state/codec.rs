@@ -71,14 +71,14 @@ pub enum Slot {
 }
 
 impl Slot {
-    pub fn other(self) -> Slot {
+    pub(crate) fn other(self) -> Slot {
         match self {
             Slot::A => Slot::B,
             Slot::B => Slot::A,
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Slot::A => "a",
             Slot::B => "b",
@@ -116,14 +116,14 @@ pub struct Manifest {
 #[derive(Debug, Clone)]
 pub(crate) struct Encoded {
     /// The chunks not taken before (by [`Encoder::take_chunks`]).
-    pub chunks: Vec<Bytes>,
+    pub(crate) chunks: Vec<Bytes>,
     /// Chunks in the whole snapshot, taken ones included.
-    pub total_chunks: u32,
-    pub objects: u64,
-    pub tombstones: u64,
-    pub bytes: u64,
-    pub checksum: u64,
-    pub generation: u64,
+    pub(crate) total_chunks: u32,
+    pub(crate) objects: u64,
+    pub(crate) tombstones: u64,
+    pub(crate) bytes: u64,
+    pub(crate) checksum: u64,
+    pub(crate) generation: u64,
 }
 
 /// Why stored state cannot be used.

@@ -15,7 +15,7 @@ use crate::telemetry::metrics::opts;
 pub(crate) struct StateMetrics {
     /// 1 while state is saved to JetStream; 0 when it is kept in memory only (disabled, or the
     /// server has no JetStream).
-    pub durable: IntGauge,
+    pub(crate) durable: IntGauge,
     checkpoints: IntCounterVec,
     failures: IntCounterVec,
     load_duration: prometheus::GaugeVec,
@@ -130,14 +130,14 @@ impl StateMetrics {
 /// The state metrics of one watch target.
 #[derive(Clone)]
 pub(crate) struct TargetMetrics {
-    pub watch: Arc<str>,
-    pub checkpoints: prometheus::IntCounter,
-    pub failures: prometheus::IntCounter,
+    pub(crate) watch: Arc<str>,
+    pub(crate) checkpoints: prometheus::IntCounter,
+    pub(crate) failures: prometheus::IntCounter,
     load_duration: prometheus::Gauge,
     objects_loaded: IntGauge,
     stored_bytes: IntGauge,
     /// Objects per journal write.
-    pub journal_records: prometheus::Histogram,
+    pub(crate) journal_records: prometheus::Histogram,
     /// Unix millis of the last moment the saved state matched what was published.
     last_current: Arc<AtomicU64>,
     /// This target's share of `stored_bytes`.

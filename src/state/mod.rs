@@ -704,7 +704,7 @@ fn later_position(position: &mut Option<String>, confirmed: SavedVersion<'_>) {
 /// A target's state, loaded: where it starts, its checkpoints and its journal (`None` when
 /// state is not durable).
 pub(crate) struct Loaded {
-    pub start: Start,
-    pub checkpoints: Checkpoints,
-    pub journal: Option<Journal>,
+    pub(crate) start: Start,
+    pub(crate) checkpoints: Checkpoints,
+    pub(crate) journal: Option<Journal>,
 }

@@ -26,8 +26,8 @@ const CLUSTER_ID_PATH: &str = "/api/v1/namespaces/kube-system";
 /// The owner of a set of keys; its [`prefix`](Self::prefix) starts every key it writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Owner {
-    pub cluster: String,
-    pub instance: String,
+    pub(crate) cluster: String,
+    pub(crate) instance: String,
 }
 
 impl Owner {

@@ -49,7 +49,7 @@ pub(crate) fn gauge(
 /// The registry every stage registers into.
 #[derive(Clone)]
 pub struct Metrics {
-    pub registry: Registry,
+    pub(crate) registry: Registry,
 }
 
 impl Metrics {
@@ -115,7 +115,7 @@ impl ByType {
 /// what `/readyz` checks.
 #[derive(Clone)]
 pub(crate) struct WatchSync {
-    pub watch: Arc<str>,
+    pub(crate) watch: Arc<str>,
     synced: IntGauge,
     unsynced_targets: Arc<AtomicUsize>,
     /// `watch_served`: 0 while the watch's resource is not served (docs/troubleshooting.md).

@@ -89,8 +89,8 @@ pub(crate) enum Outcome {
 /// A collection that answered 404, and when it is listed again.
 #[derive(Debug)]
 pub(crate) struct Unserved {
-    pub error: ApiError,
-    pub retry_in: Duration,
+    pub(crate) error: ApiError,
+    pub(crate) retry_in: Duration,
 }
 
 /// Where one watch target stands.

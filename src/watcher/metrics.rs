@@ -168,32 +168,32 @@ impl WatchFamilies {
 /// The watch stage's metrics of one configured watch, shared by its namespaces' loops.
 #[derive(Clone)]
 pub(crate) struct WatchMetrics {
-    pub watch: Arc<str>,
+    pub(crate) watch: Arc<str>,
     received: ByType,
     synthesized: ByType,
-    pub dropped_duplicate: IntCounter,
-    pub dropped_stale: IntCounter,
-    pub dropped_filtered: IntCounter,
+    pub(crate) dropped_duplicate: IntCounter,
+    pub(crate) dropped_stale: IntCounter,
+    pub(crate) dropped_filtered: IntCounter,
     /// A MODIFIED (or a relist's change) that `changes` judged no news to subscribers.
-    pub dropped_unchanged: IntCounter,
+    pub(crate) dropped_unchanged: IntCounter,
     /// Its subject is longer than a NATS protocol line may be: never published.
-    pub dropped_subject_too_long: IntCounter,
+    pub(crate) dropped_subject_too_long: IntCounter,
     /// Published with metadata only: larger than the NATS server's `max_payload`.
-    pub truncated_max_payload: IntCounter,
+    pub(crate) truncated_max_payload: IntCounter,
     /// Published with metadata only: its watch line was over `kubernetes.max_line_bytes`.
-    pub truncated_max_line: IntCounter,
+    pub(crate) truncated_max_line: IntCounter,
     /// In a namespace outside the watch's namespace scope.
-    pub dropped_namespace: IntCounter,
+    pub(crate) dropped_namespace: IntCounter,
     /// Of an object outside the watch's filter (docs/filters.md).
-    pub dropped_not_matching: IntCounter,
+    pub(crate) dropped_not_matching: IntCounter,
     /// `kube2nats_filter_errors_total`: objects the filter failed on.
-    pub filter_errors: IntCounter,
+    pub(crate) filter_errors: IntCounter,
     /// A full object sent to a metadata-only watch, cut to its metadata here.
-    pub truncated_metadata_fallback: IntCounter,
-    pub decode_errors: IntCounter,
-    pub sync: WatchSync,
-    pub tracked_objects: IntGauge,
-    pub last_event_timestamp: Gauge,
+    pub(crate) truncated_metadata_fallback: IntCounter,
+    pub(crate) decode_errors: IntCounter,
+    pub(crate) sync: WatchSync,
+    pub(crate) tracked_objects: IntGauge,
+    pub(crate) last_event_timestamp: Gauge,
     restarts: IntCounterVec,
     relists: IntCounterVec,
 }

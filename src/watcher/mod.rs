@@ -104,18 +104,18 @@ enum Step {
 
 /// The parts a [`WatchTask`] is made of, each built by the caller (`TaskFactory::build`).
 pub(crate) struct WatchParts {
-    pub machine: Machine,
-    pub outbox: Outbox,
-    pub messages: MessageBuilder,
+    pub(crate) machine: Machine,
+    pub(crate) outbox: Outbox,
+    pub(crate) messages: MessageBuilder,
     /// The event types published; the rest are counted as filtered.
-    pub events: Vec<EventType>,
-    pub noise: NoiseControl,
-    pub initial_state: InitialState,
-    pub metrics: WatchMetrics,
+    pub(crate) events: Vec<EventType>,
+    pub(crate) noise: NoiseControl,
+    pub(crate) initial_state: InitialState,
+    pub(crate) metrics: WatchMetrics,
     /// The target's saved state, loaded when the task starts.
-    pub saved: TargetState,
-    pub gauges: TargetGauges,
-    pub scope: Scope,
+    pub(crate) saved: TargetState,
+    pub(crate) gauges: TargetGauges,
+    pub(crate) scope: Scope,
 }
 
 impl WatchTask {

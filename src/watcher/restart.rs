@@ -15,10 +15,10 @@ use crate::kube::ApiError;
 /// The watch moved from one version of its resource to another.
 #[derive(Debug)]
 pub(crate) struct VersionMove {
-    pub from: ResourceInfo,
-    pub to: ResourceInfo,
+    pub(crate) from: ResourceInfo,
+    pub(crate) to: ResourceInfo,
     /// Where the watch resumes, when it was watching (a list starts over instead).
-    pub resume: Option<ResourceVersion>,
+    pub(crate) resume: Option<ResourceVersion>,
 }
 
 /// Why a list starts; the `reason` label of `relists_total`.
@@ -119,13 +119,13 @@ impl RestartReason {
 /// A restart, with what the driver needs to log it.
 #[derive(Debug)]
 pub(crate) struct Restart {
-    pub reason: RestartReason,
+    pub(crate) reason: RestartReason,
     /// The request that failed, where one did.
-    pub verb: Option<Verb>,
+    pub(crate) verb: Option<Verb>,
     /// What went wrong; `None` for a watch the server ended cleanly.
-    pub error: Option<RestartError>,
+    pub(crate) error: Option<RestartError>,
     /// The pause before the next attempt.
-    pub retry_in: Option<Duration>,
+    pub(crate) retry_in: Option<Duration>,
 }
 
 /// What ended a watch or failed a list, kept typed until the driver logs it.
