@@ -7,8 +7,8 @@
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use kube2nats::kube::decode::{decode_line, decode_object_meta};
-use kube2nats::kube::framing::LineDecoder;
+use kube2nats::facade::LineDecoder;
+use kube2nats::facade::{decode_line, decode_object_meta};
 
 #[path = "../examples/loadtest/pods.rs"]
 #[allow(dead_code)]
@@ -101,10 +101,10 @@ fn serde_two_pass(line: &[u8]) -> (usize, usize) {
 /// `strip_paths` on an object that holds none of the paths (the zero-copy check) and on one that
 /// holds one (a trimmed copy).
 fn noise(c: &mut Criterion) {
-    use kube2nats::config::{Changes, NoiseConfig};
-    use kube2nats::json_path::JsonPath;
-    use kube2nats::kube::decode::WatchLine;
-    use kube2nats::noise::NoiseControl;
+    use kube2nats::facade::JsonPath;
+    use kube2nats::facade::NoiseControl;
+    use kube2nats::facade::WatchLine;
+    use kube2nats::facade::{Changes, NoiseConfig};
 
     let WatchLine::Change(event) = decode_line(&watch_line()).expect("valid line") else {
         panic!("a pod MODIFIED line is a change")

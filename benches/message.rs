@@ -13,12 +13,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
-use kube2nats::config::{MessageFormat, PayloadMode};
-use kube2nats::event::{ObjectEvent, ResourceInfo};
-use kube2nats::kube::decode::{decode_line, WatchLine};
-use kube2nats::publish::message::headermap_reference;
-use kube2nats::publish::{MessageBuilder, MessageSpec};
-use kube2nats::subject::SubjectTemplate;
+use kube2nats::facade::headermap_reference;
+use kube2nats::facade::SubjectTemplate;
+use kube2nats::facade::{decode_line, WatchLine};
+use kube2nats::facade::{MessageBuilder, MessageSpec};
+use kube2nats::facade::{MessageFormat, PayloadMode};
+use kube2nats::facade::{ObjectEvent, ResourceInfo};
 
 #[path = "../examples/loadtest/pods.rs"]
 #[allow(dead_code)]

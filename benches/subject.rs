@@ -4,8 +4,8 @@
 //! `cargo bench --bench subject`
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use kube2nats::event::EventType;
-use kube2nats::subject::{SubjectTemplate, WatchFields, DEFAULT_TEMPLATE};
+use kube2nats::facade::EventType;
+use kube2nats::facade::{SubjectTemplate, WatchFields, DEFAULT_TEMPLATE};
 
 fn render(c: &mut Criterion) {
     let template = SubjectTemplate::parse(DEFAULT_TEMPLATE)

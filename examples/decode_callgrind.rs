@@ -9,7 +9,7 @@
 //! ```
 
 use bytes::Bytes;
-use kube2nats::kube::decode::{decode_line, decode_object_meta, WatchLine};
+use kube2nats::facade::{decode_line, decode_object_meta, WatchLine};
 
 #[path = "loadtest/pods.rs"]
 #[allow(dead_code)]

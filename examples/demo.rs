@@ -258,16 +258,16 @@ async fn keep_changing(
 
 /// kube2nats, in this process or as a child process.
 enum Kube2nats {
-    InProcess(kube2nats::app::Daemon),
+    InProcess(kube2nats::facade::Daemon),
     Process(tokio::process::Child, String),
 }
 
 impl Kube2nats {
     async fn start(binary: Option<&Path>, config: &Path, listen: &str) -> anyhow::Result<Self> {
         let Some(binary) = binary else {
-            let config = kube2nats::config::load(Some(config), Some(HashMap::new()))
+            let config = kube2nats::facade::load(Some(config), Some(HashMap::new()))
                 .map_err(|e| anyhow::anyhow!("the demo's configuration is invalid:\n{e}"))?;
-            let daemon = kube2nats::app::start(config)
+            let daemon = kube2nats::facade::start(config)
                 .await
                 .context("starting kube2nats")?;
             return Ok(Kube2nats::InProcess(daemon));

@@ -88,13 +88,9 @@ impl Daemon {
 }
 
 /// Runs kube2nats until `shutdown` resolves (SIGTERM in production, anything in tests), or until
-/// a fatal error (a refused RBAC check with `rbac_check = "fail"`) stops it.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    run_reloading(config, None, shutdown).await
-}
-
-/// [`run`], reloading the configuration on SIGHUP and when its file changes
-/// (docs/configuration.md, "Reloading the configuration") when `reload` is given.
+/// a fatal error (a refused RBAC check with `rbac_check = "fail"`) stops it; reloads the
+/// configuration on SIGHUP and when its file changes (docs/configuration.md, "Reloading the
+/// configuration") when `reload` is given.
 pub async fn run_reloading(
     config: Config,
     reload: Option<Reload>,
@@ -116,7 +112,10 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
 }
 
 /// [`start`], reloading the configuration as `reload` says.
-pub async fn start_reloading(config: Config, reload: Option<Reload>) -> anyhow::Result<Daemon> {
+pub(crate) async fn start_reloading(
+    config: Config,
+    reload: Option<Reload>,
+) -> anyhow::Result<Daemon> {
     // Before anything is served: without a cluster to watch, the one line that says so is all
     // an operator should see (docs/troubleshooting.md, "Exit codes").
     let endpoint = credentials::resolve(&config.kubernetes, |name| std::env::var(name).ok())

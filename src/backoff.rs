@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::config::BackoffConfig;
 
 #[derive(Debug, Clone)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     cfg: BackoffConfig,
     /// The delay before jitter that the next failure waits.
     next: Duration,
@@ -20,7 +20,7 @@ pub struct Backoff {
 }
 
 impl Backoff {
-    pub fn new(cfg: BackoffConfig) -> Backoff {
+    pub(crate) fn new(cfg: BackoffConfig) -> Backoff {
         Backoff {
             cfg,
             next: cfg.initial(),
@@ -29,7 +29,7 @@ impl Backoff {
     }
 
     /// The delay to wait after a failure now; each call doubles (by `multiplier`) the next one up to `max`.
-    pub fn next_delay(&mut self) -> Duration {
+    pub(crate) fn next_delay(&mut self) -> Duration {
         let now = Instant::now();
         if self
             .last_failure
@@ -45,7 +45,7 @@ impl Backoff {
 
     /// The delay after a failure for which the server said how long to wait (`Retry-After`):
     /// the server's figure, clamped to the configured range, and the exponent still grows.
-    pub fn next_delay_with_hint(&mut self, retry_after: Option<Duration>) -> Duration {
+    pub(crate) fn next_delay_with_hint(&mut self, retry_after: Option<Duration>) -> Duration {
         let own = self.next_delay();
         match retry_after {
             Some(hint) => hint.clamp(self.cfg.initial(), self.cfg.max()),
@@ -54,7 +54,7 @@ impl Backoff {
     }
 
     /// Forgets past failures.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.next = self.cfg.initial();
         self.last_failure = None;
     }

@@ -43,12 +43,12 @@ use prometheus::IntGauge;
 use tokio::sync::{Notify, OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 
 /// The budget has one read slot and one resume slot per this many bytes (at least two).
-pub const SLOT_BYTES: usize = 1024 * 1024;
+pub(crate) const SLOT_BYTES: usize = 1024 * 1024;
 
 /// How long a reopened watch keeps its resume slot while nothing arrives: the API server replays
 /// the history from the watch's version at once, so a watch that stays quiet has nothing to catch
 /// up on and lets the next one in.
-pub const RESUME_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const RESUME_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How many read slots, and how many resume slots, a budget of `limit` bytes has.
 fn slots(limit: usize) -> usize {
@@ -57,7 +57,7 @@ fn slots(limit: usize) -> usize {
 
 /// A handle on the one budget of the process; cheap to clone.
 #[derive(Clone)]
-pub struct Budget(Arc<Shared>);
+pub(crate) struct Budget(Arc<Shared>);
 
 struct Shared {
     limit: usize,
@@ -80,12 +80,12 @@ struct Shared {
 
 impl Budget {
     /// A budget of `limit` bytes, reported in `gauge`.
-    pub fn new(limit: usize, gauge: IntGauge) -> Budget {
+    pub(crate) fn new(limit: usize, gauge: IntGauge) -> Budget {
         Budget::build(limit, Some(gauge))
     }
 
     /// No limit (tests, and tools that run one stage alone).
-    pub fn unlimited() -> Budget {
+    pub(crate) fn unlimited() -> Budget {
         Budget::build(usize::MAX, None)
     }
 
@@ -104,7 +104,7 @@ impl Budget {
 
     /// Takes `bytes` from the budget, whether or not there is room: the bytes are in memory
     /// already. Given back when the charge is dropped.
-    pub fn charge(&self, bytes: usize) -> Charge {
+    pub(crate) fn charge(&self, bytes: usize) -> Charge {
         let mut charge = Charge {
             budget: Some(self.clone()),
             bytes: 0,
@@ -114,17 +114,17 @@ impl Budget {
     }
 
     /// Bytes charged now.
-    pub fn used(&self) -> usize {
+    pub(crate) fn used(&self) -> usize {
         self.0.used.load(Ordering::Acquire)
     }
 
     /// Whether the budget is spent: readers must wait.
-    pub fn exhausted(&self) -> bool {
+    pub(crate) fn exhausted(&self) -> bool {
         self.used() >= self.0.limit
     }
 
     /// Returns once the budget is not spent.
-    pub async fn room(&self) {
+    pub(crate) async fn room(&self) {
         loop {
             let freed = self.0.freed.notified();
             tokio::pin!(freed);
@@ -139,7 +139,7 @@ impl Budget {
 
     /// The right to finish one line past the limit, if no other stream holds it and the last
     /// line finished past the limit has been paid back.
-    pub fn try_overdraft(&self) -> Option<OwnedMutexGuard<()>> {
+    pub(crate) fn try_overdraft(&self) -> Option<OwnedMutexGuard<()>> {
         let overdraft = self.0.overdraft.clone().try_lock_owned().ok()?;
         let paid_back = self
             .0
@@ -150,13 +150,13 @@ impl Budget {
     }
 
     /// A read slot for a stream in the middle of a line; waits for one.
-    pub async fn read_slot(&self) -> Option<OwnedSemaphorePermit> {
+    pub(crate) async fn read_slot(&self) -> Option<OwnedSemaphorePermit> {
         self.0.readers.clone().acquire_owned().await.ok()
     }
 
     /// A resume slot for a watch reopening after it let go for the budget; waits for one, in
     /// turn, and then for room.
-    pub async fn resume_slot(&self) -> Option<OwnedSemaphorePermit> {
+    pub(crate) async fn resume_slot(&self) -> Option<OwnedSemaphorePermit> {
         let slot = self.0.resumes.clone().acquire_owned().await.ok();
         self.room().await;
         slot
@@ -201,23 +201,23 @@ impl Budget {
 
 /// Bytes taken from a [`Budget`]; given back when dropped.
 #[derive(Default)]
-pub struct Charge {
+pub(crate) struct Charge {
     budget: Option<Budget>,
     bytes: usize,
 }
 
 impl Charge {
     /// A charge of nothing, against no budget.
-    pub fn none() -> Charge {
+    pub(crate) fn none() -> Charge {
         Charge::default()
     }
 
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 
     /// Makes this charge `bytes`, taking or giving back the difference.
-    pub fn set(&mut self, bytes: usize) {
+    pub(crate) fn set(&mut self, bytes: usize) {
         let Some(budget) = &self.budget else {
             return;
         };
@@ -230,7 +230,7 @@ impl Charge {
     }
 
     /// Makes this charge `bytes` if the budget's total stays within its limit; else leaves it.
-    pub fn try_set(&mut self, bytes: usize) -> bool {
+    pub(crate) fn try_set(&mut self, bytes: usize) -> bool {
         let Some(budget) = &self.budget else {
             return true;
         };
@@ -247,7 +247,7 @@ impl Charge {
 
     /// Moves `bytes` of this charge (at most all of it) to a new charge against the same
     /// budget; the budget's total does not change.
-    pub fn split_off(&mut self, bytes: usize) -> Charge {
+    pub(crate) fn split_off(&mut self, bytes: usize) -> Charge {
         let bytes = bytes.min(self.bytes);
         self.bytes -= bytes;
         Charge {
@@ -257,7 +257,7 @@ impl Charge {
     }
 
     /// Adds `other` to this charge (both against the same budget).
-    pub fn absorb(&mut self, mut other: Charge) {
+    pub(crate) fn absorb(&mut self, mut other: Charge) {
         if self.budget.is_none() {
             self.budget = other.budget.take();
         }

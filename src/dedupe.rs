@@ -9,7 +9,7 @@
 //!   changed ones MODIFIED, vanished ones DELETED (client-go's `DeletedFinalStateUnknown`).
 //!
 //! The state is per watch target. [`crate::state`] checkpoints it to JetStream (read through
-//! [`Dedupe::for_each_saved`]) and refills it at start ([`Dedupe::restore`]), so a restart's relist
+//! [`Dedupe::freeze`]) and refills it at start ([`Dedupe::restore`]), so a restart's relist
 //! is diffed against what was published before it.
 
 mod confirm;
@@ -48,7 +48,7 @@ pub enum Verdict {
 
 /// What a listed object means against the state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Listed {
+pub(crate) enum Listed {
     /// Not known: publish as ADDED.
     New,
     /// Known with another version: publish as MODIFIED.
@@ -67,12 +67,12 @@ pub enum Listed {
 /// An object that was tracked but is missing from a complete relist: it was deleted while the
 /// watch could not see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Vanished {
-    pub meta: ObjectMeta,
+pub(crate) struct Vanished {
+    pub(crate) meta: ObjectMeta,
     /// Its deletion was announced before a crash (and maybe went out) at this version: it is
     /// announced again the same. Otherwise the version is the last one published, and messages
     /// published after it may have been lost from the memory with a crash (docs/durable-state.md).
-    pub announced: bool,
+    pub(crate) announced: bool,
 }
 
 /// What is remembered of one object, as read out of the storage ([`store`]).
@@ -141,7 +141,7 @@ struct ByName {
 }
 
 /// The most objects [`Dedupe::size_for`] sizes the index for ahead (~25 MB of index).
-pub const MAX_SIZED_AHEAD: u64 = 4 << 20;
+pub(crate) const MAX_SIZED_AHEAD: u64 = 4 << 20;
 
 impl Dedupe {
     pub fn new() -> Dedupe {
@@ -150,7 +150,7 @@ impl Dedupe {
 
     /// Whether an object with this uid is tracked: if not, publishing it makes it known, and its
     /// deletion must be announced even after a crash.
-    pub fn tracks(&self, uid: &str) -> bool {
+    pub(crate) fn tracks(&self, uid: &str) -> bool {
         self.locate(&UidKey::new(uid)).is_some()
     }
 
@@ -176,7 +176,7 @@ impl Dedupe {
 
     /// As [`observe`](Self::observe), and whether the object was tracked before (what
     /// [`tracks`](Self::tracks) said just before), for the price of one lookup.
-    pub fn observe_tracked(
+    pub(crate) fn observe_tracked(
         &mut self,
         meta: &ObjectMeta,
         event_type: EventType,
@@ -239,7 +239,7 @@ impl Dedupe {
 
     /// A new list begins: objects not seen by [`listed`](Self::listed) before
     /// [`end_list`](Self::end_list) count as vanished.
-    pub fn begin_list(&mut self) {
+    pub(crate) fn begin_list(&mut self) {
         self.list_epoch = self.list_epoch.wrapping_add(1);
         self.uuids.begin_list();
         self.by_name = None;
@@ -257,7 +257,7 @@ impl Dedupe {
     /// A listed object's name held by another tracked uid: that object was deleted while the
     /// watch could not see it (names are unique at any instant), so it is forgotten and returned,
     /// to be announced DELETED before the new uid's ADDED. Call it before [`Dedupe::listed`].
-    pub fn superseded(&mut self, meta: &ObjectMeta) -> Option<Vanished> {
+    pub(crate) fn superseded(&mut self, meta: &ObjectMeta) -> Option<Vanished> {
         if self.is_empty() {
             return None;
         }
@@ -335,7 +335,7 @@ impl Dedupe {
 
     /// Compares one listed object with the state, and records it; `mark` as for
     /// [`observe`](Self::observe).
-    pub fn listed(&mut self, meta: &ObjectMeta, mark: u64) -> Listed {
+    pub(crate) fn listed(&mut self, meta: &ObjectMeta, mark: u64) -> Listed {
         let key = UidKey::new(&meta.uid);
         let version = Version::new(&meta.resource_version);
         let place = self.locate(&key);
@@ -377,7 +377,7 @@ impl Dedupe {
     /// The list is complete: every tracked object it did not contain has vanished and is forgotten.
     /// The vanished come in namespace and name order, so the deletions a relist announces are
     /// reproducible.
-    pub fn end_list(&mut self) -> Vec<Vanished> {
+    pub(crate) fn end_list(&mut self) -> Vec<Vanished> {
         let epoch = self.list_epoch;
         let gone: Vec<UidKey> = self
             .uuids
@@ -620,7 +620,7 @@ pub struct SavedObject<'a> {
 
 impl<'a> SavedObject<'a> {
     /// The object as received: what the journal records before its first message goes out.
-    pub fn of(meta: &'a ObjectMeta) -> SavedObject<'a> {
+    pub(crate) fn of(meta: &'a ObjectMeta) -> SavedObject<'a> {
         let uid = parse_uuid(&meta.uid).map_or(SavedUid::Text(&meta.uid), SavedUid::Uuid);
         SavedObject {
             uid,
@@ -635,7 +635,7 @@ impl<'a> SavedObject<'a> {
 
 /// What a snapshot holds: tracked objects, and the uids of recently deleted ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Saved<'a> {
+pub(crate) enum Saved<'a> {
     Object(SavedObject<'a>),
     Tombstone(SavedUid<'a>),
 }
@@ -657,13 +657,14 @@ pub enum SavedVersion<'a> {
 impl Dedupe {
     /// Calls `f` with every tracked object, in no particular order, then with every tombstone,
     /// oldest first.
-    pub fn for_each_saved(&self, f: impl FnMut(Saved<'_>)) {
+    #[cfg(test)]
+    pub(crate) fn for_each_saved(&self, f: impl FnMut(Saved<'_>)) {
         self.freeze().for_each(f);
     }
 
     /// The state as it is now, for a checkpoint to encode while the state moves on: it shares
     /// the storage, and a part changed meanwhile is copied first (see [`store`]).
-    pub fn freeze(&self) -> Frozen {
+    pub(crate) fn freeze(&self) -> Frozen {
         let (entries, marks) = self.uuids.share();
         Frozen {
             entries: entries.into_iter().map(Some).collect(),
@@ -678,7 +679,6 @@ impl Dedupe {
             opaque_versions: self.opaque_versions.clone(),
             unconfirmed: self.unconfirmed.clone(),
             tombstones: self.tombstones.order.iter().cloned().collect(),
-            objects: self.len(),
             next: 0,
         }
     }
@@ -686,7 +686,7 @@ impl Dedupe {
     /// Refills the memory with one saved entry: of a snapshot, or of a journal record (then
     /// `unconfirmed`: the object's first message or its deletion may not have gone out). A
     /// journaled version older than the one tracked is ignored.
-    pub fn restore_saved(&mut self, saved: Saved<'_>, unconfirmed: bool) {
+    pub(crate) fn restore_saved(&mut self, saved: Saved<'_>, unconfirmed: bool) {
         match saved {
             Saved::Object(object) => {
                 let key = saved_key(object.uid);
@@ -707,17 +707,17 @@ impl Dedupe {
     }
 
     /// Tracked objects whose first message may not have been published.
-    pub fn unconfirmed(&self) -> usize {
+    pub(crate) fn unconfirmed(&self) -> usize {
         self.unconfirmed.len()
     }
 
     /// Deleted uids remembered.
-    pub fn tombstones(&self) -> usize {
+    pub(crate) fn tombstones(&self) -> usize {
         self.tombstones.order.len()
     }
 
     /// Tracks a saved object again, as published at its saved version.
-    pub fn restore(&mut self, saved: SavedObject<'_>) {
+    pub(crate) fn restore(&mut self, saved: SavedObject<'_>) {
         let key = saved_key(saved.uid);
         let version = match saved.version {
             SavedVersion::Number(n) if n != OPAQUE => Version::Number(n),
@@ -736,7 +736,7 @@ impl Dedupe {
 /// A [`Dedupe`] as it was at [`Dedupe::freeze`], read part by part by a checkpoint: each part
 /// read is released, so a change to its objects no longer copies them.
 #[derive(Debug)]
-pub struct Frozen {
+pub(crate) struct Frozen {
     entries: Vec<Option<Arc<Vec<Entry>>>>,
     marks: Option<Vec<Option<Arc<Vec<u64>>>>>,
     names: Vec<Arc<Vec<u8>>>,
@@ -745,25 +745,20 @@ pub struct Frozen {
     opaque_versions: HashMap<UidKey, Box<str>>,
     unconfirmed: FxHashSet<UidKey>,
     tombstones: Vec<UidKey>,
-    objects: usize,
     /// The next part: a chunk of the dense entries, then the rest.
     next: usize,
 }
 
 impl Frozen {
-    /// Objects tracked at the freeze.
-    pub fn objects(&self) -> usize {
-        self.objects
-    }
-
     /// Calls `f` with every object and tombstone, as [`Dedupe::for_each_saved`].
-    pub fn for_each(mut self, mut f: impl FnMut(Saved<'_>)) {
+    #[cfg(test)]
+    pub(crate) fn for_each(mut self, mut f: impl FnMut(Saved<'_>)) {
         while self.next_part(&mut f) {}
     }
 
     /// Calls `f` with the objects of the next part (a few thousand; after the last part the
     /// tombstones, oldest first) and releases the part; false when nothing was left.
-    pub fn next_part(&mut self, mut f: impl FnMut(Saved<'_>)) -> bool {
+    pub(crate) fn next_part(&mut self, mut f: impl FnMut(Saved<'_>)) -> bool {
         let part = self.next;
         self.next += 1;
         if let Some(slot) = self.entries.get_mut(part) {

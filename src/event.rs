@@ -23,10 +23,11 @@ pub enum EventType {
 }
 
 impl EventType {
-    pub const ALL: [EventType; 3] = [EventType::Added, EventType::Modified, EventType::Deleted];
+    pub(crate) const ALL: [EventType; 3] =
+        [EventType::Added, EventType::Modified, EventType::Deleted];
 
     /// The spelling of the Kubernetes watch API (`ADDED`), used in payloads, headers and metrics labels.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             EventType::Added => "ADDED",
             EventType::Modified => "MODIFIED",
@@ -35,7 +36,7 @@ impl EventType {
     }
 
     /// The lower-case spelling used as the `{type}` subject token (`added`).
-    pub fn as_subject_token(self) -> &'static str {
+    pub(crate) fn as_subject_token(self) -> &'static str {
         match self {
             EventType::Added => "added",
             EventType::Modified => "modified",
@@ -78,18 +79,18 @@ impl ResourceVersion {
         ResourceVersion(rv.into())
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
     /// The version as an integer, where it is one.
-    pub fn as_u64(&self) -> Option<u64> {
+    pub(crate) fn as_u64(&self) -> Option<u64> {
         self.0.parse().ok()
     }
 
     /// `Some(true)` if `self` is newer than `other`, `Some(false)` if it is not, `None` when the two
     /// cannot be ordered (either side is not an integer).
-    pub fn newer_than(&self, other: &ResourceVersion) -> Option<bool> {
+    pub(crate) fn newer_than(&self, other: &ResourceVersion) -> Option<bool> {
         Some(self.as_u64()? > other.as_u64()?)
     }
 }
@@ -132,7 +133,7 @@ impl ResourceInfo {
     }
 
     /// `v1` for the core group, `apps/v1` otherwise, as objects spell their `apiVersion`.
-    pub fn api_version(&self) -> String {
+    pub(crate) fn api_version(&self) -> String {
         if self.group.is_empty() {
             self.version.clone()
         } else {
@@ -141,7 +142,7 @@ impl ResourceInfo {
     }
 
     /// The `{group}` subject token: `core` for the core group.
-    pub fn group_token(&self) -> &str {
+    pub(crate) fn group_token(&self) -> &str {
         if self.group.is_empty() {
             "core"
         } else {

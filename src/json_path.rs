@@ -14,7 +14,7 @@ use std::fmt;
 
 /// Objects nest only a few levels where paths are useful; the bound keeps the walk that follows
 /// a path (recursive along the path only) trivially shallow.
-pub const MAX_SEGMENTS: usize = 32;
+pub(crate) const MAX_SEGMENTS: usize = 32;
 
 /// A parsed path: at least one segment, each a member name as it appears in the JSON.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -59,7 +59,7 @@ impl JsonPath {
         }
     }
 
-    pub fn segments(&self) -> &[Box<str>] {
+    pub(crate) fn segments(&self) -> &[Box<str>] {
         &self.segments
     }
 }

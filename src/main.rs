@@ -1,5 +1,5 @@
 //! The `kube2nats` command: parses flags, loads the configuration, installs logging and signal
-//! handling, and runs [`kube2nats::app::run_reloading`] until SIGTERM or SIGINT, reloading the
+//! handling, and runs [`kube2nats::facade::run_reloading`] until SIGTERM or SIGINT, reloading the
 //! configuration on SIGHUP and when its file changes.
 //!
 //! Exit codes: `0` clean stop (or a valid `--check-config`), `1` runtime error (the error chain is
@@ -16,9 +16,8 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Parser;
-use kube2nats::app::{ConfigSource, Reload};
-use kube2nats::config::{Config, ConfigErrors, LogFormat, RawConfig};
-use kube2nats::telemetry::logging;
+use kube2nats::facade::{Config, ConfigErrors, LogFormat, RawConfig};
+use kube2nats::facade::{ConfigSource, Reload};
 
 /// The static musl build (the container image) allocates through mimalloc: musl's malloc is slow
 /// on the many small allocations of each message, glibc's is not, so other builds keep it.
@@ -85,12 +84,12 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             stopped_on(&e, config_format);
-            if e.downcast_ref::<kube2nats::rbac::RbacDenied>().is_some() {
+            if e.downcast_ref::<kube2nats::facade::RbacDenied>().is_some() {
                 ExitCode::from(EXIT_RBAC)
-            } else if e.downcast_ref::<kube2nats::leader::NoNamespace>().is_some()
-                || e.downcast_ref::<kube2nats::mirror::MirrorUnavailable>()
+            } else if e.downcast_ref::<kube2nats::facade::NoNamespace>().is_some()
+                || e.downcast_ref::<kube2nats::facade::MirrorUnavailable>()
                     .is_some()
-                || e.downcast_ref::<kube2nats::app::MirrorsOverlap>().is_some()
+                || e.downcast_ref::<kube2nats::facade::MirrorsOverlap>().is_some()
             {
                 ExitCode::from(EXIT_CONFIG)
             } else {
@@ -133,9 +132,9 @@ struct Loaded {
 }
 
 fn run(config: Config, loaded: Loaded) -> anyhow::Result<()> {
-    logging::init(&config.log.filter, config.log.format)?;
+    kube2nats::facade::init_logging(&config.log.filter, config.log.format)?;
     // A panicking watch task is reported by its supervisor in one log line.
-    kube2nats::watcher::supervise::install_panic_hook();
+    kube2nats::facade::install_panic_hook();
     // One thread does all the work. Every stage is I/O-bound or a few microseconds of CPU per
     // event, so one core carries ~100k events/s, far beyond what an API server sends; and a single
     // thread saves the cross-thread wake-ups, the allocator contention and the idle worker stacks
@@ -158,11 +157,11 @@ fn run(config: Config, loaded: Loaded) -> anyhow::Result<()> {
         };
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
-            revision = kube2nats::telemetry::metrics::REVISION,
+            revision = kube2nats::facade::REVISION,
             watches = config.watches.len(),
             "kube2nats starting"
         );
-        kube2nats::app::run_reloading(config, Some(reload), shutdown).await
+        kube2nats::facade::run_reloading(config, Some(reload), shutdown).await
     });
     // Blocking work still running (a file read, a name lookup) must not hold up the exit.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));

@@ -20,7 +20,7 @@ const ACCESS_REVIEW_PATH: &str = "/apis/authorization.k8s.io/v1/selfsubjectacces
 
 /// Who needs a permission: one watch, leader election, or durable state's cluster id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Purpose<'a> {
+pub(crate) enum Purpose<'a> {
     Watch(&'a str),
     LeaderElection,
     ClusterId,
@@ -30,20 +30,20 @@ pub enum Purpose<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     /// The watch's name, `leader election` or `state cluster id`.
-    pub needed_by: String,
-    pub verb: Verb,
-    pub resource: ResourceInfo,
+    pub(crate) needed_by: String,
+    pub(crate) verb: Verb,
+    pub(crate) resource: ResourceInfo,
     /// `None`: all namespaces (or cluster-scoped).
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// The one object the permission is needed on (`resourceNames` in the rule).
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// The verbs of the rule to add (a watch also needs `get`, which the check does not ask).
-    pub grant: Vec<Verb>,
+    pub(crate) grant: Vec<Verb>,
 }
 
 impl Refusal {
     /// `add to a Role in namespace "default" …: {apiGroups: [""], resources: ["pods"], …}`.
-    pub fn rule(&self) -> String {
+    pub(crate) fn rule(&self) -> String {
         rule_for(
             &self.resource,
             self.namespace.as_deref(),
@@ -60,19 +60,23 @@ pub struct RbacDenied(pub Vec<Refusal>);
 
 /// What to check: `check` on one resource in one namespace (or all), on one object by name or on
 /// the collection; `grant` is what the rule to add allows.
-pub struct Access<'a> {
-    pub purpose: Purpose<'a>,
-    pub resource: &'a ResourceInfo,
-    pub namespace: Option<&'a str>,
-    pub name: Option<&'a str>,
-    pub check: &'static [Verb],
-    pub grant: &'static [Verb],
+pub(crate) struct Access<'a> {
+    pub(crate) purpose: Purpose<'a>,
+    pub(crate) resource: &'a ResourceInfo,
+    pub(crate) namespace: Option<&'a str>,
+    pub(crate) name: Option<&'a str>,
+    pub(crate) check: &'static [Verb],
+    pub(crate) grant: &'static [Verb],
 }
 
 impl<'a> Access<'a> {
     /// A watch lists and watches its resource (and the rule grants `get` too, as kubectl's
     /// "read" roles do).
-    pub fn watch(watch: &'a str, resource: &'a ResourceInfo, namespace: Option<&'a str>) -> Self {
+    pub(crate) fn watch(
+        watch: &'a str,
+        resource: &'a ResourceInfo,
+        namespace: Option<&'a str>,
+    ) -> Self {
         Access {
             purpose: Purpose::Watch(watch),
             resource,
@@ -86,7 +90,7 @@ impl<'a> Access<'a> {
     /// Leader election reads and renews one Lease by name, and creates it when it does not exist
     /// yet: `create` cannot be limited to a name (the object has none until created), so it is a
     /// rule of its own. `leases` comes from [`lease_resource`].
-    pub fn lease(leases: &'a ResourceInfo, namespace: &'a str, name: &'a str) -> [Self; 2] {
+    pub(crate) fn lease(leases: &'a ResourceInfo, namespace: &'a str, name: &'a str) -> [Self; 2] {
         let access = |name, check, grant| Access {
             purpose: Purpose::LeaderElection,
             resource: leases,
@@ -110,7 +114,7 @@ impl<'a> Access<'a> {
     /// Durable state keys its saved state by the cluster's id, the `kube-system` Namespace's uid
     /// (see docs/durable-state.md): one `get` on that Namespace. `namespaces` comes from
     /// `scope::namespaces_resource`.
-    pub fn cluster_id(namespaces: &'a ResourceInfo) -> Self {
+    pub(crate) fn cluster_id(namespaces: &'a ResourceInfo) -> Self {
         Access {
             purpose: Purpose::ClusterId,
             resource: namespaces,
@@ -123,10 +127,10 @@ impl<'a> Access<'a> {
 }
 
 /// The Namespace whose uid is the cluster's id.
-pub const CLUSTER_ID_NAMESPACE: &str = "kube-system";
+pub(crate) const CLUSTER_ID_NAMESPACE: &str = "kube-system";
 
 /// `leases.coordination.k8s.io/v1`, the resource leader election uses.
-pub fn lease_resource() -> ResourceInfo {
+pub(crate) fn lease_resource() -> ResourceInfo {
     ResourceInfo {
         group: "coordination.k8s.io".into(),
         version: "v1".into(),
@@ -150,7 +154,7 @@ struct ReviewStatus {
 /// Asks about each verb of each access; logs each refusal with the rule to add, and returns them.
 /// A review that cannot be asked (old server, network) is logged and skipped: the watches and the
 /// election themselves will report what is wrong.
-pub async fn self_check(client: &ApiClient, accesses: &[Access<'_>]) -> Vec<Refusal> {
+pub(crate) async fn self_check(client: &ApiClient, accesses: &[Access<'_>]) -> Vec<Refusal> {
     let mut refusals = Vec::new();
     for access in accesses {
         for &verb in access.check {
@@ -244,7 +248,7 @@ async fn allowed(client: &ApiClient, verb: Verb, access: &Access<'_>) -> Result<
 
 /// The Role (one namespace) or ClusterRole (all namespaces, or a cluster-scoped resource) rule that
 /// grants kube2nats what a watch needs on `resource`.
-pub fn rule_to_add(resource: &ResourceInfo, namespace: Option<&str>) -> String {
+pub(crate) fn rule_to_add(resource: &ResourceInfo, namespace: Option<&str>) -> String {
     rule_for(
         resource,
         namespace,

@@ -3,14 +3,14 @@
 //! through [`url`] (docs/troubleshooting.md, "Secrets in logs").
 
 /// What stands for the credentials taken out of a URL.
-pub const HIDDEN: &str = "<redacted>";
+pub(crate) const HIDDEN: &str = "<redacted>";
 
 /// `u` with everything before the last `@` after its scheme replaced by [`HIDDEN`]:
 /// `nats://user:secret@host:4222` → `nats://<redacted>@host:4222`, `token@host` →
 /// `<redacted>@host`. It works on the text, so a URL too broken to parse (where a password may
 /// hold any character, `/` and `#` included) is redacted as well; an `@` later in a path hides
 /// the host with it, which is better than showing a password.
-pub fn url(u: &str) -> String {
+pub(crate) fn url(u: &str) -> String {
     let (scheme, rest) = match u.find("://") {
         Some(i) => u.split_at(i + 3),
         None => ("", u),
@@ -22,7 +22,7 @@ pub fn url(u: &str) -> String {
 }
 
 /// Whether `u` carries credentials (a user part) that [`url`] would hide.
-pub fn has_credentials(u: &str) -> bool {
+pub(crate) fn has_credentials(u: &str) -> bool {
     url(u) != u
 }
 

@@ -31,15 +31,15 @@ use crate::event::ResourceInfo;
 use tokio::sync::watch;
 
 /// Namespace names currently matching a selector; `None` until the first list completed.
-pub type Selected = Option<Arc<BTreeSet<String>>>;
+pub(crate) type Selected = Option<Arc<BTreeSet<String>>>;
 
 /// `namespaces` in the core API group: what a namespace selector lists and watches.
-pub fn namespaces_resource() -> ResourceInfo {
+pub(crate) fn namespaces_resource() -> ResourceInfo {
     ResourceInfo::core("namespaces", "Namespace", false)
 }
 
 /// One watch target's namespace scope.
-pub struct Scope {
+pub(crate) struct Scope {
     exclude: Arc<[String]>,
     selector: Option<Selector>,
 }
@@ -54,7 +54,10 @@ struct Selector {
 impl Scope {
     /// `exclude`: namespaces whose objects are dropped; `selected`: the matching namespaces of
     /// a `namespace_selector`, if the watch has one.
-    pub fn new(exclude: Arc<[String]>, selected: Option<watch::Receiver<Selected>>) -> Scope {
+    pub(crate) fn new(
+        exclude: Arc<[String]>,
+        selected: Option<watch::Receiver<Selected>>,
+    ) -> Scope {
         Scope {
             exclude,
             selector: selected.map(|updates| Selector {
@@ -64,18 +67,13 @@ impl Scope {
         }
     }
 
-    /// No scope: every object is published.
-    pub fn all() -> Scope {
-        Scope::new(Arc::from([]), None)
-    }
-
     /// Whether the scope can change what a saved memory covers (and so a start must relist).
-    pub fn is_limited(&self) -> bool {
+    pub(crate) fn is_limited(&self) -> bool {
         !self.exclude.is_empty() || self.selector.is_some()
     }
 
     /// Whether an object in `namespace` is published; cluster-scoped objects always are.
-    pub fn admits(&self, namespace: Option<&str>) -> bool {
+    pub(crate) fn admits(&self, namespace: Option<&str>) -> bool {
         let Some(ns) = namespace else { return true };
         !self.exclude.iter().any(|x| x == ns)
             && self
@@ -86,7 +84,7 @@ impl Scope {
 
     /// Waits for the selector's first set (at once without a selector); `false` if shutdown
     /// came first.
-    pub async fn ready(&mut self, shutdown: &CancellationToken) -> bool {
+    pub(crate) async fn ready(&mut self, shutdown: &CancellationToken) -> bool {
         let Some(selector) = &mut self.selector else {
             return true;
         };
@@ -106,7 +104,7 @@ impl Scope {
 
     /// Resolves when the matching set changed since [`refresh`](Self::refresh); never without a
     /// selector (or once its watcher is gone).
-    pub async fn changed(&mut self) {
+    pub(crate) async fn changed(&mut self) {
         let gone = match &mut self.selector {
             Some(s) => s.updates.changed().await.is_err(),
             None => true,
@@ -117,7 +115,7 @@ impl Scope {
     }
 
     /// Takes the newest set; returns how many namespaces it gained and lost.
-    pub fn refresh(&mut self) -> (usize, usize) {
+    pub(crate) fn refresh(&mut self) -> (usize, usize) {
         let Some(s) = &mut self.selector else {
             return (0, 0);
         };
@@ -142,7 +140,7 @@ mod tests {
         assert!(scope.admits(Some("default")));
         assert!(!scope.admits(Some("kube-system")));
         assert!(scope.admits(None));
-        assert!(!Scope::all().is_limited());
+        assert!(!Scope::new(Arc::from([]), None).is_limited());
 
         let (tx, rx) = watch::channel(None);
         let mut scope = Scope::new(Arc::from([]), Some(rx));

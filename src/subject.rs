@@ -68,18 +68,6 @@ use std::fmt;
 
 use crate::event::EventType;
 
-/// The placeholders a template may use, in the order the error message lists them.
-pub const PLACEHOLDERS: [&str; 8] = [
-    "prefix",
-    "cluster",
-    "group",
-    "version",
-    "resource",
-    "namespace",
-    "name",
-    "type",
-];
-
 /// The default subject template.
 pub const DEFAULT_TEMPLATE: &str =
     "{prefix}.{group}.{version}.{resource}.{namespace}.{name}.{type}";
@@ -87,7 +75,7 @@ pub const DEFAULT_TEMPLATE: &str =
 /// The default subject template once `publish.cluster` is set: the cluster is the first token
 /// after the prefix, so the clusters publishing into one NATS (leaf nodes into a hub) stay apart,
 /// one subscription (`kube.eu-west.>`) takes one cluster, and `kube.>` still takes them all.
-pub const DEFAULT_CLUSTER_TEMPLATE: &str =
+pub(crate) const DEFAULT_CLUSTER_TEMPLATE: &str =
     "{prefix}.{cluster}.{group}.{version}.{resource}.{namespace}.{name}.{type}";
 
 /// One named slot of a template.
@@ -257,13 +245,8 @@ impl SubjectTemplate {
         })
     }
 
-    /// The template as written.
-    pub fn as_str(&self) -> &str {
-        &self.source
-    }
-
     /// Whether the template uses `{cluster}` (which then must not be empty).
-    pub fn uses_cluster(&self) -> bool {
+    pub(crate) fn uses_cluster(&self) -> bool {
         self.parts
             .contains(&Part::Placeholder(Placeholder::Cluster))
     }
@@ -271,7 +254,7 @@ impl SubjectTemplate {
     /// The tokens of every subject this template can render for `prefix` and `cluster`: a token
     /// made only of literal text, the prefix or the cluster is `Some(text)`; a token holding any
     /// other placeholder (whose value varies per object) is `None`, a single-token wildcard.
-    pub fn token_pattern(&self, prefix: &str, cluster: &str) -> Vec<Option<String>> {
+    pub(crate) fn token_pattern(&self, prefix: &str, cluster: &str) -> Vec<Option<String>> {
         // Placeholders that vary render as NUL, which no literal, prefix or escaped value holds.
         let mut text = String::new();
         for part in &self.parts {
@@ -404,13 +387,13 @@ enum BoundPart {
 impl BoundTemplate {
     /// Whether the subject depends on the object's labels or annotations: only then are they
     /// read ([`ObjectFields::read`]).
-    pub fn reads_object(&self) -> bool {
+    pub(crate) fn reads_object(&self) -> bool {
         self.reads_object
     }
 
     /// As [`Self::render`], with the object's labels and annotations for `{label:…}` and
     /// `{annotation:…}` (`None`: rendered as missing, `_`).
-    pub fn render_object(
+    pub(crate) fn render_object(
         &self,
         namespace: Option<&str>,
         name: &str,
@@ -499,16 +482,16 @@ impl SubjectTemplate {
 /// The values a template is rendered with, borrowed from the event and the watch's config.
 #[derive(Debug, Clone, Copy)]
 pub struct SubjectFields<'a> {
-    pub watch: WatchFields<'a>,
+    pub(crate) watch: WatchFields<'a>,
     /// `None` for cluster-scoped objects; renders as `_`.
-    pub namespace: Option<&'a str>,
-    pub name: &'a str,
-    pub event_type: EventType,
+    pub(crate) namespace: Option<&'a str>,
+    pub(crate) name: &'a str,
+    pub(crate) event_type: EventType,
 }
 
 /// The labels and annotations of one object, read only for a template that uses them.
 #[derive(Debug, Default, serde::Deserialize)]
-pub struct ObjectFields {
+pub(crate) struct ObjectFields {
     #[serde(default)]
     labels: std::collections::HashMap<String, String>,
     #[serde(default)]
@@ -518,7 +501,7 @@ pub struct ObjectFields {
 impl ObjectFields {
     /// Reads `metadata.labels` and `metadata.annotations` of an object (JSON); an object that
     /// cannot be read has none (its placeholders render `_`).
-    pub fn read(object: &[u8]) -> ObjectFields {
+    pub(crate) fn read(object: &[u8]) -> ObjectFields {
         #[derive(serde::Deserialize)]
         struct Object {
             #[serde(default)]
@@ -599,7 +582,7 @@ pub fn escape_token(token: &str, out: &mut String) {
 }
 
 /// Checks a subject prefix: one or more tokens of `[A-Za-z0-9_-]` separated by dots.
-pub fn validate_prefix(prefix: &str) -> Result<(), String> {
+pub(crate) fn validate_prefix(prefix: &str) -> Result<(), String> {
     if prefix.is_empty() {
         return Err(
             "empty prefix (expected tokens of [A-Za-z0-9_-] separated by dots, e.g. kube)".into(),

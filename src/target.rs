@@ -9,23 +9,23 @@ use crate::event::ResourceInfo;
 
 /// What one watch target watches.
 #[derive(Debug, Clone)]
-pub struct Target {
-    pub resource: ResourceInfo,
+pub(crate) struct Target {
+    pub(crate) resource: ResourceInfo,
     /// `None`: all namespaces (or a cluster-scoped resource).
-    pub namespace: Option<String>,
-    pub label_selector: Option<String>,
-    pub field_selector: Option<String>,
-    pub page_size: u32,
+    pub(crate) namespace: Option<String>,
+    pub(crate) label_selector: Option<String>,
+    pub(crate) field_selector: Option<String>,
+    pub(crate) page_size: u32,
     /// T: each watch asks for a server-side timeout drawn from [T, 2T), as client-go does, so
     /// many watches do not all reconnect at once.
-    pub watch_timeout: Duration,
-    pub streaming_list: bool,
-    pub max_line_bytes: usize,
+    pub(crate) watch_timeout: Duration,
+    pub(crate) streaming_list: bool,
+    pub(crate) max_line_bytes: usize,
     /// Ask for PartialObjectMetadata (`payload = "metadata"`).
-    pub metadata_only: bool,
+    pub(crate) metadata_only: bool,
     /// The configured resource name when it names no version (`widgets.example.com`): when the
     /// version watched stops being served, discovery is asked again and the watch follows the
     /// group's preferred version (docs/configuration.md, "Versions that move"). `None`: the
     /// version is pinned (`widgets.v1beta1.example.com`) or is the core group's.
-    pub follow: Option<String>,
+    pub(crate) follow: Option<String>,
 }

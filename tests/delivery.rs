@@ -183,7 +183,7 @@ async fn server_side_timeouts_publish_no_duplicate() {
     .replace("watch_timeout = \"30s\"", "watch_timeout = \"1s\"");
     let nc = async_nats::connect(nats.url()).await.unwrap();
     let mut inbox = Inbox::subscribe(&nc, "kube.>").await;
-    let daemon = kube2nats::app::start(config_from(&toml)).await.unwrap();
+    let daemon = kube2nats::facade::start(config_from(&toml)).await.unwrap();
     let mut expected = Vec::new();
     for i in 0..6 {
         let name = format!("t{i}");
@@ -515,7 +515,7 @@ async fn nats_auth_by_token_and_user_password() {
             .await
             .expect("test subscriber authenticates");
         let mut inbox = Inbox::subscribe(&nc, "kube.>").await;
-        let daemon = kube2nats::app::start(config_from(&toml)).await.unwrap();
+        let daemon = kube2nats::facade::start(config_from(&toml)).await.unwrap();
         sim.create("pods", Some("default"), pod("authed"));
         assert_eq!(inbox.next().await.short(), "ADDED authed", "{auth:?}");
         daemon.shutdown();
@@ -524,7 +524,7 @@ async fn nats_auth_by_token_and_user_password() {
         // Wrong credentials: refused by the server, never connected, nothing published.
         let wrong = toml.replace("s3cret", "wrong").replace("pa55", "wrong");
         let refusals = nats.log().matches("authentication error").count();
-        let daemon = kube2nats::app::start(config_from(&wrong)).await.unwrap();
+        let daemon = kube2nats::facade::start(config_from(&wrong)).await.unwrap();
         eventually("nats-server refuses kube2nats' credentials", || {
             nats.log().matches("authentication error").count() > refusals
         })
@@ -577,7 +577,7 @@ async fn nats_tls_with_a_custom_ca_and_nkey_auth() {
         .await
         .expect("test subscriber over TLS");
     let mut inbox = Inbox::subscribe(&nc, "kube.>").await;
-    let daemon = kube2nats::app::start(config_from(&toml)).await.unwrap();
+    let daemon = kube2nats::facade::start(config_from(&toml)).await.unwrap();
     sim.create("pods", Some("default"), pod("over-tls"));
     assert_eq!(inbox.next().await.short(), "ADDED over-tls");
     daemon.shutdown();
@@ -589,7 +589,7 @@ async fn nats_tls_with_a_custom_ca_and_nkey_auth() {
         "",
     );
     let refusals = nats.log().matches("TLS handshake error").count();
-    let daemon = kube2nats::app::start(config_from(&untrusting))
+    let daemon = kube2nats::facade::start(config_from(&untrusting))
         .await
         .unwrap();
     eventually("kube2nats abandons the TLS handshake", || {

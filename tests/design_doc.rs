@@ -106,7 +106,7 @@ fn every_cited_test_exists() {
         let Some((file, name)) = quoted.split_once("::") else {
             continue;
         };
-        if !file.starts_with("tests/") {
+        if !file.starts_with("tests/") && !file.starts_with("src/") {
             continue;
         }
         let source = repo(file);

@@ -20,7 +20,7 @@ struct Env {
     sim: ApiServer,
     nats: NatsServer,
     nc: async_nats::Client,
-    daemon: kube2nats::app::Daemon,
+    daemon: kube2nats::facade::Daemon,
     _dir: tempfile::TempDir,
 }
 
@@ -44,7 +44,7 @@ impl Env {
             nats.url()
         );
         let nc = async_nats::connect(nats.url()).await.unwrap();
-        let daemon = kube2nats::app::start(config_from(&text)).await.unwrap();
+        let daemon = kube2nats::facade::start(config_from(&text)).await.unwrap();
         Env {
             sim,
             nats,
@@ -331,7 +331,7 @@ async fn publish_queue_depth_sums_a_watchs_namespaces() {
 async fn start_jetstream_for_a_and_b(
     sim: &ApiServer,
     extra: &str,
-) -> (NatsServer, tempfile::TempDir, kube2nats::app::Daemon) {
+) -> (NatsServer, tempfile::TempDir, kube2nats::facade::Daemon) {
     let nats = NatsServer::start_with(kube2nats_harness::nats::NatsOptions {
         jetstream: true,
         ..Default::default()
@@ -346,7 +346,7 @@ async fn start_jetstream_for_a_and_b(
         kube_section(sim, &token),
         nats.url()
     );
-    let daemon = kube2nats::app::start(config_from(&text)).await.unwrap();
+    let daemon = kube2nats::facade::start(config_from(&text)).await.unwrap();
     (nats, dir, daemon)
 }
 
@@ -557,7 +557,7 @@ async fn credentials_in_the_nats_url_authenticate() {
             "{}\n[nats]\nurl = \"{url_with}\"\n{PODS_WATCH}",
             kube_section(&sim, &token)
         );
-        let daemon = kube2nats::app::start(config_from(&text)).await.unwrap();
+        let daemon = kube2nats::facade::start(config_from(&text)).await.unwrap();
         sim.create("pods", Some("default"), pod("web"));
         added(&mut inbox, "web").await;
         daemon.shutdown();
@@ -788,7 +788,7 @@ async fn a_watch_error_that_stalls_after_its_headers_does_not_hang_the_watch() {
     );
     let nc = async_nats::connect(nats.url()).await.unwrap();
     let mut inbox = Inbox::subscribe(&nc, "kube.>").await;
-    let daemon = kube2nats::app::start(config_from(&text)).await.unwrap();
+    let daemon = kube2nats::facade::start(config_from(&text)).await.unwrap();
     assert!(sim.wait_for_watches(1, WAIT).await, "the watch opened");
 
     sim.fail_next_matching(1, RequestFilter::Watch, Failure::StallAfterHeaders);

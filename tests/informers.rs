@@ -348,6 +348,89 @@ async fn informers_take_a_purge_as_a_deletion() {
     }
 }
 
+/// An informer of the pods in `default` that reads the API server itself, as client-go's
+/// reflector does: one list, then a watch from the list's resourceVersion (with bookmarks and a
+/// timeout, as the reflector asks), each event read as `TYPE namespace/name rv`.
+struct DirectInformer {
+    events: tokio::sync::mpsc::UnboundedReceiver<String>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl DirectInformer {
+    /// Lists, and returns once the watch is open.
+    async fn start(api: &ApiServer) -> DirectInformer {
+        let pods = format!("{}/api/v1/namespaces/default/pods", api.url());
+        let token = std::fs::read_to_string(api.token_file()).expect("the API server's token");
+        let client = reqwest::Client::new();
+        let list = client
+            .get(&pods)
+            .query(&[("limit", "500")])
+            .bearer_auth(token.trim())
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .expect("the informer lists")
+            .bytes()
+            .await
+            .expect("the list's body");
+        let list: Value = serde_json::from_slice(&list).expect("a JSON list");
+        let version = list["metadata"]["resourceVersion"]
+            .as_str()
+            .expect("the list's resourceVersion")
+            .to_owned();
+        let query = [
+            ("watch", "1"),
+            ("resourceVersion", version.as_str()),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", "60"),
+        ];
+        let mut body = client
+            .get(&pods)
+            .query(&query)
+            .bearer_auth(token.trim())
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .expect("the informer watches")
+            .bytes_stream();
+        let (tx, events) = tokio::sync::mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            let mut pending = Vec::new();
+            while let Some(Ok(chunk)) = body.next().await {
+                pending.extend_from_slice(&chunk);
+                while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = pending.drain(..=end).collect();
+                    let event: Value = serde_json::from_slice(&line).expect("a watch event");
+                    let kind = event["type"].as_str().unwrap_or_default();
+                    if tx.send(format!("{kind} {}", id(&event["object"]))).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        DirectInformer { events, task }
+    }
+
+    /// Reads events until `event`.
+    async fn until(&mut self, event: &str) {
+        loop {
+            let next = tokio::time::timeout(common::WAIT, self.events.recv())
+                .await
+                .unwrap_or_else(|_| panic!("no {event} within {:?}", common::WAIT))
+                .expect("the informer's watch ended");
+            if next == event {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for DirectInformer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// The point of the mirror, measured: informers of one resource started through the mirror cost
 /// the API server kube2nats' one list and watch, where as many direct informers cost a list and
 /// a watch each. Counted by the simulated API server (requests, and bytes of response bodies)
@@ -388,21 +471,17 @@ async fn informers_through_the_mirror_cost_the_api_server_one_list_and_watch() {
         (pods.len() - watches, watches, api.requests().len())
     };
 
-    // Direct: each informer lists and watches the API server itself (kube2nats' watch machine,
-    // which does what client-go's reflector does).
+    // Direct: each informer lists and watches the API server itself, as client-go's reflector
+    // does.
     api.clear_requests();
     let mut direct = Vec::new();
     for _ in 0..INFORMERS {
-        let client = common::client(&api, Some(api.token_file()), Duration::from_secs(60));
-        let mut rec =
-            common::Recorder::start(client, common::target(common::pods(), Some("default")));
-        rec.until("opened").await;
-        direct.push(rec);
+        direct.push(DirectInformer::start(&api).await);
     }
     let last = update_all("nginx:1.28");
-    let last_event = format!("MODIFIED {}", id(&last).replacen("default/", "", 1));
-    for rec in &mut direct {
-        rec.until(&last_event).await;
+    let last_event = format!("MODIFIED {}", id(&last));
+    for informer in &mut direct {
+        informer.until(&last_event).await;
     }
     let (direct_lists, direct_watches, direct_requests) = lists_and_watches(&api);
     let direct_bytes = api.response_bytes();

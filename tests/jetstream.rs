@@ -337,7 +337,9 @@ async fn managed_stream_is_created_with_bounded_defaults() {
     let nats = NatsServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = jetstream_pods_config(&sim, &nats, dir.path());
-    let daemon = kube2nats::app::start(config_from(&config)).await.unwrap();
+    let daemon = kube2nats::facade::start(config_from(&config))
+        .await
+        .unwrap();
     let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
     let deadline = tokio::time::Instant::now() + WAIT;
     let mut stream = loop {

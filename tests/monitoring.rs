@@ -147,8 +147,10 @@ async fn exercised_scrape() -> String {
     // Mirrored, so that the mirror's families are in the scrape too.
     let config = jetstream_pods_config(&sim, &nats, dir.path())
         .replace("[[watches]]", "[mirror]\nenabled = true\n[[watches]]");
-    let daemon = kube2nats::app::start(config_from(&config)).await.unwrap();
-    let synced = |daemon: &kube2nats::app::Daemon| {
+    let daemon = kube2nats::facade::start(config_from(&config))
+        .await
+        .unwrap();
+    let synced = |daemon: &kube2nats::facade::Daemon| {
         metric(
             &daemon.metrics.render(),
             "kube2nats_watch_synced",

@@ -26,7 +26,7 @@ fn config_text(sim: &ApiServer, nats: &NatsServer, dir: &tempfile::TempDir, extr
     )
 }
 
-async fn get(daemon: &kube2nats::app::Daemon, path: &str) -> (u16, String) {
+async fn get(daemon: &kube2nats::facade::Daemon, path: &str) -> (u16, String) {
     let response = reqwest::get(format!("http://{}{path}", daemon.http_addr))
         .await
         .expect("kube2nats HTTP endpoint");
@@ -71,7 +71,7 @@ async fn metrics_count_what_happens() {
         &dir,
         &format!("{PODS_WATCH}events = [\"ADDED\", \"MODIFIED\"]\n"),
     );
-    let daemon = kube2nats::app::start(config_from(&text)).await.unwrap();
+    let daemon = kube2nats::facade::start(config_from(&text)).await.unwrap();
     let m = || daemon.metrics.render();
     let w = ("watch", "pods");
     eventually("synced", || {
@@ -245,7 +245,7 @@ async fn promtool_accepts_the_exposition() {
     sim.create("pods", Some("default"), pod("a"));
     let nats = NatsServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let daemon = kube2nats::app::start(config_from(&config_text(&sim, &nats, &dir, PODS_WATCH)))
+    let daemon = kube2nats::facade::start(config_from(&config_text(&sim, &nats, &dir, PODS_WATCH)))
         .await
         .unwrap();
     eventually("synced", || {
@@ -298,7 +298,7 @@ async fn readiness_follows_sync_and_nats() {
         },
     );
     let dir = tempfile::tempdir().unwrap();
-    let daemon = kube2nats::app::start(config_from(&config_text(&sim, &nats, &dir, PODS_WATCH)))
+    let daemon = kube2nats::facade::start(config_from(&config_text(&sim, &nats, &dir, PODS_WATCH)))
         .await
         .unwrap();
     let (code, body) = get(&daemon, "/readyz").await;
@@ -341,7 +341,7 @@ async fn readiness_follows_sync_and_nats() {
     daemon.wait().await.unwrap();
 }
 
-async fn eventually_ready(daemon: &kube2nats::app::Daemon) {
+async fn eventually_ready(daemon: &kube2nats::facade::Daemon) {
     let deadline = tokio::time::Instant::now() + WAIT;
     while get(daemon, "/readyz").await.0 != 200 {
         assert!(tokio::time::Instant::now() < deadline, "never ready again");
@@ -473,7 +473,7 @@ async fn shutdown_during_a_busy_stream_publishes_everything_read() {
     let js_section =
         "mode = \"jetstream\"\n[nats.jetstream.stream]\nname = \"KUBE\"\nsubjects = [\"kube.>\"]\n";
     let text = config_text(&sim, &nats, &dir, &format!("{js_section}{PODS_WATCH}"));
-    let daemon = kube2nats::app::start(config_from(&text)).await.unwrap();
+    let daemon = kube2nats::facade::start(config_from(&text)).await.unwrap();
     eventually("synced", || {
         metric(
             &daemon.metrics.render(),
@@ -701,7 +701,7 @@ async fn queued_lists_sync_every_target_before_ready() {
         "[kubernetes.backoff]",
         "max_concurrent_lists = 1\nlist_page_size = 2\n[kubernetes.backoff]",
     );
-    let daemon = kube2nats::app::start(config_from(&text)).await.unwrap();
+    let daemon = kube2nats::facade::start(config_from(&text)).await.unwrap();
     let lists = || {
         sim.requests()
             .into_iter()

@@ -393,10 +393,10 @@ async fn forge_journal(
     per_record: u64,
 ) {
     use futures_util::StreamExt;
-    use kube2nats::dedupe::{SavedObject, SavedUid, SavedVersion};
+    use kube2nats::facade::{SavedObject, SavedUid, SavedVersion};
     let target = cluster.owned(PODS_KEY);
     let puts = futures_util::stream::iter(positions).map(|position| {
-        let mut batch = kube2nats::state::codec::journal::JournalBatch::default();
+        let mut batch = kube2nats::facade::JournalBatch::default();
         for i in 0..per_record {
             let mut uid = [0u8; 16];
             uid[..8].copy_from_slice(&position.to_le_bytes());

@@ -11,7 +11,7 @@
 //!
 //! Scenarios (all by default, or pick with `--only`):
 //! - `state`: bytes of de-duplication state per tracked object: 100k realistic objects fed to
-//!   [`kube2nats::dedupe::Dedupe`], heap bytes counted by this binary's allocator;
+//!   [`kube2nats::facade::Dedupe`], heap bytes counted by this binary's allocator;
 //! - `core`, `jetstream`: N objects listed, then M watch events as fast as the socket takes them;
 //!   events/s end to end, kube2nats CPU seconds per 100k events, peak RSS;
 //! - `latency`: events paced at `--rate` per second; API server → subscriber latency p50/p99;
@@ -316,8 +316,8 @@ fn stat(values: &[f64], decimals: usize) -> String {
 // state: bytes per tracked object
 
 fn state_size(objects: u64, targets: usize) -> Vec<String> {
-    use kube2nats::dedupe::Dedupe;
-    use kube2nats::event::{EventType, ObjectMeta, ResourceVersion};
+    use kube2nats::facade::Dedupe;
+    use kube2nats::facade::{EventType, ObjectMeta, ResourceVersion};
     // The ObjectMetas are built first, so only the map's own allocations are counted.
     let metas: Vec<ObjectMeta> = (0..objects)
         .map(|i| {

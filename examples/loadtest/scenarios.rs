@@ -314,7 +314,7 @@ pub(crate) async fn restart(env: &Env) -> anyhow::Result<Vec<String>> {
             let manifest = loop {
                 if let Ok(kv) = js.get_key_value("kube2nats-state").await {
                     if let Ok(Some(raw)) = kv.get(format!("{target}.manifest")).await {
-                        let m: kube2nats::state::codec::Manifest = serde_json::from_slice(&raw)?;
+                        let m: kube2nats::facade::Manifest = serde_json::from_slice(&raw)?;
                         if m.objects == *count {
                             break m;
                         }
@@ -327,7 +327,7 @@ pub(crate) async fn restart(env: &Env) -> anyhow::Result<Vec<String>> {
             };
             manifests.push(manifest);
         }
-        let manifest = kube2nats::state::codec::Manifest {
+        let manifest = kube2nats::facade::Manifest {
             chunks: manifests.iter().map(|m| m.chunks).sum(),
             bytes: manifests.iter().map(|m| m.bytes).sum(),
             ..manifests[0].clone()

@@ -14,10 +14,10 @@
 //! compiles in both places.
 
 use bytes::Bytes;
-use kube2nats::kube::decode::{decode_line, decode_line_prefix};
-use kube2nats::kube::framing::{FrameError, OVERSIZED_PREFIX_BYTES};
-use kube2nats::kube::stream::{LineStream, StreamError};
-use kube2nats::subject::escape_token;
+use kube2nats::facade::escape_token;
+use kube2nats::facade::{decode_line, decode_line_prefix};
+use kube2nats::facade::{FrameError, OVERSIZED_PREFIX_BYTES};
+use kube2nats::facade::{LineStream, StreamError};
 
 /// What reading a watch body yields, item by item, in a form two runs can be compared by.
 /// The list ends at the first framing error (the watcher drops the stream there).
@@ -222,8 +222,8 @@ pub mod serde_reference {
     use std::borrow::Cow;
 
     use bytes::Bytes;
-    use kube2nats::event::{EventType, ObjectEvent, ObjectMeta, ResourceVersion};
-    use kube2nats::kube::decode::{DecodeError, WatchLine, INITIAL_EVENTS_END_ANNOTATION};
+    use kube2nats::facade::{DecodeError, WatchLine, INITIAL_EVENTS_END_ANNOTATION};
+    use kube2nats::facade::{EventType, ObjectEvent, ObjectMeta, ResourceVersion};
     use serde::Deserialize;
     use serde_json::value::RawValue;
 
@@ -414,10 +414,8 @@ pub mod serde_reference {
 
 /// What a decode came to, comparable across decoders: the whole result, except that malformed
 /// JSON is one outcome whatever the parser's message.
-fn outcome(
-    result: Result<kube2nats::kube::decode::WatchLine, kube2nats::kube::decode::DecodeError>,
-) -> String {
-    use kube2nats::kube::decode::DecodeError;
+fn outcome(result: Result<kube2nats::facade::WatchLine, kube2nats::facade::DecodeError>) -> String {
+    use kube2nats::facade::DecodeError;
     match result {
         Ok(line) => format!("{line:?}"),
         Err(DecodeError::Malformed(_)) => "malformed".into(),
@@ -435,14 +433,14 @@ pub fn check_decode_line(line: &[u8]) {
         "decode_line differs from the serde reference on {:?}",
         String::from_utf8_lossy(line)
     );
-    let ours = kube2nats::kube::decode::decode_object_meta(line);
+    let ours = kube2nats::facade::decode_object_meta(line);
     let reference = serde_reference::decode_object_meta(line);
     let meta = |r: Result<
-        (kube2nats::event::ObjectMeta, bool),
-        kube2nats::kube::decode::DecodeError,
+        (kube2nats::facade::ObjectMeta, bool),
+        kube2nats::facade::DecodeError,
     >| match r {
         Ok(m) => format!("{m:?}"),
-        Err(kube2nats::kube::decode::DecodeError::Malformed(_)) => "malformed".into(),
+        Err(kube2nats::facade::DecodeError::Malformed(_)) => "malformed".into(),
         Err(e) => e.to_string(),
     };
     assert_eq!(
@@ -478,12 +476,10 @@ pub struct HostileMeta {
 /// - every CloudEvents header value is printable ASCII without space or `"`, and `ce-subject`
 ///   and `ce-id` percent-decode back to the name and the unescaped message id.
 pub fn check_message(meta: &HostileMeta) {
-    use kube2nats::config::{MessageFormat, PayloadMode};
-    use kube2nats::event::{EventType, ObjectEvent, ObjectMeta, ResourceInfo, ResourceVersion};
-    use kube2nats::publish::message::{
-        header, BuildError, MessageBuilder, MessageSpec, MAX_SUBJECT_BYTES,
-    };
-    use kube2nats::subject::SubjectTemplate;
+    use kube2nats::facade::SubjectTemplate;
+    use kube2nats::facade::{header, BuildError, MessageBuilder, MessageSpec, MAX_SUBJECT_BYTES};
+    use kube2nats::facade::{EventType, ObjectEvent, ObjectMeta, ResourceInfo, ResourceVersion};
+    use kube2nats::facade::{MessageFormat, PayloadMode};
 
     let builder = MessageBuilder::new(MessageSpec {
         watch: "widgets".into(),
@@ -580,8 +576,8 @@ pub fn check_message(meta: &HostileMeta) {
 }
 
 /// The CloudEvents part of [`check_message`].
-fn check_cloudevents_headers(message: &kube2nats::publish::OutMessage, meta: &HostileMeta) {
-    use kube2nats::publish::cloudevents::header as ce;
+fn check_cloudevents_headers(message: &kube2nats::facade::OutMessage, meta: &HostileMeta) {
+    use kube2nats::facade::cloudevents_header as ce;
     for (name, value) in message.headers.iter() {
         if !name.starts_with("ce-") {
             continue;

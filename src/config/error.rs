@@ -6,9 +6,9 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     /// The key path (`watches[2].subject`), or the file for problems not tied to one key.
-    pub key: String,
+    pub(crate) key: String,
     /// What is wrong: the bad value and what is allowed.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl ConfigError {
@@ -35,7 +35,8 @@ impl fmt::Display for ConfigError {
 pub struct ConfigErrors(pub Vec<ConfigError>);
 
 impl ConfigErrors {
-    pub fn iter(&self) -> impl Iterator<Item = &ConfigError> {
+    #[cfg(test)]
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &ConfigError> {
         self.0.iter()
     }
 }

@@ -16,50 +16,50 @@ use super::state::StateConfig;
 use super::values::{NatsMode, StreamConfig};
 
 /// `leader_election.lease_name`.
-pub const DEFAULT_LEASE_NAME: &str = "kube2nats";
+pub(super) const DEFAULT_LEASE_NAME: &str = "kube2nats";
 /// `leader_election.lease_duration`: client-go's `LeaseDuration`.
-pub const DEFAULT_LEASE_DURATION: &str = "15s";
+pub(super) const DEFAULT_LEASE_DURATION: &str = "15s";
 /// `leader_election.renew_deadline`: client-go's `RenewDeadline`.
-pub const DEFAULT_RENEW_DEADLINE: &str = "10s";
+pub(super) const DEFAULT_RENEW_DEADLINE: &str = "10s";
 /// `leader_election.retry_period`: client-go's `RetryPeriod`.
-pub const DEFAULT_RETRY_PERIOD: &str = "2s";
+pub(super) const DEFAULT_RETRY_PERIOD: &str = "2s";
 /// client-go's `JitterFactor`: attempts are spread over `[retry, retry × (1 + factor))`.
-pub const RETRY_JITTER_FACTOR: f64 = 1.2;
+pub(crate) const RETRY_JITTER_FACTOR: f64 = 1.2;
 
 /// The validated `[leader_election]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaderElectionConfig {
+pub(crate) struct LeaderElectionConfig {
     /// Elect one publisher among replicas; off, this replica always publishes.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// The Lease's name.
-    pub lease_name: String,
+    pub(crate) lease_name: String,
     /// The Lease's namespace; `None`: the pod's own (resolved at start).
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// How long a Lease is held without renewal before another replica may take it; whole seconds
     /// (the Lease records `leaseDurationSeconds`).
-    pub lease_duration: Duration,
+    pub(crate) lease_duration: Duration,
     /// How long the holder keeps publishing without a successful renewal.
-    pub renew_deadline: Duration,
+    pub(crate) renew_deadline: Duration,
     /// Time between attempts to acquire or renew.
-    pub retry_period: Duration,
+    pub(crate) retry_period: Duration,
 }
 
 /// `[leader_election]`
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawLeaderElection {
+pub(crate) struct RawLeaderElection {
     /// Default `false` (one replica). The multi-replica manifests turn it on.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// DNS-1123 subdomain. Default [`DEFAULT_LEASE_NAME`].
-    pub lease_name: String,
+    pub(crate) lease_name: String,
     /// `""`: the pod's namespace (`POD_NAMESPACE`, else the service account's namespace file).
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// Duration, whole seconds, > `renew_deadline`. Default [`DEFAULT_LEASE_DURATION`].
-    pub lease_duration: String,
+    pub(crate) lease_duration: String,
     /// Duration, > 1.2 × `retry_period`. Default [`DEFAULT_RENEW_DEADLINE`].
-    pub renew_deadline: String,
+    pub(crate) renew_deadline: String,
     /// Duration. Default [`DEFAULT_RETRY_PERIOD`].
-    pub retry_period: String,
+    pub(crate) retry_period: String,
 }
 
 impl Default for RawLeaderElection {

@@ -8,51 +8,51 @@ use super::raw::s;
 use super::values::WatchConfig;
 
 /// `mirror.bucket`: the key contract's default bucket (docs/subscribers.md).
-pub const DEFAULT_MIRROR_BUCKET: &str = "kube-objects";
+pub(super) const DEFAULT_MIRROR_BUCKET: &str = "kube-objects";
 /// `mirror.replicas`: one, as a single NATS server needs; three on a clustered JetStream.
-pub const DEFAULT_MIRROR_REPLICAS: usize = 1;
+pub(super) const DEFAULT_MIRROR_REPLICAS: usize = 1;
 /// `mirror.delete_marker_ttl`: how long a deletion's marker stays in the bucket, so that a
 /// client whose watch was away for less than this still sees the deletion; then the server
 /// removes it (per-message TTL) and markers never pile up.
-pub const DEFAULT_DELETE_MARKER_TTL: &str = "15m";
+pub(super) const DEFAULT_DELETE_MARKER_TTL: &str = "15m";
 /// The shortest `mirror.delete_marker_ttl` accepted: the server's per-message TTL is in whole
 /// seconds.
 const MIN_DELETE_MARKER_TTL: Duration = Duration::from_secs(1);
 /// `mirror.max_in_flight`: unacknowledged bucket writes per watch target.
-pub const DEFAULT_MIRROR_MAX_IN_FLIGHT: usize = 256;
+pub(super) const DEFAULT_MIRROR_MAX_IN_FLIGHT: usize = 256;
 
 /// The validated `[mirror]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MirrorConfig {
+pub(crate) struct MirrorConfig {
     /// The default of every watch's `mirror`.
-    pub enabled: bool,
-    pub bucket: String,
+    pub(crate) enabled: bool,
+    pub(crate) bucket: String,
     /// Replicas of the bucket when kube2nats creates it (an existing bucket is not changed).
-    pub replicas: usize,
+    pub(crate) replicas: usize,
     /// The bucket's size limit; `None` = unlimited. When full, writes fail (counted and logged).
-    pub max_bytes: Option<u64>,
+    pub(crate) max_bytes: Option<u64>,
     /// The per-message TTL of delete markers.
-    pub delete_marker_ttl: Duration,
+    pub(crate) delete_marker_ttl: Duration,
     /// Unacknowledged bucket writes per watch target.
-    pub max_in_flight: usize,
+    pub(crate) max_in_flight: usize,
 }
 
 /// `[mirror]`
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawMirror {
+pub(crate) struct RawMirror {
     /// Default `false`.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// `[A-Za-z0-9_-]+`. Default [`DEFAULT_MIRROR_BUCKET`].
-    pub bucket: String,
+    pub(crate) bucket: String,
     /// 1..=5. Default [`DEFAULT_MIRROR_REPLICAS`].
-    pub replicas: usize,
+    pub(crate) replicas: usize,
     /// Bytes, >= 1, or -1 = unlimited (the default).
-    pub max_bytes: i64,
+    pub(crate) max_bytes: i64,
     /// Duration, >= 1s. Default [`DEFAULT_DELETE_MARKER_TTL`].
-    pub delete_marker_ttl: String,
+    pub(crate) delete_marker_ttl: String,
     /// 1..=65536. Default [`DEFAULT_MIRROR_MAX_IN_FLIGHT`].
-    pub max_in_flight: usize,
+    pub(crate) max_in_flight: usize,
 }
 
 impl Default for RawMirror {

@@ -48,18 +48,16 @@ pub(crate) mod testing;
 use std::collections::HashMap;
 use std::path::Path;
 
-pub use error::{ConfigError, ConfigErrors};
-pub use leader::{LeaderElectionConfig, RawLeaderElection, RETRY_JITTER_FACTOR};
-pub use mirror::{MirrorConfig, RawMirror};
+pub use error::ConfigErrors;
+pub(crate) use leader::{LeaderElectionConfig, RawLeaderElection, RETRY_JITTER_FACTOR};
+pub(crate) use mirror::{MirrorConfig, RawMirror};
 pub use named::*;
-pub use noise::{Changes, NoiseConfig, DEFAULT_CHANGES};
+pub use noise::{Changes, NoiseConfig};
 pub use raw::*;
 pub use root::Config;
-pub use selector::{check_field_selector, check_label_selector};
-pub use source::{env_var_name, ENV_PREFIX, ENV_SEPARATOR, REDACTED};
 pub(crate) use state::is_key_token;
-pub use state::{RawState, StateConfig};
-pub use values::*;
+pub(crate) use state::{RawState, StateConfig};
+pub(crate) use values::*;
 
 use source::{name_env_sources, process_environment, read_raw};
 
@@ -77,7 +75,7 @@ pub fn load(
 
 /// [`load`], also returning the effective [`RawConfig`] (defaults filled in, environment applied)
 /// for `--check-config` to print with [`RawConfig::to_redacted_toml`].
-pub fn load_with_raw(
+pub(crate) fn load_with_raw(
     file: Option<&Path>,
     env: Option<HashMap<String, String>>,
 ) -> Result<(RawConfig, Config), ConfigErrors> {
@@ -114,8 +112,10 @@ fn concerns_any(key: &str, reported: &[String]) -> bool {
 }
 
 /// Stage one of [`load`]: reads the file and the environment, checks the shape (unknown keys,
-/// types), fills in defaults; meaning is checked by `Config::try_from`.
-pub fn load_raw(
+/// types), fills in defaults; meaning is checked by `Config::try_from`. The unit tests read a
+/// configuration's shape with it; `load` does both stages itself, reporting both kinds of error.
+#[cfg(test)]
+pub(crate) fn load_raw(
     file: Option<&Path>,
     env: Option<HashMap<String, String>>,
 ) -> Result<RawConfig, ConfigErrors> {

@@ -3,7 +3,7 @@
 //! configuration's layers: the raw file, the checks and the typed values all use these.
 
 /// A configuration value the file spells by name (`log.format = "json"`).
-pub trait Named: Copy + PartialEq + 'static {
+pub(crate) trait Named: Copy + PartialEq + 'static {
     /// Every value with its spelling, in the order error messages list them.
     const NAMES: &'static [(&'static str, Self)];
 
@@ -32,7 +32,7 @@ impl Named for LogFormat {
 
 /// What to do when the start-up RBAC self-check finds a missing permission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RbacCheck {
+pub(crate) enum RbacCheck {
     /// Log the missing rule and keep running (and retrying).
     Warn,
     /// Log the missing rule and exit with code 3.
@@ -46,7 +46,7 @@ impl Named for RbacCheck {
 
 /// What a full managed stream gives up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Discard {
+pub(crate) enum Discard {
     /// Its oldest messages: new events keep flowing.
     Old,
     /// New messages: publishes fail (and the watches wait) until space frees up.
@@ -59,7 +59,7 @@ impl Named for Discard {
 
 /// JetStream retention policy of a managed stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Retention {
+pub(crate) enum Retention {
     /// Keep messages until a limit (age, count, size) removes them.
     Limits,
     /// Keep a message while some consumer has not acknowledged it.
@@ -78,7 +78,7 @@ impl Named for Retention {
 
 /// Where a managed stream keeps its messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Storage {
+pub(crate) enum Storage {
     /// On disk; survives a restart of the NATS server.
     File,
     /// In memory; faster, lost on restart.
@@ -92,7 +92,7 @@ impl Named for Storage {
 
 /// What the first list of a watch publishes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InitialState {
+pub(crate) enum InitialState {
     /// Every listed object as ADDED.
     Added,
     /// Nothing: only changes after start are published.

@@ -11,7 +11,7 @@ use crate::json_path::JsonPath;
 pub(crate) const MAX_PATHS: usize = 30;
 
 /// `watches[].changes`: `any`, so every MODIFIED the API server reports is published.
-pub const DEFAULT_CHANGES: Changes = Changes::Any;
+pub(super) const DEFAULT_CHANGES: Changes = Changes::Any;
 
 /// Which MODIFIED events a watch publishes (ADDED and DELETED always are).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,122 +15,123 @@ use crate::event::EventType;
 
 /// `log.filter`: `info` shows start-up, reconnects that need attention and errors, without the
 /// per-event chatter of `debug`.
-pub const DEFAULT_LOG_FILTER: &str = "info";
+pub(crate) const DEFAULT_LOG_FILTER: &str = "info";
 /// `log.format`: text reads well in `kubectl logs`; use `json` for log pipelines.
-pub const DEFAULT_LOG_FORMAT: LogFormat = LogFormat::Text;
+pub(crate) const DEFAULT_LOG_FORMAT: LogFormat = LogFormat::Text;
 
 /// In-cluster service-account token, mounted by the kubelet (projected and rotated).
-pub const DEFAULT_TOKEN_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+pub(crate) const DEFAULT_TOKEN_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 /// In-cluster CA bundle of the API server.
-pub const DEFAULT_CA_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+pub(crate) const DEFAULT_CA_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
 /// In-cluster file holding the pod's namespace.
-pub const DEFAULT_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+pub(crate) const DEFAULT_NAMESPACE_FILE: &str =
+    "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 /// `kubernetes.token_reload_interval`: bound tokens expire after an hour and are refreshed by the
 /// kubelet well before; re-reading each minute (as client-go does) always picks up the new one.
-pub const DEFAULT_TOKEN_RELOAD_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_TOKEN_RELOAD_INTERVAL: Duration = Duration::from_secs(60);
 /// `kubernetes.request_timeout`: generous for one list page of a large resource, short enough to
 /// notice a dead API server.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// `kubernetes.list_page_size`: client-go's pager default; bounds memory per page.
-pub const DEFAULT_LIST_PAGE_SIZE: u32 = 500;
+pub(crate) const DEFAULT_LIST_PAGE_SIZE: u32 = 500;
 /// Largest `list_page_size` accepted; larger pages only cost memory.
-pub const MAX_LIST_PAGE_SIZE: u32 = 10_000;
+pub(crate) const MAX_LIST_PAGE_SIZE: u32 = 10_000;
 /// `kubernetes.max_concurrent_lists`: a list holds a page of objects until they are published,
 /// so memory grows with the lists under way, not with the targets. Two keep one list's request
 /// in flight while another's page is published (the one thread is never idle waiting for the
 /// API server), at two pages' memory.
-pub const DEFAULT_MAX_CONCURRENT_LISTS: usize = 2;
+pub(crate) const DEFAULT_MAX_CONCURRENT_LISTS: usize = 2;
 /// `kubernetes.watch_timeout`: client-go's reflector asks for a timeout in [5m, 10m).
-pub const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+pub(crate) const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// `kubernetes.max_line_bytes`: 8 MiB, a little above the API server's default 3 MiB request limit
 /// (etcd's 1.5 MiB object limit plus JSON overhead), so no real object is refused but a malformed
 /// stream cannot grow a buffer without bound.
-pub const DEFAULT_MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
 /// Smallest `max_line_bytes` accepted: smaller cannot hold even a minimal event.
-pub const MIN_MAX_LINE_BYTES: usize = 1024;
+pub(crate) const MIN_MAX_LINE_BYTES: usize = 1024;
 /// `kubernetes.rbac_check`: warn, so a missing permission is visible but one optional watch does not
 /// take the whole daemon down.
-pub const DEFAULT_RBAC_CHECK: RbacCheck = RbacCheck::Warn;
+pub(crate) const DEFAULT_RBAC_CHECK: RbacCheck = RbacCheck::Warn;
 
 /// `kubernetes.backoff.initial`: kube-rs's and client-go's 800 ms.
-pub const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_millis(800);
+pub(crate) const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_millis(800);
 /// `kubernetes.backoff.max`: 30 s, client-go's cap.
-pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// `kubernetes.backoff.multiplier`: doubling, as client-go.
-pub const DEFAULT_BACKOFF_MULTIPLIER: f64 = 2.0;
+pub(crate) const DEFAULT_BACKOFF_MULTIPLIER: f64 = 2.0;
 /// `kubernetes.backoff.jitter`: half the delay randomized, so replicas do not retry in lockstep.
-pub const DEFAULT_BACKOFF_JITTER: f64 = 0.5;
+pub(crate) const DEFAULT_BACKOFF_JITTER: f64 = 0.5;
 /// `kubernetes.backoff.reset_after`: client-go's 2 minutes of health before the backoff resets.
-pub const DEFAULT_BACKOFF_RESET_AFTER: Duration = Duration::from_secs(2 * 60);
+pub(crate) const DEFAULT_BACKOFF_RESET_AFTER: Duration = Duration::from_secs(2 * 60);
 
 /// `nats.url`: a local nats-server, e.g. a sidecar.
-pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
+pub(crate) const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 /// `nats.name`: the connection name shown by `nats server report connections`.
-pub const DEFAULT_NATS_NAME: &str = "kube2nats";
+pub(crate) const DEFAULT_NATS_NAME: &str = "kube2nats";
 /// `nats.mode`: core NATS needs no stream set-up; choose `jetstream` for acknowledged delivery.
-pub const DEFAULT_NATS_MODE: &str = "core";
+pub(crate) const DEFAULT_NATS_MODE: &str = "core";
 /// `nats.connect_timeout`: async-nats' default.
-pub const DEFAULT_NATS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_NATS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// `nats.queue_capacity`: messages queued towards the NATS connection before publishing waits;
 /// small, so a NATS outage costs bounded memory (the API server keeps the history, not kube2nats).
-pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
+pub(crate) const DEFAULT_QUEUE_CAPACITY: usize = 1024;
 /// `nats.max_buffered_bytes`: 32 MiB. The shipped manifests limit the container to 128 MiB; the
 /// process needs ~15 MiB without data, and beyond the budget it holds up to one read chunk per
 /// watch connection, one over-budget line and the HTTP/2 flow-control windows (see
 /// `kube::client`), so 32 MiB leaves room for those and the allocator's slack.
-pub const DEFAULT_MAX_BUFFERED_BYTES: usize = 32 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_BUFFERED_BYTES: usize = 32 * 1024 * 1024;
 /// Smallest `max_buffered_bytes` accepted: less than a typical large object only adds reconnects.
-pub const MIN_MAX_BUFFERED_BYTES: usize = 1024 * 1024;
+pub(crate) const MIN_MAX_BUFFERED_BYTES: usize = 1024 * 1024;
 /// `nats.jetstream.ack_timeout`: async-nats' default request timeout.
-pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(5);
 /// `nats.jetstream.max_ack_inflight`: enough to keep throughput high over a round trip of a few ms,
 /// small enough that a stalled stream applies backpressure quickly.
-pub const DEFAULT_MAX_ACK_INFLIGHT: usize = 256;
+pub(crate) const DEFAULT_MAX_ACK_INFLIGHT: usize = 256;
 /// `nats.jetstream.stream.name`.
-pub const DEFAULT_STREAM_NAME: &str = "KUBE";
+pub(crate) const DEFAULT_STREAM_NAME: &str = "KUBE";
 /// `nats.jetstream.stream.subjects`: everything under the default prefix.
-pub const DEFAULT_STREAM_SUBJECT: &str = "kube.>";
+pub(crate) const DEFAULT_STREAM_SUBJECT: &str = "kube.>";
 /// `nats.jetstream.stream.retention`.
-pub const DEFAULT_STREAM_RETENTION: Retention = Retention::Limits;
+pub(crate) const DEFAULT_STREAM_RETENTION: Retention = Retention::Limits;
 /// `nats.jetstream.stream.storage`.
-pub const DEFAULT_STREAM_STORAGE: Storage = Storage::File;
+pub(crate) const DEFAULT_STREAM_STORAGE: Storage = Storage::File;
 /// `nats.jetstream.stream.duplicate_window`: JetStream's own default; must cover the longest
 /// window in which kube2nats may republish (reconnect plus relist).
-pub const DEFAULT_DUPLICATE_WINDOW: Duration = Duration::from_secs(2 * 60);
+pub(crate) const DEFAULT_DUPLICATE_WINDOW: Duration = Duration::from_secs(2 * 60);
 /// `nats.jetstream.stream.max_age`: a week, so a consumer that was down over a long weekend can
 /// still replay what it missed, and nothing is kept for ever.
-pub const DEFAULT_STREAM_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+pub(crate) const DEFAULT_STREAM_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 /// `nats.jetstream.stream.max_bytes`: 1 GiB bounds the disk (or memory) the stream takes whatever
 /// the cluster's churn; at a few KiB per event that is hundreds of thousands of changes.
-pub const DEFAULT_STREAM_MAX_BYTES: i64 = 1 << 30;
+pub(crate) const DEFAULT_STREAM_MAX_BYTES: i64 = 1 << 30;
 /// `nats.jetstream.stream.max_msgs_per_subject`: a subject is one object and event type, so this
 /// keeps each object's last 1000 changes of a type: one hot object (a Lease renewed every few
 /// seconds) cannot push every other object's history out of `max_bytes`.
-pub const DEFAULT_STREAM_MAX_MSGS_PER_SUBJECT: i64 = 1000;
+pub(crate) const DEFAULT_STREAM_MAX_MSGS_PER_SUBJECT: i64 = 1000;
 /// `nats.jetstream.stream.replicas`: 1 runs on a single NATS server (the NATS Helm chart's
 /// default); use 3 on a JetStream cluster so the loss of one NATS server loses nothing.
-pub const DEFAULT_STREAM_REPLICAS: usize = 1;
+pub(crate) const DEFAULT_STREAM_REPLICAS: usize = 1;
 /// `nats.jetstream.stream.discard`: `old`, so a full stream drops its oldest messages and keeps
 /// accepting new ones. `new` would refuse publishes when full, which stalls every watch.
-pub const DEFAULT_STREAM_DISCARD: Discard = Discard::Old;
+pub(crate) const DEFAULT_STREAM_DISCARD: Discard = Discard::Old;
 
 /// `publish.subject_prefix`.
-pub const DEFAULT_SUBJECT_PREFIX: &str = "kube";
+pub(crate) const DEFAULT_SUBJECT_PREFIX: &str = "kube";
 /// `publish.payload`: the event as the API server sent it, type included.
-pub const DEFAULT_PAYLOAD: PayloadMode = PayloadMode::Event;
+pub(crate) const DEFAULT_PAYLOAD: PayloadMode = PayloadMode::Event;
 /// `publish.format`: kube2nats' own headers; CloudEvents consumers opt in.
-pub const DEFAULT_FORMAT: MessageFormat = MessageFormat::Native;
+pub(crate) const DEFAULT_FORMAT: MessageFormat = MessageFormat::Native;
 /// `http.listen`: all interfaces, so the kubelet and Prometheus can reach the pod.
-pub const DEFAULT_HTTP_LISTEN: SocketAddr =
+pub(crate) const DEFAULT_HTTP_LISTEN: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 9090));
 /// `http.max_connections`: the kubelet's probes and a few Prometheus scrapers need a handful; the
 /// rest of the cap is room for clients that come and go.
-pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 64;
+pub(crate) const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 64;
 /// `shutdown.grace_period`: below Kubernetes' default 30 s termination grace period, leaving room
 /// for the pod to exit before SIGKILL.
-pub const DEFAULT_SHUTDOWN_GRACE_PERIOD: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_SHUTDOWN_GRACE_PERIOD: Duration = Duration::from_secs(10);
 /// `watches[].initial_state`: publish the listed objects as ADDED so subscribers start complete.
-pub const DEFAULT_INITIAL_STATE: InitialState = InitialState::Added;
+pub(crate) const DEFAULT_INITIAL_STATE: InitialState = InitialState::Added;
 
 pub(super) fn s(v: &str) -> String {
     v.to_owned()
@@ -145,29 +146,29 @@ fn duration(d: Duration) -> String {
 #[derive(Debug, Clone, Default, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawConfig {
-    pub log: RawLog,
+    pub(crate) log: RawLog,
     /// Absent: in-cluster with the defaults below.
-    pub kubernetes: RawKubernetes,
-    pub nats: RawNats,
-    pub publish: RawPublish,
-    pub http: RawHttp,
-    pub shutdown: RawShutdown,
-    pub state: super::RawState,
-    pub leader_election: super::RawLeaderElection,
-    pub mirror: super::RawMirror,
+    pub(crate) kubernetes: RawKubernetes,
+    pub(crate) nats: RawNats,
+    pub(crate) publish: RawPublish,
+    pub(crate) http: RawHttp,
+    pub(crate) shutdown: RawShutdown,
+    pub(crate) state: super::RawState,
+    pub(crate) leader_election: super::RawLeaderElection,
+    pub(crate) mirror: super::RawMirror,
     /// At least one.
-    pub watches: Vec<RawWatch>,
+    pub(crate) watches: Vec<RawWatch>,
 }
 
 /// `[log]`
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawLog {
+pub(crate) struct RawLog {
     /// A `RUST_LOG`-style filter; the `RUST_LOG` environment variable, when set, wins.
     /// Default [`DEFAULT_LOG_FILTER`].
-    pub filter: String,
+    pub(crate) filter: String,
     /// `text` or `json`. Default [`DEFAULT_LOG_FORMAT`].
-    pub format: String,
+    pub(crate) format: String,
 }
 
 impl Default for RawLog {
@@ -182,46 +183,46 @@ impl Default for RawLog {
 /// `[kubernetes]`: where the API server is, and how kube2nats talks to it.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawKubernetes {
+pub(crate) struct RawKubernetes {
     /// `""`: found as kubectl finds it (see [`ApiSource::Auto`]); otherwise an http(s) URL such
     /// as `http://127.0.0.1:8001` behind `kubectl proxy`. Default `""`.
-    pub api_url: String,
+    pub(crate) api_url: String,
     /// Kubeconfig path(s), `:`-separated like `$KUBECONFIG`; excludes `api_url`. Default `""`:
     /// `$KUBECONFIG`, else `~/.kube/config`, when not in a pod.
-    pub kubeconfig: String,
+    pub(crate) kubeconfig: String,
     /// Context of the kubeconfig; `""` is its current-context. Naming one uses the kubeconfig
     /// even in a pod. Excludes `api_url`.
-    pub context: String,
+    pub(crate) context: String,
     /// Bearer token file. In-cluster: default [`DEFAULT_TOKEN_FILE`]; with `api_url`: used only
     /// when set.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub token_file: Option<String>,
+    pub(crate) token_file: Option<String>,
     /// CA bundle file. In-cluster: default [`DEFAULT_CA_FILE`]; with `api_url`: used only when set.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub ca_file: Option<String>,
+    pub(crate) ca_file: Option<String>,
     /// In-cluster only: the pod's namespace file. Default [`DEFAULT_NAMESPACE_FILE`].
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub namespace_file: Option<String>,
+    pub(crate) namespace_file: Option<String>,
     /// Skip verifying the API server's certificate. Default false; a warning is logged when true.
-    pub insecure_skip_tls_verify: bool,
+    pub(crate) insecure_skip_tls_verify: bool,
     /// Duration; how often the token file is re-read. Default [`DEFAULT_TOKEN_RELOAD_INTERVAL`].
-    pub token_reload_interval: String,
+    pub(crate) token_reload_interval: String,
     /// Duration; timeout of one non-watch request. Default [`DEFAULT_REQUEST_TIMEOUT`].
-    pub request_timeout: String,
+    pub(crate) request_timeout: String,
     /// Objects per list page, 1..=10000. Default [`DEFAULT_LIST_PAGE_SIZE`].
-    pub list_page_size: u32,
+    pub(crate) list_page_size: u32,
     /// Targets that list at once, >= 1; the others wait for a slot. Default
     /// [`DEFAULT_MAX_CONCURRENT_LISTS`].
-    pub max_concurrent_lists: usize,
+    pub(crate) max_concurrent_lists: usize,
     /// Duration, >= 1s; server-side watch timeout base. Default [`DEFAULT_WATCH_TIMEOUT`].
-    pub watch_timeout: String,
+    pub(crate) watch_timeout: String,
     /// Use streaming lists where supported. Default false (needs Kubernetes >= 1.32 to be useful).
-    pub streaming_list: bool,
+    pub(crate) streaming_list: bool,
     /// Bytes, >= 1024; longest accepted watch line. Default [`DEFAULT_MAX_LINE_BYTES`].
-    pub max_line_bytes: usize,
+    pub(crate) max_line_bytes: usize,
     /// `warn` or `fail`. Default [`DEFAULT_RBAC_CHECK`].
-    pub rbac_check: String,
-    pub backoff: RawBackoff,
+    pub(crate) rbac_check: String,
+    pub(crate) backoff: RawBackoff,
 }
 
 impl Default for RawKubernetes {
@@ -250,17 +251,17 @@ impl Default for RawKubernetes {
 /// `[kubernetes.backoff]`: the delay between failed attempts of one watch.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawBackoff {
+pub(crate) struct RawBackoff {
     /// Duration, > 0 and <= `max`. Default [`DEFAULT_BACKOFF_INITIAL`].
-    pub initial: String,
+    pub(crate) initial: String,
     /// Duration. Default [`DEFAULT_BACKOFF_MAX`].
-    pub max: String,
+    pub(crate) max: String,
     /// >= 1. Default [`DEFAULT_BACKOFF_MULTIPLIER`].
-    pub multiplier: f64,
+    pub(crate) multiplier: f64,
     /// 0..=1. Default [`DEFAULT_BACKOFF_JITTER`].
-    pub jitter: f64,
+    pub(crate) jitter: f64,
     /// Duration. Default [`DEFAULT_BACKOFF_RESET_AFTER`].
-    pub reset_after: String,
+    pub(crate) reset_after: String,
 }
 
 impl Default for RawBackoff {
@@ -278,36 +279,36 @@ impl Default for RawBackoff {
 /// `[nats]`
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawNats {
+pub(crate) struct RawNats {
     /// Comma-separated server URLs; schemes `nats`, `tls`, `ws`, `wss`. Default [`DEFAULT_NATS_URL`].
-    pub url: String,
+    pub(crate) url: String,
     /// Connection name. Default [`DEFAULT_NATS_NAME`].
-    pub name: String,
+    pub(crate) name: String,
     /// `core` or `jetstream`. Default [`DEFAULT_NATS_MODE`].
-    pub mode: String,
+    pub(crate) mode: String,
     /// Auth token (secret). At most one of token, user+password, nkey_seed_file, credentials_file.
-    pub token: String,
+    pub(crate) token: String,
     /// User name; needs `password`.
-    pub user: String,
+    pub(crate) user: String,
     /// Password (secret); needs `user`.
-    pub password: String,
+    pub(crate) password: String,
     /// Path of an NKey seed file.
-    pub nkey_seed_file: String,
+    pub(crate) nkey_seed_file: String,
     /// Path of a `.creds` file (JWT and seed).
-    pub credentials_file: String,
+    pub(crate) credentials_file: String,
     /// CA bundle for `tls://` servers; `""` = system roots.
-    pub tls_ca_file: String,
+    pub(crate) tls_ca_file: String,
     /// Client certificate (mutual TLS); with `tls_key_file`, both or neither.
-    pub tls_cert_file: String,
+    pub(crate) tls_cert_file: String,
     /// Client key; with `tls_cert_file`.
-    pub tls_key_file: String,
+    pub(crate) tls_key_file: String,
     /// Duration. Default [`DEFAULT_NATS_CONNECT_TIMEOUT`].
-    pub connect_timeout: String,
+    pub(crate) connect_timeout: String,
     /// Events, >= 1. Default [`DEFAULT_QUEUE_CAPACITY`].
-    pub queue_capacity: usize,
+    pub(crate) queue_capacity: usize,
     /// Bytes, >= [`MIN_MAX_BUFFERED_BYTES`]. Default [`DEFAULT_MAX_BUFFERED_BYTES`].
-    pub max_buffered_bytes: usize,
-    pub jetstream: RawJetStream,
+    pub(crate) max_buffered_bytes: usize,
+    pub(crate) jetstream: RawJetStream,
 }
 
 impl Default for RawNats {
@@ -335,18 +336,18 @@ impl Default for RawNats {
 /// `[nats.jetstream]`: used when `nats.mode = "jetstream"`.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawJetStream {
+pub(crate) struct RawJetStream {
     /// Duration. Default [`DEFAULT_ACK_TIMEOUT`].
-    pub ack_timeout: String,
+    pub(crate) ack_timeout: String,
     /// >= 1. Default [`DEFAULT_MAX_ACK_INFLIGHT`].
-    pub max_ack_inflight: usize,
+    pub(crate) max_ack_inflight: usize,
     /// The JetStream domain of the stream and of the state bucket; `""` (the default) = the
     /// domain of the server kube2nats connects to. Set it to the hub's domain when kube2nats
     /// connects to a leaf node: JetStream requests then cross the leaf-node connection.
-    pub domain: String,
+    pub(crate) domain: String,
     /// Absent: kube2nats does not manage streams.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub stream: Option<RawStream>,
+    pub(crate) stream: Option<RawStream>,
 }
 
 impl Default for RawJetStream {
@@ -363,28 +364,28 @@ impl Default for RawJetStream {
 /// `[nats.jetstream.stream]`: the stream kube2nats creates or checks at start.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawStream {
+pub(crate) struct RawStream {
     /// Default [`DEFAULT_STREAM_NAME`].
-    pub name: String,
+    pub(crate) name: String,
     /// Default `["kube.>"]`.
-    pub subjects: Vec<String>,
+    pub(crate) subjects: Vec<String>,
     /// `limits`, `interest` or `workqueue`. Default [`DEFAULT_STREAM_RETENTION`].
-    pub retention: String,
+    pub(crate) retention: String,
     /// `file` or `memory`. Default [`DEFAULT_STREAM_STORAGE`].
-    pub storage: String,
+    pub(crate) storage: String,
     /// Duration. Default [`DEFAULT_DUPLICATE_WINDOW`].
-    pub duplicate_window: String,
+    pub(crate) duplicate_window: String,
     /// Duration; `0s` = unlimited. Default [`DEFAULT_STREAM_MAX_AGE`].
-    pub max_age: String,
+    pub(crate) max_age: String,
     /// Bytes, >= 1 or -1 = unlimited. Default [`DEFAULT_STREAM_MAX_BYTES`].
-    pub max_bytes: i64,
+    pub(crate) max_bytes: i64,
     /// Messages kept per subject, >= 1 or -1 = unlimited. Default
     /// [`DEFAULT_STREAM_MAX_MSGS_PER_SUBJECT`].
-    pub max_msgs_per_subject: i64,
+    pub(crate) max_msgs_per_subject: i64,
     /// 1..=5. Default [`DEFAULT_STREAM_REPLICAS`].
-    pub replicas: usize,
+    pub(crate) replicas: usize,
     /// `old` or `new`: what a full stream drops. Default [`DEFAULT_STREAM_DISCARD`].
-    pub discard: String,
+    pub(crate) discard: String,
 }
 
 impl Default for RawStream {
@@ -407,18 +408,18 @@ impl Default for RawStream {
 /// `[publish]`: defaults for every watch.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawPublish {
+pub(crate) struct RawPublish {
     /// Tokens of `[A-Za-z0-9_-]` separated by dots. Default [`DEFAULT_SUBJECT_PREFIX`].
-    pub subject_prefix: String,
+    pub(crate) subject_prefix: String,
     /// Value of `{cluster}`; a template using `{cluster}` needs it non-empty. Default `""`.
-    pub cluster: String,
+    pub(crate) cluster: String,
     /// Subject template; `""` (the default) = [`crate::subject::DEFAULT_TEMPLATE`], or with
     /// `cluster` set [`crate::subject::DEFAULT_CLUSTER_TEMPLATE`].
-    pub subject: String,
+    pub(crate) subject: String,
     /// `event`, `object` or `metadata`. Default [`DEFAULT_PAYLOAD`].
-    pub payload: String,
+    pub(crate) payload: String,
     /// `native` or `cloudevents`. Default [`DEFAULT_FORMAT`].
-    pub format: String,
+    pub(crate) format: String,
 }
 
 impl Default for RawPublish {
@@ -436,11 +437,11 @@ impl Default for RawPublish {
 /// `[http]`
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawHttp {
+pub(crate) struct RawHttp {
     /// Socket address of `/metrics`, `/healthz`, `/readyz`. Default [`DEFAULT_HTTP_LISTEN`].
-    pub listen: String,
+    pub(crate) listen: String,
     /// 1 or more. Default [`DEFAULT_HTTP_MAX_CONNECTIONS`].
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
 }
 
 impl Default for RawHttp {
@@ -455,9 +456,9 @@ impl Default for RawHttp {
 /// `[shutdown]`
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawShutdown {
+pub(crate) struct RawShutdown {
     /// Duration. Default [`DEFAULT_SHUTDOWN_GRACE_PERIOD`].
-    pub grace_period: String,
+    pub(crate) grace_period: String,
 }
 
 impl Default for RawShutdown {
@@ -471,42 +472,42 @@ impl Default for RawShutdown {
 /// `[[watches]]`: one resource to list and watch.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawWatch {
+pub(crate) struct RawWatch {
     /// Required, unique, `[A-Za-z0-9_-]{1,63}`: the `watch` label of metrics.
-    pub name: String,
+    pub(crate) name: String,
     /// Required; kubectl-style `plural[.version][.group]`.
-    pub resource: String,
+    pub(crate) resource: String,
     /// DNS-1123 labels; `[]` = all namespaces.
-    pub namespaces: Vec<String>,
+    pub(crate) namespaces: Vec<String>,
     /// With `namespaces = []`: namespaces whose objects are not published. Default `[]`.
-    pub namespaces_exclude: Vec<String>,
+    pub(crate) namespaces_exclude: Vec<String>,
     /// Label selector on namespaces (`team=payments`); `""` = every namespace.
-    pub namespace_selector: String,
+    pub(crate) namespace_selector: String,
     /// Kubernetes label selector; `""` = none.
-    pub label_selector: String,
+    pub(crate) label_selector: String,
     /// Kubernetes field selector; `""` = none.
-    pub field_selector: String,
+    pub(crate) field_selector: String,
     /// Non-empty subset of ADDED, MODIFIED, DELETED (any case). Default all three.
-    pub events: Vec<String>,
+    pub(crate) events: Vec<String>,
     /// `added` or `skip`. Default [`DEFAULT_INITIAL_STATE`].
-    pub initial_state: String,
+    pub(crate) initial_state: String,
     /// Subject template; `""` = `publish.subject`.
-    pub subject: String,
+    pub(crate) subject: String,
     /// `event`, `object` or `metadata`; `""` = `publish.payload`.
-    pub payload: String,
+    pub(crate) payload: String,
     /// `native` or `cloudevents`; `""` = `publish.format`.
-    pub format: String,
+    pub(crate) format: String,
     /// Noise control: `any`, `generation` or `content`; `""` = `any`.
-    pub changes: String,
+    pub(crate) changes: String,
     /// Paths `changes = "content"` ignores besides the default three.
-    pub ignore_paths: Vec<String>,
+    pub(crate) ignore_paths: Vec<String>,
     /// Paths removed from the published object.
-    pub strip_paths: Vec<String>,
+    pub(crate) strip_paths: Vec<String>,
     /// A CEL expression over `object`: only matching objects are published; `""` = all.
-    pub filter: String,
+    pub(crate) filter: String,
     /// Keep the watch's objects in the `[mirror]` bucket; unset = `mirror.enabled`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub mirror: Option<bool>,
+    pub(crate) mirror: Option<bool>,
 }
 
 impl Default for RawWatch {

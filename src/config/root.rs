@@ -11,12 +11,12 @@ use super::values::{
 #[derive(Debug, Clone)]
 pub struct Config {
     pub log: LogConfig,
-    pub kubernetes: KubernetesConfig,
-    pub nats: NatsConfig,
-    pub http: HttpConfig,
-    pub shutdown: ShutdownConfig,
-    pub state: StateConfig,
-    pub leader_election: LeaderElectionConfig,
-    pub mirror: MirrorConfig,
+    pub(crate) kubernetes: KubernetesConfig,
+    pub(crate) nats: NatsConfig,
+    pub(crate) http: HttpConfig,
+    pub(crate) shutdown: ShutdownConfig,
+    pub(crate) state: StateConfig,
+    pub(crate) leader_election: LeaderElectionConfig,
+    pub(crate) mirror: MirrorConfig,
     pub watches: Vec<WatchConfig>,
 }

@@ -13,7 +13,7 @@ pub(super) fn is_dns_label(s: &str) -> bool {
 }
 /// Checks a label selector as the API server parses it: comma-separated requirements `k=v`,
 /// `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`, `k>n`, `k<n` (`n` an integer).
-pub fn check_label_selector(selector: &str) -> Result<(), String> {
+pub(super) fn check_label_selector(selector: &str) -> Result<(), String> {
     for requirement in split_top_level(selector)? {
         check_label_requirement(requirement.trim())?;
     }
@@ -129,7 +129,7 @@ fn check_label_value(v: &str) -> Result<(), String> {
 }
 
 /// Checks a field selector: comma-separated `k=v`, `k==v`, `k!=v` (e.g. `status.phase=Running`).
-pub fn check_field_selector(selector: &str) -> Result<(), String> {
+pub(super) fn check_field_selector(selector: &str) -> Result<(), String> {
     for r in selector.split(',').map(str::trim) {
         if r.is_empty() {
             return Err("empty requirement (a stray comma?)".into());

@@ -10,11 +10,11 @@ use super::error::ConfigErrors;
 use super::raw::{s, RawConfig, RawStream, RawWatch};
 
 /// Prefix of the environment variables that override file keys: `KUBE2NATS__NATS__URL`.
-pub const ENV_PREFIX: &str = "KUBE2NATS";
+pub(super) const ENV_PREFIX: &str = "KUBE2NATS";
 /// Separator between the prefix and the key path segments in environment variable names.
-pub const ENV_SEPARATOR: &str = "__";
+pub(super) const ENV_SEPARATOR: &str = "__";
 /// What a redacted secret is shown as by `--check-config`.
-pub const REDACTED: &str = "<redacted>";
+pub(super) const REDACTED: &str = "<redacted>";
 
 /// Turns an error of the `config` crate into one line naming its key (or file).
 fn from_source_error(err: config::ConfigError, file: Option<&Path>) -> ConfigError {
@@ -74,7 +74,7 @@ pub(super) fn process_environment() -> HashMap<String, String> {
 
 /// The environment variable that overrides `key` (`kubernetes.watch_timeout` →
 /// `KUBE2NATS__KUBERNETES__WATCH_TIMEOUT`).
-pub fn env_var_name(key: &str) -> String {
+pub(super) fn env_var_name(key: &str) -> String {
     format!(
         "{ENV_PREFIX}{ENV_SEPARATOR}{}",
         key.replace('.', ENV_SEPARATOR).to_uppercase()
@@ -287,7 +287,7 @@ fn unknown_keys(
 impl RawConfig {
     /// A copy with secrets replaced by [`REDACTED`]: `nats.token`, `nats.password` and credentials
     /// inside `nats.url`.
-    pub fn redacted(&self) -> RawConfig {
+    pub(crate) fn redacted(&self) -> RawConfig {
         let mut raw = self.clone();
         if !raw.nats.token.is_empty() {
             raw.nats.token = s(REDACTED);

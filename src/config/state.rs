@@ -7,18 +7,18 @@ use super::checker::Checker;
 use super::raw::s;
 
 /// `state.bucket`: the JetStream key-value bucket; one per kube2nats deployment sharing a NATS.
-pub const DEFAULT_STATE_BUCKET: &str = "kube2nats-state";
+pub(super) const DEFAULT_STATE_BUCKET: &str = "kube2nats-state";
 /// `state.replicas`: one, as a single NATS server needs; three on a clustered JetStream.
-pub const DEFAULT_STATE_REPLICAS: usize = 1;
+pub(super) const DEFAULT_STATE_REPLICAS: usize = 1;
 /// `state.checkpoint_interval`: a crash re-announces at most this much of the watch's history (in
 /// JetStream mode the duplicate window drops even that); a checkpoint rewrites every object of a
 /// changed target, so much shorter intervals cost CPU on large targets.
-pub const DEFAULT_CHECKPOINT_INTERVAL: &str = "5s";
+pub(super) const DEFAULT_CHECKPOINT_INTERVAL: &str = "5s";
 /// `state.max_load_bytes`: 64 MiB. What loading a target's saved state may build up in memory,
 /// estimated as its encoded size plus 48 bytes per object (`crate::state`) (~700k pods). The
 /// shipped manifests limit the container to 128 MiB, of which `nats.max_buffered_bytes` takes 32
 /// MiB and the process ~15 MiB; a watch's objects take ~62 bytes each once loaded.
-pub const DEFAULT_MAX_LOAD_BYTES: usize = 64 * 1024 * 1024;
+pub(super) const DEFAULT_MAX_LOAD_BYTES: usize = 64 * 1024 * 1024;
 /// The smallest `state.max_load_bytes` accepted.
 const MIN_MAX_LOAD_BYTES: usize = 1024 * 1024;
 /// The shortest `state.checkpoint_interval` accepted.
@@ -26,41 +26,41 @@ const MIN_CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The validated `[state]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateConfig {
+pub(crate) struct StateConfig {
     /// Checkpoint to JetStream; `false` keeps state in memory only (a restart re-announces all).
-    pub enabled: bool,
-    pub bucket: String,
+    pub(crate) enabled: bool,
+    pub(crate) bucket: String,
     /// Replicas of the bucket when kube2nats creates it (an existing bucket is not changed).
-    pub replicas: usize,
+    pub(crate) replicas: usize,
     /// Time between checkpoints of a watch target that changed.
-    pub checkpoint_interval: Duration,
+    pub(crate) checkpoint_interval: Duration,
     /// The cluster part of the state's owner; `None`: the `kube-system` Namespace's uid.
-    pub cluster_id: Option<String>,
+    pub(crate) cluster_id: Option<String>,
     /// The instance part of the state's owner; `None`: derived (see `crate::state::owner`).
-    pub instance: Option<String>,
+    pub(crate) instance: Option<String>,
     /// The most one target's saved state may take in memory when loaded; larger state is
     /// refused (the target starts fresh), so forged or runaway state cannot OOM every start.
-    pub max_load_bytes: usize,
+    pub(crate) max_load_bytes: usize,
 }
 
 /// `[state]`
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawState {
+pub(crate) struct RawState {
     /// Default `true`.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// `[A-Za-z0-9_-]+`. Default [`DEFAULT_STATE_BUCKET`].
-    pub bucket: String,
+    pub(crate) bucket: String,
     /// 1..=5. Default [`DEFAULT_STATE_REPLICAS`].
-    pub replicas: usize,
+    pub(crate) replicas: usize,
     /// Duration, >= 100ms. Default [`DEFAULT_CHECKPOINT_INTERVAL`].
-    pub checkpoint_interval: String,
+    pub(crate) checkpoint_interval: String,
     /// `[A-Za-z0-9_-]+`, or empty (the default): the `kube-system` Namespace's uid.
-    pub cluster_id: String,
+    pub(crate) cluster_id: String,
     /// `[A-Za-z0-9_-]+`, or empty (the default): the Lease, else the pod's namespace.
-    pub instance: String,
+    pub(crate) instance: String,
     /// Bytes, >= 1 MiB. Default [`DEFAULT_MAX_LOAD_BYTES`].
-    pub max_load_bytes: usize,
+    pub(crate) max_load_bytes: usize,
 }
 
 impl Default for RawState {

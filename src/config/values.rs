@@ -22,33 +22,33 @@ pub struct LogConfig {
 }
 
 #[derive(Debug, Clone)]
-pub struct KubernetesConfig {
-    pub source: ApiSource,
+pub(crate) struct KubernetesConfig {
+    pub(crate) source: ApiSource,
     /// Off unless set explicitly; turning it on logs a warning at start.
-    pub insecure_skip_tls_verify: bool,
+    pub(crate) insecure_skip_tls_verify: bool,
     /// How often the bearer token file is re-read (projected tokens rotate).
-    pub token_reload_interval: Duration,
+    pub(crate) token_reload_interval: Duration,
     /// Timeout of a non-watch request (discovery, one list page, access reviews).
-    pub request_timeout: Duration,
+    pub(crate) request_timeout: Duration,
     /// `limit` of one list page.
-    pub list_page_size: u32,
+    pub(crate) list_page_size: u32,
     /// How many targets list at once ([`crate::watcher::ListSlots`]).
-    pub max_concurrent_lists: usize,
+    pub(crate) max_concurrent_lists: usize,
     /// T: each watch asks the server for a `timeoutSeconds` drawn from [T, 2T).
-    pub watch_timeout: Duration,
+    pub(crate) watch_timeout: Duration,
     /// Use streaming lists (`sendInitialEvents=true`) where the server supports them.
-    pub streaming_list: bool,
+    pub(crate) streaming_list: bool,
     /// A watch line longer than this is a decode error that ends the stream.
-    pub max_line_bytes: usize,
+    pub(crate) max_line_bytes: usize,
     /// Delay between failed attempts of one watch.
-    pub backoff: BackoffConfig,
+    pub(crate) backoff: BackoffConfig,
     /// What a missing permission found by the start-up self-check does.
-    pub rbac_check: RbacCheck,
+    pub(crate) rbac_check: RbacCheck,
 }
 
 /// Where the API server is and how to authenticate to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ApiSource {
+pub(crate) enum ApiSource {
     /// As client-go and kubectl decide: the pod's service account when `KUBERNETES_SERVICE_HOST`
     /// is set and no `context` is named, else the files of `$KUBECONFIG` (merged), else
     /// `~/.kube/config`.
@@ -72,16 +72,16 @@ pub enum ApiSource {
 
 /// The service-account files a pod has mounted.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InClusterFiles {
-    pub token_file: PathBuf,
-    pub ca_file: PathBuf,
-    pub namespace_file: PathBuf,
+pub(crate) struct InClusterFiles {
+    pub(crate) token_file: PathBuf,
+    pub(crate) ca_file: PathBuf,
+    pub(crate) namespace_file: PathBuf,
 }
 
 /// Exponential backoff with jitter, as a validated value: only [`BackoffConfig::new`] (or
 /// [`BackoffConfig::checked`] for constants) makes one.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct BackoffConfig {
+pub(crate) struct BackoffConfig {
     initial: Duration,
     max: Duration,
     multiplier: f64,
@@ -91,7 +91,7 @@ pub struct BackoffConfig {
 
 /// Why backoff parameters are not a [`BackoffConfig`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum BackoffError {
+pub(crate) enum BackoffError {
     #[error("initial must be > 0")]
     ZeroInitial,
     #[error("initial must be <= max")]
@@ -105,7 +105,7 @@ pub enum BackoffError {
 impl BackoffConfig {
     /// Checks what [`crate::backoff::Backoff`] relies on: `0 < initial <= max`, a finite
     /// `multiplier >= 1`, `jitter` within `0..=1`.
-    pub const fn new(
+    pub(crate) const fn new(
         initial: Duration,
         max: Duration,
         multiplier: f64,
@@ -134,7 +134,7 @@ impl BackoffConfig {
     }
 
     /// [`new`](Self::new) for constants: invalid values fail the build.
-    pub const fn checked(
+    pub(crate) const fn checked(
         initial: Duration,
         max: Duration,
         multiplier: f64,
@@ -148,66 +148,66 @@ impl BackoffConfig {
     }
 
     /// Factor applied after each failure: finite and >= 1, so delays never shrink.
-    pub const fn valid_multiplier(multiplier: f64) -> bool {
+    pub(crate) const fn valid_multiplier(multiplier: f64) -> bool {
         multiplier.is_finite() && multiplier >= 1.0
     }
 
     /// Fraction of the delay that is randomized: within 0..=1, so a delay is never negative.
-    pub const fn valid_jitter(jitter: f64) -> bool {
+    pub(crate) const fn valid_jitter(jitter: f64) -> bool {
         jitter >= 0.0 && jitter <= 1.0
     }
 
     /// The first delay, and the delay again after `reset_after` of health.
-    pub const fn initial(&self) -> Duration {
+    pub(crate) const fn initial(&self) -> Duration {
         self.initial
     }
     /// The longest delay.
-    pub const fn max(&self) -> Duration {
+    pub(crate) const fn max(&self) -> Duration {
         self.max
     }
-    pub const fn multiplier(&self) -> f64 {
+    pub(crate) const fn multiplier(&self) -> f64 {
         self.multiplier
     }
-    pub const fn jitter(&self) -> f64 {
+    pub(crate) const fn jitter(&self) -> f64 {
         self.jitter
     }
     /// A watch healthy for this long starts again from `initial`.
-    pub const fn reset_after(&self) -> Duration {
+    pub(crate) const fn reset_after(&self) -> Duration {
         self.reset_after
     }
 }
 
 /// `Debug` shows the server URLs without their user part (see the impl).
 #[derive(Clone)]
-pub struct NatsConfig {
+pub(crate) struct NatsConfig {
     /// One or more server URLs (`nats://`, `tls://`).
-    pub servers: Vec<String>,
+    pub(crate) servers: Vec<String>,
     /// The connection name shown by the NATS server.
-    pub name: String,
-    pub auth: NatsAuth,
+    pub(crate) name: String,
+    pub(crate) auth: NatsAuth,
     /// Present when a CA file or a client certificate is configured; `tls://` URLs without it use
     /// the system roots.
-    pub tls: Option<NatsTls>,
+    pub(crate) tls: Option<NatsTls>,
     /// Timeout of one connection attempt.
-    pub connect_timeout: Duration,
-    pub mode: NatsMode,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) mode: NatsMode,
     /// Capacity of the bounded queue between kube2nats and the NATS connection, in messages.
     /// When it is full (NATS slow or down) publishing waits, and the watches stop reading the API
     /// server: the outage costs bounded memory.
-    pub queue_capacity: usize,
+    pub(crate) queue_capacity: usize,
     /// `nats.jetstream.domain`: the JetStream domain of the stream and of the state bucket;
     /// `None` = the connected server's own.
-    pub jetstream_domain: Option<String>,
+    pub(crate) jetstream_domain: Option<String>,
     /// One budget, in bytes, for the data held between the API server and NATS across all
     /// watches (read and not yet published, or published and not yet taken by NATS); when it
     /// is spent, the watches stop reading ([`crate::budget`]).
-    pub max_buffered_bytes: usize,
+    pub(crate) max_buffered_bytes: usize,
 }
 
 impl NatsConfig {
     /// The subject prefix of the JetStream API: `$JS.API`, or `$JS.{domain}.API` in a domain
     /// (how a client on a leaf node reaches the hub's JetStream).
-    pub fn jetstream_api_prefix(&self) -> String {
+    pub(crate) fn jetstream_api_prefix(&self) -> String {
         match &self.jetstream_domain {
             None => "$JS.API".to_owned(),
             Some(domain) => format!("$JS.{domain}.API"),
@@ -217,7 +217,7 @@ impl NatsConfig {
 
 /// At most one NATS authentication method.
 #[derive(Clone, PartialEq, Eq)]
-pub enum NatsAuth {
+pub(crate) enum NatsAuth {
     /// No credentials (or credentials inside the URL).
     None,
     /// `nats.token`.
@@ -264,15 +264,15 @@ impl std::fmt::Debug for NatsAuth {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NatsTls {
+pub(crate) struct NatsTls {
     /// CA bundle that verifies the servers; `None` = the system roots.
-    pub ca_file: Option<PathBuf>,
+    pub(crate) ca_file: Option<PathBuf>,
     /// Client certificate and key, both or neither.
-    pub client_cert: Option<(PathBuf, PathBuf)>,
+    pub(crate) client_cert: Option<(PathBuf, PathBuf)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum NatsMode {
+pub(crate) enum NatsMode {
     /// Fire-and-forget publish; fastest, no delivery acknowledgement.
     Core,
     /// Publish and await the stream's acknowledgement.
@@ -280,85 +280,85 @@ pub enum NatsMode {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct JetStreamConfig {
+pub(crate) struct JetStreamConfig {
     /// How long to wait for one publish acknowledgement before publishing again (same `Nats-Msg-Id`).
-    pub ack_timeout: Duration,
+    pub(crate) ack_timeout: Duration,
     /// Publishes awaiting their acknowledgement, per watch.
-    pub max_ack_inflight: usize,
+    pub(crate) max_ack_inflight: usize,
     /// Create the stream, or check it, at start; `None` leaves streams to the operator.
-    pub stream: Option<StreamConfig>,
+    pub(crate) stream: Option<StreamConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct StreamConfig {
+pub(crate) struct StreamConfig {
     /// Stream name (no whitespace, `.`, `*`, `>`, `/`, `\`).
-    pub name: String,
+    pub(crate) name: String,
     /// Subjects the stream binds; wildcards allowed. Must cover the watches' subjects.
-    pub subjects: Vec<String>,
-    pub retention: Retention,
-    pub storage: Storage,
+    pub(crate) subjects: Vec<String>,
+    pub(crate) retention: Retention,
+    pub(crate) storage: Storage,
     /// Window in which JetStream drops a repeated `Nats-Msg-Id`.
-    pub duplicate_window: Duration,
+    pub(crate) duplicate_window: Duration,
     /// Zero means unlimited.
-    pub max_age: Duration,
+    pub(crate) max_age: Duration,
     /// `None` means unlimited.
-    pub max_bytes: Option<u64>,
+    pub(crate) max_bytes: Option<u64>,
     /// `None` means unlimited.
-    pub max_msgs_per_subject: Option<u64>,
-    pub replicas: usize,
-    pub discard: Discard,
+    pub(crate) max_msgs_per_subject: Option<u64>,
+    pub(crate) replicas: usize,
+    pub(crate) discard: Discard,
 }
 
 #[derive(Debug, Clone)]
-pub struct HttpConfig {
+pub(crate) struct HttpConfig {
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
     /// Most connections open at once; at the cap the idle one open longest is closed for a new
     /// one. Lowered at start to keep file descriptors free for the watches and NATS.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
 }
 
 #[derive(Debug, Clone)]
-pub struct ShutdownConfig {
+pub(crate) struct ShutdownConfig {
     /// Time allowed to stop watches, publish what is in flight and drain NATS after SIGTERM.
-    pub grace_period: Duration,
+    pub(crate) grace_period: Duration,
 }
 
 /// One configured watch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WatchConfig {
     /// Unique; the `watch` label of every metric and the `watch` field of every log line.
-    pub name: String,
+    pub(crate) name: String,
     /// The resource as kubectl names it (`pods`, `deployments.apps`, `widgets.v1.example.com`),
     /// resolved through discovery at start.
-    pub resource: String,
+    pub(crate) resource: String,
     /// Empty means all namespaces (and is the only choice for cluster-scoped resources).
-    pub namespaces: Vec<String>,
+    pub(crate) namespaces: Vec<String>,
     /// With `namespaces` empty: namespaces whose objects are dropped by kube2nats (one watch).
-    pub namespaces_exclude: Vec<String>,
+    pub(crate) namespaces_exclude: Vec<String>,
     /// A label selector on namespaces: only objects of namespaces whose labels match are
     /// published, followed as namespaces are relabelled ([`crate::scope`]).
-    pub namespace_selector: Option<String>,
+    pub(crate) namespace_selector: Option<String>,
     /// A label selector checked for syntax (`app=web,tier in (a,b)`); `None` = all objects.
-    pub label_selector: Option<String>,
+    pub(crate) label_selector: Option<String>,
     /// A field selector checked for syntax (`status.phase=Running`); `None` = all objects.
-    pub field_selector: Option<String>,
+    pub(crate) field_selector: Option<String>,
     /// The event types published; others are dropped (counted as `filtered`).
-    pub events: Vec<EventType>,
-    pub initial_state: InitialState,
+    pub(crate) events: Vec<EventType>,
+    pub(crate) initial_state: InitialState,
     /// The watch's own template, or `publish.subject`; a template using `{cluster}` comes with a
     /// non-empty `cluster`.
-    pub subject: SubjectTemplate,
+    pub(crate) subject: SubjectTemplate,
     /// `{prefix}` of the subject template.
-    pub subject_prefix: String,
+    pub(crate) subject_prefix: String,
     /// `{cluster}` of the subject template.
-    pub cluster: String,
-    pub payload: PayloadMode,
-    pub format: MessageFormat,
+    pub(crate) cluster: String,
+    pub(crate) payload: PayloadMode,
+    pub(crate) format: MessageFormat,
     /// Which MODIFIED events are published and which paths are stripped.
-    pub noise: NoiseConfig,
+    pub(crate) noise: NoiseConfig,
     /// Whether the watch's objects are kept in the `[mirror]` bucket (docs/mirror.md).
-    pub mirror: bool,
+    pub(crate) mirror: bool,
     /// Only objects this CEL expression matches are published (docs/filters.md).
-    pub filter: Option<FilterExpr>,
+    pub(crate) filter: Option<FilterExpr>,
 }

@@ -9,7 +9,7 @@ impl Dedupe {
     /// A journal record of an object: its first message (or, when `deleted`, its deletion) may
     /// have gone out before the crash, at the version recorded. A deletion is announced again
     /// at that version, whether a replayed event or a relist finds it.
-    pub fn restore_journaled(&mut self, object: SavedObject<'_>, deleted: bool) {
+    pub(crate) fn restore_journaled(&mut self, object: SavedObject<'_>, deleted: bool) {
         self.restore_saved(Saved::Object(object), true);
         let key = saved_key(object.uid);
         if !self.is_unconfirmed(&key) {
@@ -28,7 +28,12 @@ impl Dedupe {
     /// forgets it and remembers its uid as deleted. A confirmation older than what the memory
     /// holds changes nothing (a later record or the checkpoint knows better). The object's
     /// `changes` mark is reset (nothing to compare): the next change of it is published.
-    pub fn confirm_saved(&mut self, uid: SavedUid<'_>, version: SavedVersion<'_>, deleted: bool) {
+    pub(crate) fn confirm_saved(
+        &mut self,
+        uid: SavedUid<'_>,
+        version: SavedVersion<'_>,
+        deleted: bool,
+    ) {
         let key = saved_key(uid);
         let confirmed = match version {
             SavedVersion::Number(n) if n != OPAQUE => Version::Number(n),
@@ -69,12 +74,12 @@ impl Dedupe {
 
 impl<'a> SavedVersion<'a> {
     /// A resourceVersion as the memory holds it: an integer where it is one, else its text.
-    pub fn of_text(text: &'a str) -> SavedVersion<'a> {
+    pub(crate) fn of_text(text: &'a str) -> SavedVersion<'a> {
         number(text).map_or(SavedVersion::Text(text), SavedVersion::Number)
     }
 
     /// The resourceVersion's text.
-    pub fn to_text(self) -> String {
+    pub(crate) fn to_text(self) -> String {
         match self {
             SavedVersion::Number(n) => n.to_string(),
             SavedVersion::Text(text) => text.to_owned(),

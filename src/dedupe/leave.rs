@@ -10,7 +10,7 @@ impl Dedupe {
     /// but without a tombstone, since it may match again later and is then news (ADDED).
     /// [`Verdict::Stale`] when the version is older than the one published, or the object is
     /// not tracked.
-    pub fn leave(&mut self, meta: &ObjectMeta) -> Verdict {
+    pub(crate) fn leave(&mut self, meta: &ObjectMeta) -> Verdict {
         let key = UidKey::new(&meta.uid);
         let Some((_, tracked)) = self.locate(&key) else {
             return Verdict::Stale;

@@ -13,7 +13,7 @@ use cel::common::ast::{EntryExpr, Expr};
 use cel::{IdedExpr, Program};
 
 /// The one variable a filter sees.
-pub const OBJECT: &str = "object";
+pub(crate) const OBJECT: &str = "object";
 
 /// Names an expression may use without binding them: CEL's type names (`type(x) == string`).
 const TYPE_NAMES: [&str; 13] = [
@@ -35,7 +35,7 @@ const TYPE_NAMES: [&str; 13] = [
 /// A compiled filter and its source. Compares by source: two configurations with the same
 /// expression have the same filter.
 #[derive(Clone)]
-pub struct FilterExpr {
+pub(crate) struct FilterExpr {
     source: Arc<str>,
     program: Arc<Program>,
     /// The top-level members of `object` the expression reads (`object.status…` reads
@@ -45,7 +45,7 @@ pub struct FilterExpr {
 
 impl FilterExpr {
     /// Compiles `source`; the error says what is wrong and where (line:column).
-    pub fn compile(source: &str) -> Result<FilterExpr, String> {
+    pub(crate) fn compile(source: &str) -> Result<FilterExpr, String> {
         let program = Program::compile(source).map_err(|errors| {
             let first = errors.errors.first();
             match first {
@@ -76,7 +76,7 @@ impl FilterExpr {
         })
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.source
     }
 

@@ -10,7 +10,7 @@
 //! Only watches with a filter read the object beyond the metadata the decode step takes: the
 //! object's JSON is read into a CEL value once per event ([`value`]).
 
-pub mod expression;
+pub(crate) mod expression;
 mod value;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,15 +19,15 @@ use std::sync::Arc;
 use prometheus::IntCounter;
 
 use crate::event::{EventType, ObjectEvent};
-pub use expression::FilterExpr;
+pub(crate) use expression::FilterExpr;
 
 /// The value of `Kube-Synthesized` on the DELETED of an object that stopped matching its watch's
 /// filter (it is still in the cluster).
-pub const SYNTHESIZED_FILTER: &str = "filter";
+pub(crate) const SYNTHESIZED_FILTER: &str = "filter";
 
 /// One watch's compiled filter, shared by its namespaces' tasks.
 #[derive(Clone)]
-pub struct Filter {
+pub(crate) struct Filter {
     expr: FilterExpr,
     env: Arc<cel::Env>,
     /// `kube2nats_filter_errors_total` of the watch.
@@ -52,7 +52,7 @@ pub(crate) enum Admission {
 }
 
 impl Filter {
-    pub fn new(expr: FilterExpr, watch: Arc<str>, errors: IntCounter) -> Filter {
+    pub(crate) fn new(expr: FilterExpr, watch: Arc<str>, errors: IntCounter) -> Filter {
         Filter {
             expr,
             env: Arc::new(cel::Env::stdlib()),
@@ -89,7 +89,7 @@ impl Filter {
     /// Whether the object of `event` matches. An expression that fails on it (a missing field
     /// read without `has()`, a function applied to the wrong type, a result that is not a bool)
     /// does not match: counted in `kube2nats_filter_errors_total`, logged once per watch.
-    pub fn matches(&self, event: &ObjectEvent) -> bool {
+    pub(crate) fn matches(&self, event: &ObjectEvent) -> bool {
         match self.evaluate(&event.object) {
             Ok(matches) => matches,
             Err(error) => {

@@ -40,7 +40,9 @@ const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(15);
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
 /// Registers the API client's metric family, `api_requests_total{verb, resource, code}`.
-pub fn register_api_requests(registry: &prometheus::Registry) -> prometheus::Result<IntCounterVec> {
+pub(crate) fn register_api_requests(
+    registry: &prometheus::Registry,
+) -> prometheus::Result<IntCounterVec> {
     crate::telemetry::metrics::counter(
         registry,
         "api_requests_total",
@@ -54,7 +56,7 @@ pub fn register_api_requests(registry: &prometheus::Registry) -> prometheus::Res
 /// discovery documents. kube2nats builds its paths from the configured watches plus discovery,
 /// access reviews and its Lease, so the label has no more values than those; object names and
 /// namespaces in a path never reach it.
-pub fn resource_label(path: &str) -> String {
+pub(crate) fn resource_label(path: &str) -> String {
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let (group, rest) = match segments.as_slice() {
         ["api", _version, rest @ ..] => ("", rest),
@@ -74,7 +76,7 @@ pub fn resource_label(path: &str) -> String {
 }
 
 /// A client for one API server, shared by every watch.
-pub struct ApiClient {
+pub(crate) struct ApiClient {
     /// The HTTP clients and the exec plugin's certificate they present, replaced together when
     /// the plugin hands out a new certificate (a TLS identity is fixed when a client is built).
     http: RwLock<(HttpClients, Option<Arc<[u8]>>)>,
@@ -135,7 +137,7 @@ fn bearer(token: &str) -> Option<reqwest::header::HeaderValue> {
 
 /// The API verbs kube2nats uses, as they appear in the `verb` label and in RBAC rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verb {
+pub(crate) enum Verb {
     Get,
     List,
     Watch,
@@ -144,7 +146,7 @@ pub enum Verb {
 }
 
 impl Verb {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Verb::Get => "get",
             Verb::List => "list",
@@ -156,7 +158,7 @@ impl Verb {
 }
 
 impl ApiClient {
-    pub fn new(
+    pub(crate) fn new(
         endpoint: Endpoint,
         request_timeout: Duration,
         api_requests: IntCounterVec,
@@ -205,7 +207,7 @@ impl ApiClient {
     }
 
     /// GET a JSON document (discovery), within the request timeout.
-    pub async fn get(&self, path: &str) -> Result<Bytes, ApiError> {
+    pub(crate) async fn get(&self, path: &str) -> Result<Bytes, ApiError> {
         let response = self
             .send(
                 Verb::Get,
@@ -217,13 +219,9 @@ impl ApiClient {
         self.read_body(response).await
     }
 
-    /// One list request (one page), within the request timeout.
-    pub async fn list(&self, path: &str, query: &[(&str, &str)]) -> Result<Bytes, ApiError> {
-        self.list_as(path, query, ACCEPT_JSON).await
-    }
-
-    /// [`list`](Self::list) with `accept` choosing the representation ([`super::metadata`]).
-    pub async fn list_as(
+    /// One list request (one page), within the request timeout; `accept` chooses the
+    /// representation ([`super::metadata`]).
+    pub(crate) async fn list_as(
         &self,
         path: &str,
         query: &[(&str, &str)],
@@ -235,7 +233,11 @@ impl ApiClient {
     }
 
     /// POST a JSON body (access reviews, a Lease's creation).
-    pub async fn create(&self, path: &str, body: &serde_json::Value) -> Result<Bytes, ApiError> {
+    pub(crate) async fn create(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<Bytes, ApiError> {
         let url = self.url(path, &[]);
         self.send_json(Verb::Create, path, |h| h.post(url), body)
             .await
@@ -243,7 +245,11 @@ impl ApiClient {
 
     /// PUT a whole object (a Lease renewal); the API server refuses it with 409 Conflict when the
     /// body's `metadata.resourceVersion` is not the object's current one.
-    pub async fn update(&self, path: &str, body: &serde_json::Value) -> Result<Bytes, ApiError> {
+    pub(crate) async fn update(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<Bytes, ApiError> {
         let url = self.url(path, &[]);
         self.send_json(Verb::Update, path, |h| h.put(url), body)
             .await
@@ -267,17 +273,9 @@ impl ApiClient {
     }
 
     /// Opens a watch: the response headers arrive within the request timeout, the body then
-    /// streams for as long as the server keeps it open.
-    pub async fn watch(
-        &self,
-        path: &str,
-        query: &[(&str, &str)],
-    ) -> Result<reqwest::Response, ApiError> {
-        self.watch_as(path, query, ACCEPT_JSON).await
-    }
-
-    /// [`watch`](Self::watch) with `accept` choosing the representation ([`super::metadata`]).
-    pub async fn watch_as(
+    /// streams for as long as the server keeps it open; `accept` chooses the representation
+    /// ([`super::metadata`]).
+    pub(crate) async fn watch_as(
         &self,
         path: &str,
         query: &[(&str, &str)],
@@ -467,7 +465,7 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 }
 
 /// The collection path of a resource: `/api/v1/namespaces/default/pods`, `/apis/apps/v1/deployments`.
-pub fn collection_path(resource: &ResourceInfo, namespace: Option<&str>) -> String {
+pub(crate) fn collection_path(resource: &ResourceInfo, namespace: Option<&str>) -> String {
     let mut path = if resource.group.is_empty() {
         format!("/api/{}", resource.version)
     } else {

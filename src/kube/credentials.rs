@@ -20,7 +20,7 @@ use super::kubeconfig::{self, KubeconfigError};
 use crate::config::{ApiSource, InClusterFiles, KubernetesConfig};
 
 #[derive(Debug, thiserror::Error)]
-pub enum CredentialsError {
+pub(crate) enum CredentialsError {
     #[error("no Kubernetes API server found: KUBERNETES_SERVICE_HOST is not set (not in a pod) and no kubeconfig exists (looked for {looked_for}; set KUBECONFIG, kubernetes.kubeconfig or kubernetes.api_url)")]
     NothingFound { looked_for: String },
     #[error("not running in a cluster: KUBERNETES_SERVICE_HOST is not set (set kubernetes.api_url or kubernetes.kubeconfig to run outside a cluster)")]
@@ -50,16 +50,16 @@ pub enum CredentialsError {
 }
 
 /// Everything needed to build the HTTP client. Its `Debug` shows no key material.
-pub struct Endpoint {
-    pub base_url: Url,
+pub(crate) struct Endpoint {
+    pub(crate) base_url: Url,
     /// PEM bundle of the CAs to trust; `None` trusts the public web PKI roots.
-    pub ca_pem: Option<Vec<u8>>,
+    pub(crate) ca_pem: Option<Vec<u8>>,
     /// Client certificate and key PEM.
-    pub identity_pem: Option<Vec<u8>>,
-    pub auth: Option<AuthSource>,
-    pub insecure_skip_tls_verify: bool,
+    pub(crate) identity_pem: Option<Vec<u8>>,
+    pub(crate) auth: Option<AuthSource>,
+    pub(crate) insecure_skip_tls_verify: bool,
     /// A proxy for every request (kubeconfig `proxy-url`); `None` follows `HTTPS_PROXY`/`NO_PROXY`.
-    pub proxy_url: Option<Url>,
+    pub(crate) proxy_url: Option<Url>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -78,7 +78,7 @@ impl std::fmt::Debug for Endpoint {
 
 /// Resolves the configured [`ApiSource`]. `env` reads the process environment (a closure so
 /// tests need not touch it).
-pub fn resolve(
+pub(crate) fn resolve(
     cfg: &KubernetesConfig,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Endpoint, CredentialsError> {
@@ -233,17 +233,17 @@ fn read(what: &'static str, path: &PathBuf) -> Result<Vec<u8>, CredentialsError>
 /// What to present on one request: a bearer token and/or a client certificate that replaces the
 /// one the client was built with.
 #[derive(Default)]
-pub struct Credential {
-    pub token: Option<Arc<str>>,
+pub(crate) struct Credential {
+    pub(crate) token: Option<Arc<str>>,
     /// Certificate and key PEM from an exec plugin; the same `Arc` until the plugin runs again.
-    pub identity_pem: Option<Arc<[u8]>>,
+    pub(crate) identity_pem: Option<Arc<[u8]>>,
 }
 
 /// Where request credentials come from: a fixed token, a token file that may be rewritten at any
 /// time, or an exec plugin.
 ///
 /// Its `Debug` never shows a credential.
-pub struct AuthSource {
+pub(crate) struct AuthSource {
     kind: AuthKind,
 }
 
@@ -268,13 +268,13 @@ impl std::fmt::Debug for AuthSource {
 }
 
 impl AuthSource {
-    pub fn fixed(token: impl Into<Arc<str>>) -> AuthSource {
+    pub(crate) fn fixed(token: impl Into<Arc<str>>) -> AuthSource {
         AuthSource {
             kind: AuthKind::Fixed(token.into()),
         }
     }
 
-    pub fn file(path: PathBuf, reload_interval: Duration) -> AuthSource {
+    pub(crate) fn file(path: PathBuf, reload_interval: Duration) -> AuthSource {
         AuthSource {
             kind: AuthKind::File {
                 path,
@@ -284,7 +284,7 @@ impl AuthSource {
         }
     }
 
-    pub fn exec(plugin: ExecPlugin) -> AuthSource {
+    pub(crate) fn exec(plugin: ExecPlugin) -> AuthSource {
         AuthSource {
             kind: AuthKind::Exec(plugin),
         }
@@ -292,7 +292,7 @@ impl AuthSource {
 
     /// The credential to send now: the cached one while it is fresh, else the file's content or
     /// the plugin's new answer.
-    pub async fn current(&self) -> Result<Credential, CredentialsError> {
+    pub(crate) async fn current(&self) -> Result<Credential, CredentialsError> {
         match &self.kind {
             AuthKind::Fixed(t) => Ok(Credential {
                 token: Some(t.clone()),
@@ -318,7 +318,7 @@ impl AuthSource {
 
     /// Forgets the cached credential, so the next request reads the file or runs the plugin
     /// again (after a 401).
-    pub async fn invalidate(&self) {
+    pub(crate) async fn invalidate(&self) {
         match &self.kind {
             AuthKind::Fixed(_) => {}
             AuthKind::File { cached, .. } => {
@@ -355,58 +355,4 @@ fn file_token(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn in_cluster_ipv6_host_is_bracketed() {
-        assert_eq!(
-            in_cluster_url("fd00::1", "443").unwrap().as_str(),
-            "https://[fd00::1]/"
-        );
-        assert_eq!(
-            in_cluster_url("10.0.0.1", "6443").unwrap().as_str(),
-            "https://10.0.0.1:6443/"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn file_token_is_reread_after_the_interval_and_after_invalidate() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("token");
-        std::fs::write(&path, "one\n").unwrap();
-        let source = AuthSource::file(path.clone(), Duration::from_secs(60));
-        let token = || async { source.current().await.unwrap().token.unwrap() };
-        assert_eq!(&*token().await, "one");
-        std::fs::write(&path, "two").unwrap();
-        assert_eq!(&*token().await, "one", "cached within the interval");
-        tokio::time::advance(Duration::from_secs(61)).await;
-        assert_eq!(&*token().await, "two");
-        std::fs::write(&path, "three").unwrap();
-        source.invalidate().await;
-        assert_eq!(&*token().await, "three");
-        assert!(!format!("{source:?}").contains("three"));
-    }
-
-    /// `Debug` of an endpoint shows neither the token nor the client key.
-    #[test]
-    fn endpoint_debug_shows_no_secret() {
-        let endpoint = Endpoint {
-            base_url: Url::parse("https://k8s:6443").unwrap(),
-            ca_pem: Some(b"CA".to_vec()),
-            identity_pem: Some(b"-----BEGIN PRIVATE KEY----- k3y".to_vec()),
-            auth: Some(AuthSource::fixed("t0ken")),
-            insecure_skip_tls_verify: false,
-            proxy_url: Some(Url::parse("http://user:pa55@proxy:3128").unwrap()),
-        };
-        let shown = format!("{endpoint:?}");
-        assert!(
-            !shown.contains("k3y")
-                && !shown.contains("PRIVATE")
-                && !shown.contains("t0ken")
-                && !shown.contains("pa55"),
-            "{shown}"
-        );
-        assert!(shown.contains("https://k8s:6443"));
-    }
-}
+mod tests;

@@ -14,7 +14,7 @@ use super::error::ApiError;
 use crate::event::ResourceInfo;
 
 #[derive(Debug, thiserror::Error)]
-pub enum DiscoveryError {
+pub(crate) enum DiscoveryError {
     #[error("unknown resource {name:?}{}", suggestion(.close_matches))]
     Unknown {
         name: String,
@@ -37,7 +37,7 @@ pub enum DiscoveryError {
 impl DiscoveryError {
     /// Whether retrying later can help (the server was unreachable or failing), as opposed to a
     /// name that does not exist.
-    pub fn is_retryable(&self) -> bool {
+    pub(crate) fn is_retryable(&self) -> bool {
         match self {
             DiscoveryError::Unknown { .. } => false,
             DiscoveryError::Request { source, .. } => !matches!(source, ApiError::NotFound { .. }),
@@ -100,13 +100,13 @@ struct Served {
 }
 
 /// What the server serves, fetched once and used to resolve every configured watch.
-pub struct Discovery {
+pub(crate) struct Discovery {
     served: Vec<Served>,
 }
 
 impl Discovery {
     /// Fetches `/api/v1`, `/apis` and every group's versions.
-    pub async fn fetch(client: &ApiClient) -> Result<Discovery, DiscoveryError> {
+    pub(crate) async fn fetch(client: &ApiClient) -> Result<Discovery, DiscoveryError> {
         let mut served = vec![Served {
             group: String::new(),
             version: "v1".into(),
@@ -123,7 +123,7 @@ impl Discovery {
     /// Fetches one named group's versions (`/apis/{group}` and each version's resources): what a
     /// watch that follows the group's preferred version asks when its version answers 404.
     /// `Ok(None)` when the group is not served at all (its last CRD deleted).
-    pub async fn fetch_group(
+    pub(crate) async fn fetch_group(
         client: &ApiClient,
         group: &str,
     ) -> Result<Option<Discovery>, DiscoveryError> {
@@ -145,7 +145,7 @@ impl Discovery {
     /// group named without a version falls back to the group's other versions in the server's
     /// priority order when the preferred one does not serve the resource (a CRD of a group whose
     /// other CRDs are at a newer version).
-    pub fn resolve(&self, name: &str) -> Result<ResourceInfo, DiscoveryError> {
+    pub(crate) fn resolve(&self, name: &str) -> Result<ResourceInfo, DiscoveryError> {
         let (resource, rest) = name.split_once('.').unwrap_or((name, ""));
         let resource = resource.to_ascii_lowercase();
         let candidates: Vec<&Served> = if rest.is_empty() {
@@ -187,7 +187,7 @@ impl Discovery {
     /// The name a watch configured as `name`, resolved to `resource`, follows when its version
     /// moves: `name` itself, unless it pins a version (`widgets.v1beta1.example.com`) or the
     /// resource is in the core group (whose only version is `v1`).
-    pub fn followed(name: &str, resource: &ResourceInfo) -> Option<String> {
+    pub(crate) fn followed(name: &str, resource: &ResourceInfo) -> Option<String> {
         let (_, rest) = name.split_once('.').unwrap_or((name, ""));
         let pinned = format!("{}.{}", resource.version, resource.group);
         (!resource.group.is_empty() && rest != pinned).then(|| name.to_owned())

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::status::Status;
 
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     /// 410: the version asked for (or a `continue` token) is older than the server's history.
     #[error("resource version expired: {message}")]
     Gone { message: String },
@@ -51,7 +51,7 @@ pub enum ApiError {
 /// ("error sending request for url (…)"); what an operator must act on — `Connection refused`,
 /// `connection reset`, `invalid peer certificate: UnknownIssuer` — is in the sources, and a log
 /// line shows only `Display`: without the causes a TLS failure would log no hint of TLS.
-pub fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
@@ -68,7 +68,7 @@ pub fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
 
 impl ApiError {
     /// Classifies a non-success response from its status, headers and body.
-    pub fn from_response(code: u16, retry_after: Option<Duration>, body: &[u8]) -> ApiError {
+    pub(crate) fn from_response(code: u16, retry_after: Option<Duration>, body: &[u8]) -> ApiError {
         let status = Status::from_body(body);
         let message = match &status {
             Some(s) if !s.message.is_empty() => s.message.clone(),
@@ -97,7 +97,7 @@ impl ApiError {
 }
 
 /// The start of a body, for error messages: enough to recognise an HTML error page.
-pub fn body_excerpt(body: &[u8]) -> String {
+pub(crate) fn body_excerpt(body: &[u8]) -> String {
     const MAX: usize = 200;
     let text = String::from_utf8_lossy(&body[..body.len().min(MAX)]);
     let text = text.split_whitespace().collect::<Vec<_>>().join(" ");

@@ -23,7 +23,7 @@ const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_STDERR_EXCERPT: usize = 512;
 
 #[derive(Debug, thiserror::Error)]
-pub enum ExecError {
+pub(crate) enum ExecError {
     #[error("exec credential plugin {command:?} not found{hint}")]
     NotFound { command: String, hint: String },
     #[error("running exec credential plugin {command:?}: {source}")]
@@ -45,7 +45,7 @@ pub enum ExecError {
 
 /// The API versions of the exec protocol kube2nats speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExecApiVersion {
+pub(crate) enum ExecApiVersion {
     V1,
     V1beta1,
 }
@@ -61,16 +61,16 @@ impl ExecApiVersion {
 
 /// A user's `exec` section, validated. Its `Debug` shows the env's names, not their values.
 #[derive(Clone, PartialEq, Eq)]
-pub struct ExecConfig {
-    pub api_version: ExecApiVersion,
+pub(crate) struct ExecConfig {
+    pub(crate) api_version: ExecApiVersion,
     /// The program: a name looked up in `PATH`, or a path (made absolute against the kubeconfig's
     /// directory when it was relative).
-    pub command: OsString,
-    pub args: Vec<String>,
-    pub env: Vec<(String, String)>,
-    pub install_hint: Option<String>,
+    pub(crate) command: OsString,
+    pub(crate) args: Vec<String>,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) install_hint: Option<String>,
     /// Pass the cluster's server and CA to the plugin in `KUBERNETES_EXEC_INFO`.
-    pub provide_cluster_info: bool,
+    pub(crate) provide_cluster_info: bool,
 }
 
 impl std::fmt::Debug for ExecConfig {
@@ -161,21 +161,21 @@ impl ExecConfig {
 
 /// The cluster as `KUBERNETES_EXEC_INFO` describes it to a plugin that asked for it.
 #[derive(Debug, Clone)]
-pub struct ClusterInfo {
-    pub server: String,
-    pub ca_pem: Option<Vec<u8>>,
-    pub insecure_skip_tls_verify: bool,
+pub(crate) struct ClusterInfo {
+    pub(crate) server: String,
+    pub(crate) ca_pem: Option<Vec<u8>>,
+    pub(crate) insecure_skip_tls_verify: bool,
 }
 
 /// What one run of the plugin handed out. Its `Debug` never shows the secrets.
 #[derive(Clone)]
-pub struct Issued {
-    pub token: Option<Arc<str>>,
+pub(crate) struct Issued {
+    pub(crate) token: Option<Arc<str>>,
     /// Client certificate and key PEM, concatenated; a new `Arc` per run, so a client can tell
     /// a fresh certificate from the one it already uses.
-    pub identity_pem: Option<Arc<[u8]>>,
+    pub(crate) identity_pem: Option<Arc<[u8]>>,
     /// `None`: valid until the server answers 401.
-    pub expires: Option<SystemTime>,
+    pub(crate) expires: Option<SystemTime>,
 }
 
 impl std::fmt::Debug for Issued {
@@ -199,7 +199,7 @@ impl Issued {
 
 /// One plugin and its cached answer, shared by every request of the client.
 #[derive(Debug)]
-pub struct ExecPlugin {
+pub(crate) struct ExecPlugin {
     config: ExecConfig,
     cluster: ClusterInfo,
     /// An async mutex: requests that need a credential while the plugin runs wait for its answer
@@ -208,7 +208,7 @@ pub struct ExecPlugin {
 }
 
 impl ExecPlugin {
-    pub fn new(config: ExecConfig, cluster: ClusterInfo) -> ExecPlugin {
+    pub(crate) fn new(config: ExecConfig, cluster: ClusterInfo) -> ExecPlugin {
         ExecPlugin {
             config,
             cluster,
@@ -217,7 +217,7 @@ impl ExecPlugin {
     }
 
     /// The cached credential while it has not expired, else a fresh one from the plugin.
-    pub async fn current(&self) -> Result<Issued, ExecError> {
+    pub(crate) async fn current(&self) -> Result<Issued, ExecError> {
         let mut cached = self.cached.lock().await;
         if let Some(issued) = cached.as_ref().filter(|i| i.is_fresh(SystemTime::now())) {
             return Ok(issued.clone());
@@ -228,7 +228,7 @@ impl ExecPlugin {
     }
 
     /// Forgets the cached credential (after a 401), so the next request runs the plugin again.
-    pub async fn invalidate(&self) {
+    pub(crate) async fn invalidate(&self) {
         *self.cached.lock().await = None;
     }
 

@@ -26,7 +26,7 @@ pub enum FrameError {
 
 /// One item of the stream: a whole line, or the start of a line too long to keep.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Frame {
+pub(crate) enum Frame {
     /// A complete line, without its newline (and any `\r` before it).
     Line(Bytes),
     /// A line over `max_line_bytes`: its first bytes (at most [`OVERSIZED_PREFIX_BYTES`] and at
@@ -65,7 +65,7 @@ impl LineDecoder {
     }
 
     /// Bytes held that have not been handed out as a line yet.
-    pub fn buffered_bytes(&self) -> usize {
+    pub(crate) fn buffered_bytes(&self) -> usize {
         self.partial.len() + self.chunk.len()
     }
 
@@ -80,7 +80,7 @@ impl LineDecoder {
     }
 
     /// Appends a received chunk; lines within it will be slices of it.
-    pub fn push_bytes(&mut self, chunk: Bytes) {
+    pub(crate) fn push_bytes(&mut self, chunk: Bytes) {
         if self.chunk.is_empty() {
             self.chunk = chunk;
         } else {
@@ -95,7 +95,7 @@ impl LineDecoder {
     /// The next complete line, without its `\n` (and without a `\r` before it). Empty lines are
     /// skipped: they carry no event. An over-long line comes out as its prefix once its newline
     /// has arrived; the lines after it follow as usual.
-    pub fn next_frame(&mut self) -> Option<Frame> {
+    pub(crate) fn next_frame(&mut self) -> Option<Frame> {
         loop {
             let Some(newline) = memchr::memchr(b'\n', &self.chunk) else {
                 // No newline yet: keep the bytes as the start of a line (or of its prefix).
@@ -176,7 +176,7 @@ impl LineDecoder {
     /// Called when the body has ended: an empty buffer is a clean end, anything else a truncated line.
     /// A last line that is complete JSON but lacks its newline is still a truncation here; the
     /// caller decides whether to try it (see [`LineDecoder::take_unterminated`]).
-    pub fn finish(&self) -> Result<(), FrameError> {
+    pub(crate) fn finish(&self) -> Result<(), FrameError> {
         if let Some(seen) = self.skipping {
             return Err(FrameError::Truncated {
                 leftover_bytes: seen + self.chunk.len(),
@@ -197,7 +197,7 @@ impl LineDecoder {
 
     /// Takes whatever follows the last newline. At the end of a body this is a final line that
     /// arrived without its newline; the caller may still decode it.
-    pub fn take_unterminated(&mut self) -> Option<Bytes> {
+    pub(crate) fn take_unterminated(&mut self) -> Option<Bytes> {
         if self.skipping.is_some() {
             // An over-long line cut off by the end of the body: only `finish` can report it.
             return None;

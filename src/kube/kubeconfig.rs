@@ -18,7 +18,7 @@ use serde::Deserialize;
 use super::exec::{ExecConfig, RawExecConfig};
 
 #[derive(Debug, thiserror::Error)]
-pub enum KubeconfigError {
+pub(crate) enum KubeconfigError {
     #[error("reading kubeconfig {path}: {source}")]
     Read {
         path: PathBuf,
@@ -51,19 +51,19 @@ pub enum KubeconfigError {
 
 /// The parts of one kubeconfig context that kube2nats uses. Its `Debug` shows no secret.
 #[derive(Clone, PartialEq, Eq)]
-pub struct KubeconfigContext {
-    pub server: String,
-    pub ca_pem: Option<Vec<u8>>,
-    pub insecure_skip_tls_verify: bool,
+pub(crate) struct KubeconfigContext {
+    pub(crate) server: String,
+    pub(crate) ca_pem: Option<Vec<u8>>,
+    pub(crate) insecure_skip_tls_verify: bool,
     /// `proxy-url` of the cluster: http, https or socks5.
-    pub proxy_url: Option<String>,
-    pub token: Option<String>,
-    pub token_file: Option<PathBuf>,
+    pub(crate) proxy_url: Option<String>,
+    pub(crate) token: Option<String>,
+    pub(crate) token_file: Option<PathBuf>,
     /// Client certificate and key PEM, concatenated as reqwest's `Identity` wants them.
-    pub client_identity_pem: Option<Vec<u8>>,
+    pub(crate) client_identity_pem: Option<Vec<u8>>,
     /// The user's exec credential plugin, with relative command paths already resolved.
-    pub exec: Option<ExecConfig>,
-    pub namespace: Option<String>,
+    pub(crate) exec: Option<ExecConfig>,
+    pub(crate) namespace: Option<String>,
 }
 
 impl std::fmt::Debug for KubeconfigContext {
@@ -168,7 +168,7 @@ struct Merged<'a> {
 /// Loads `context` (or the current context) from the kubeconfig files `paths`, merged in order.
 /// Files that do not exist are skipped, as kubectl skips them in `$KUBECONFIG`; at least one
 /// must exist.
-pub fn load(
+pub(crate) fn load(
     paths: &[PathBuf],
     context: Option<&str>,
 ) -> Result<KubeconfigContext, KubeconfigError> {

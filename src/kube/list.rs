@@ -14,16 +14,16 @@ use crate::event::{EventType, ObjectEvent, ResourceInfo, ResourceVersion};
 
 /// One page of a list.
 #[derive(Debug)]
-pub struct ListPage {
+pub(crate) struct ListPage {
     /// The version of the whole list (the same on every page of it).
-    pub resource_version: ResourceVersion,
+    pub(crate) resource_version: ResourceVersion,
     /// Present when more pages follow.
-    pub continue_token: Option<String>,
+    pub(crate) continue_token: Option<String>,
     /// How many items the pages after this one hold, when the server says (it does when it
     /// can count them: no field or label selector that only etcd's scan can apply).
-    pub remaining_items: Option<u64>,
+    pub(crate) remaining_items: Option<u64>,
     /// The items as ADDED events with no watch line.
-    pub items: Vec<ObjectEvent>,
+    pub(crate) items: Vec<ObjectEvent>,
 }
 
 #[derive(Deserialize)]
@@ -45,7 +45,10 @@ struct ListMeta {
 }
 
 /// Parses a list page; `resource` supplies the `apiVersion` and `kind` added to each item.
-pub fn parse_list_page(body: &Bytes, resource: &ResourceInfo) -> Result<ListPage, DecodeError> {
+pub(crate) fn parse_list_page(
+    body: &Bytes,
+    resource: &ResourceInfo,
+) -> Result<ListPage, DecodeError> {
     let list: RawList = serde_json::from_slice(body).map_err(DecodeError::Malformed)?;
     if list.metadata.resource_version.is_empty() {
         return Err(DecodeError::MissingField("list metadata.resourceVersion"));

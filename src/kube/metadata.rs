@@ -16,14 +16,14 @@ use serde_json::value::RawValue;
 use super::decode::DecodeError;
 
 /// `Accept` of a metadata-only list: PartialObjectMetadataList, else the full list.
-pub const ACCEPT_LIST: &str =
+pub(crate) const ACCEPT_LIST: &str =
     "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json";
 /// `Accept` of a metadata-only watch (streaming lists included): each event's object is a
 /// PartialObjectMetadata, else the full object.
-pub const ACCEPT_WATCH: &str =
+pub(crate) const ACCEPT_WATCH: &str =
     "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json";
 /// `Accept` of every other request.
-pub const ACCEPT_JSON: &str = "application/json";
+pub(crate) const ACCEPT_JSON: &str = "application/json";
 
 /// How kube-apiserver (Go's encoder, type fields first) starts a PartialObjectMetadata: the
 /// cheap test that passes for every object of a metadata-only watch.
@@ -31,7 +31,7 @@ const PARTIAL_PREFIX: &[u8] = br#"{"kind":"PartialObjectMetadata","apiVersion":"
 const PARTIAL_KIND: &str = "PartialObjectMetadata";
 
 /// Whether `object` is a PartialObjectMetadata (and not a full object).
-pub fn is_partial(object: &[u8]) -> bool {
+pub(crate) fn is_partial(object: &[u8]) -> bool {
     #[derive(Deserialize)]
     struct Kind<'a> {
         #[serde(borrow)]
@@ -44,7 +44,7 @@ pub fn is_partial(object: &[u8]) -> bool {
 
 /// The PartialObjectMetadata the server would have sent for a full `object`: its `metadata`
 /// unchanged, under kind `PartialObjectMetadata`, apiVersion `meta.k8s.io/v1`.
-pub fn to_metadata(object: &[u8]) -> Result<Bytes, DecodeError> {
+pub(crate) fn to_metadata(object: &[u8]) -> Result<Bytes, DecodeError> {
     #[derive(Deserialize)]
     struct Full<'a> {
         #[serde(borrow)]

@@ -7,28 +7,28 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 pub struct Status {
-    pub code: u16,
-    pub reason: String,
-    pub message: String,
-    pub details: Option<StatusDetails>,
+    pub(crate) code: u16,
+    pub(crate) reason: String,
+    pub(crate) message: String,
+    pub(crate) details: Option<StatusDetails>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
-pub struct StatusDetails {
-    pub causes: Vec<StatusCause>,
+pub(crate) struct StatusDetails {
+    pub(crate) causes: Vec<StatusCause>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
-pub struct StatusCause {
-    pub reason: String,
-    pub message: String,
+pub(crate) struct StatusCause {
+    pub(crate) reason: String,
+    pub(crate) message: String,
 }
 
 impl Status {
     /// Parses a Status body; anything else (an HTML page from a proxy, say) gives `None`.
-    pub fn from_body(body: &[u8]) -> Option<Status> {
+    pub(crate) fn from_body(body: &[u8]) -> Option<Status> {
         #[derive(Deserialize)]
         struct Kind<'a> {
             kind: Option<&'a str>,
@@ -43,13 +43,13 @@ impl Status {
 
     /// 410 Gone, reason `Expired` (or `Gone` on old servers): the requested version is no longer
     /// in the server's history; only a fresh list can continue.
-    pub fn is_expired(&self) -> bool {
+    pub(crate) fn is_expired(&self) -> bool {
         self.code == 410 || self.reason == "Expired" || self.reason == "Gone"
     }
 
     /// A 504 whose cause is `ResourceVersionTooLarge`: the server (say, a lagging replica after a
     /// fail-over) has not yet seen the requested version.
-    pub fn is_too_large_resource_version(&self) -> bool {
+    pub(crate) fn is_too_large_resource_version(&self) -> bool {
         self.details.as_ref().is_some_and(|d| {
             d.causes
                 .iter()

@@ -33,7 +33,7 @@ pub struct Line {
     /// What the line holds of the byte budget, handed on with it: whoever publishes the line
     /// takes the charge over, so its bytes are never uncounted on the way (the delivery's
     /// `Handoff`, src/delivery/sides.rs).
-    pub charge: Charge,
+    pub(crate) charge: Charge,
 }
 
 /// The body of an open watch, cut into lines.
@@ -61,7 +61,7 @@ impl LineStream {
     }
 
     /// A stream that charges what it buffers to `budget` and reads only what the budget admits.
-    pub fn with_budget(
+    pub(crate) fn with_budget(
         response: reqwest::Response,
         max_line_bytes: usize,
         budget: Budget,
@@ -80,12 +80,12 @@ impl LineStream {
     }
 
     /// Keeps `slot` (see [`Budget::resume_slot`]) until the first line is complete.
-    pub fn hold_resume_slot(&mut self, slot: Option<OwnedSemaphorePermit>) {
+    pub(crate) fn hold_resume_slot(&mut self, slot: Option<OwnedSemaphorePermit>) {
         self.resume_slot = slot;
     }
 
     /// Whether the stream is waiting for the byte budget rather than for the server.
-    pub fn waiting_for_room(&self) -> bool {
+    pub(crate) fn waiting_for_room(&self) -> bool {
         self.waiting_for_room
     }
 

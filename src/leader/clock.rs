@@ -23,7 +23,7 @@ const RECHECK: Duration = Duration::from_millis(10);
 /// The instant until which the term is in force; cheap to clone, shared by the elector (which
 /// moves it) and every watch task of the process (which read it).
 #[derive(Clone, Debug)]
-pub struct TermClock(Arc<Inner>);
+pub(crate) struct TermClock(Arc<Inner>);
 
 #[derive(Debug)]
 struct Inner {
@@ -34,7 +34,7 @@ struct Inner {
 
 impl TermClock {
     /// A clock that is always in force (no leader election).
-    pub fn unbounded() -> TermClock {
+    pub(crate) fn unbounded() -> TermClock {
         TermClock::at(UNBOUNDED)
     }
 
@@ -63,14 +63,14 @@ impl TermClock {
     }
 
     /// Whether a message may go out now.
-    pub fn in_force(&self) -> bool {
+    pub(crate) fn in_force(&self) -> bool {
         let until = self.0.until.load(Ordering::Acquire);
         until == UNBOUNDED || self.nanos_now() < until
     }
 
     /// Returns once the term is in force; a publisher past the deadline waits here until its
     /// task is stopped (the term ended).
-    pub async fn wait_in_force(&self) {
+    pub(crate) async fn wait_in_force(&self) {
         while !self.in_force() {
             tokio::time::sleep(RECHECK).await;
         }

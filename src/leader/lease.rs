@@ -14,15 +14,15 @@ use crate::kube::{ApiClient, ApiError};
 
 /// What the Lease's spec says about who holds it (client-go's `LeaderElectionRecord`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Record {
+pub(crate) struct Record {
     /// Empty when nobody holds it (after a release).
-    pub holder_identity: String,
-    pub lease_duration_seconds: i64,
+    pub(crate) holder_identity: String,
+    pub(crate) lease_duration_seconds: i64,
     /// `MicroTime`s as written; informational only: they come from another machine's clock and
     /// are never compared with the local one.
-    pub acquire_time: Option<String>,
-    pub renew_time: Option<String>,
-    pub lease_transitions: i64,
+    pub(crate) acquire_time: Option<String>,
+    pub(crate) renew_time: Option<String>,
+    pub(crate) lease_transitions: i64,
 }
 
 impl Record {
@@ -48,26 +48,19 @@ impl Record {
 }
 
 /// `metav1.MicroTime` on the wire: RFC 3339, UTC, six fractional digits.
-pub fn micro_time(t: SystemTime) -> String {
+pub(crate) fn micro_time(t: SystemTime) -> String {
     humantime::format_rfc3339_micros(t).to_string()
 }
 
 /// One Lease as last read or written.
 #[derive(Debug, Clone)]
-pub struct Lease {
+pub(crate) struct Lease {
     /// The whole object, so an update keeps what kube2nats does not know.
     object: Value,
-    pub record: Record,
+    pub(crate) record: Record,
 }
 
 impl Lease {
-    pub fn resource_version(&self) -> &str {
-        self.object
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-    }
-
     fn from_object(object: Value) -> Result<Lease, LeaseError> {
         if !object.get("spec").is_none_or(Value::is_object) {
             return Err(LeaseError::Malformed("spec is not an object".into()));
@@ -78,7 +71,7 @@ impl Lease {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum LeaseError {
+pub(crate) enum LeaseError {
     /// Somebody else wrote the Lease (or created it) since it was read.
     #[error("the Lease was changed by another writer (409)")]
     Conflict,
@@ -89,7 +82,7 @@ pub enum LeaseError {
 }
 
 /// The Lease's address, and the client that reaches it.
-pub struct LeaseApi {
+pub(crate) struct LeaseApi {
     client: std::sync::Arc<ApiClient>,
     collection: String,
     name: String,
@@ -97,7 +90,7 @@ pub struct LeaseApi {
 }
 
 impl LeaseApi {
-    pub fn new(client: std::sync::Arc<ApiClient>, namespace: &str, name: &str) -> LeaseApi {
+    pub(crate) fn new(client: std::sync::Arc<ApiClient>, namespace: &str, name: &str) -> LeaseApi {
         LeaseApi {
             client,
             collection: format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"),
@@ -107,17 +100,17 @@ impl LeaseApi {
     }
 
     /// The Lease's namespace and name.
-    pub fn lease(&self) -> (&str, &str) {
+    pub(crate) fn lease(&self) -> (&str, &str) {
         (&self.namespace, &self.name)
     }
 
     /// `namespace/name`, for log lines.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
 
     /// The Lease, or `None` if it does not exist yet.
-    pub async fn get(&self) -> Result<Option<Lease>, LeaseError> {
+    pub(crate) async fn get(&self) -> Result<Option<Lease>, LeaseError> {
         match self
             .client
             .get(&format!("{}/{}", self.collection, self.name))
@@ -130,7 +123,7 @@ impl LeaseApi {
     }
 
     /// Creates the Lease with `record`; [`LeaseError::Conflict`] if another replica was first.
-    pub async fn create(&self, record: &Record) -> Result<Lease, LeaseError> {
+    pub(crate) async fn create(&self, record: &Record) -> Result<Lease, LeaseError> {
         let mut object = json!({
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -147,7 +140,7 @@ impl LeaseApi {
     }
 
     /// Writes `record` over `lease`, if the Lease is still at `lease`'s resourceVersion.
-    pub async fn update(&self, lease: &Lease, record: &Record) -> Result<Lease, LeaseError> {
+    pub(crate) async fn update(&self, lease: &Lease, record: &Record) -> Result<Lease, LeaseError> {
         let mut object = lease.object.clone();
         if !object["spec"].is_object() {
             object["spec"] = json!({});
@@ -190,7 +183,7 @@ mod tests {
             "spec": {"holderIdentity": "pod-a", "leaseDurationSeconds": 15, "leaseTransitions": 2,
                      "renewTime": "2026-01-01T00:00:00.000000Z", "strategy": "OldestEmulationVersion"}});
         let lease = Lease::from_object(object).unwrap();
-        assert_eq!(lease.resource_version(), "7");
+        assert_eq!(lease.object["metadata"]["resourceVersion"], "7");
         assert_eq!(lease.record.holder_identity, "pod-a");
         assert_eq!(lease.record.lease_transitions, 2);
         assert_eq!(lease.record.acquire_time, None);

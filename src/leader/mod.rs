@@ -26,10 +26,10 @@
 //! that is cancelled the moment the term is lost, and `lead` stops every publisher on it
 //! (`app`). Metrics: `leader`, `leader_transitions_total`, `lease_renew_failures_total`.
 
-pub mod clock;
-pub mod lease;
+pub(crate) mod clock;
+pub(crate) mod lease;
 
-pub use clock::TermClock;
+pub(crate) use clock::TermClock;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -46,9 +46,9 @@ use crate::telemetry::metrics::opts;
 use lease::{micro_time, Lease, LeaseApi, LeaseError, Record};
 
 /// Environment variable naming this replica (the pod's name, from the downward API).
-pub const POD_NAME_ENV: &str = "POD_NAME";
+pub(crate) const POD_NAME_ENV: &str = "POD_NAME";
 /// Environment variable naming the pod's namespace (downward API).
-pub const POD_NAMESPACE_ENV: &str = "POD_NAMESPACE";
+pub(crate) const POD_NAMESPACE_ENV: &str = "POD_NAMESPACE";
 /// The kernel's hostname: a pod's hostname is its name.
 const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
 /// `leaseDurationSeconds` of a released Lease, as client-go writes it.
@@ -60,17 +60,17 @@ const RELEASE_TIMEOUT: Duration = Duration::from_millis(400);
 
 /// The metrics of leader election.
 #[derive(Clone)]
-pub struct LeaderMetrics {
+pub(crate) struct LeaderMetrics {
     /// 1 while this replica holds the Lease (and publishes).
-    pub leader: IntGauge,
+    pub(crate) leader: IntGauge,
     /// Terms this replica has started.
-    pub transitions: IntCounter,
+    pub(crate) transitions: IntCounter,
     /// Renewal attempts of the holder that failed.
-    pub renew_failures: IntCounter,
+    pub(crate) renew_failures: IntCounter,
 }
 
 impl LeaderMetrics {
-    pub fn register(registry: &Registry) -> prometheus::Result<LeaderMetrics> {
+    pub(crate) fn register(registry: &Registry) -> prometheus::Result<LeaderMetrics> {
         let leader = IntGauge::with_opts(opts(
             "leader",
             "1 while this replica publishes: it holds the Lease, or leader election is off.",
@@ -103,19 +103,19 @@ pub struct NoNamespace {
 
 /// Who this replica is and which Lease it competes for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Candidate {
+pub(crate) struct Candidate {
     /// `holderIdentity`: the pod name (`POD_NAME`), else the hostname (a pod's hostname is its
     /// name), then `_` and 8 random hex digits, as kube-controller-manager appends a UUID: two
     /// processes with the same name (hostNetwork pods, two on one machine) are still two holders.
-    pub identity: String,
-    pub namespace: String,
-    pub lease_name: String,
+    pub(crate) identity: String,
+    pub(crate) namespace: String,
+    pub(crate) lease_name: String,
 }
 
 impl Candidate {
     /// Resolves identity and namespace from the configuration and the environment (`env` reads a
     /// variable; `read` a file, so tests need neither).
-    pub fn resolve(
+    pub(crate) fn resolve(
         config: &Config,
         env: impl Fn(&str) -> Option<String>,
         read: impl Fn(&str) -> Option<String>,
@@ -196,7 +196,7 @@ enum TermEnd {
 }
 
 /// One replica's side of the election.
-pub struct Elector {
+pub(crate) struct Elector {
     api: LeaseApi,
     identity: String,
     config: LeaderElectionConfig,
@@ -207,7 +207,7 @@ pub struct Elector {
 }
 
 impl Elector {
-    pub fn new(
+    pub(crate) fn new(
         client: Arc<ApiClient>,
         candidate: Candidate,
         config: LeaderElectionConfig,
@@ -225,12 +225,12 @@ impl Elector {
     }
 
     /// The term's deadline as this elector moves it: publishers read it before every message.
-    pub fn clock(&self) -> TermClock {
+    pub(crate) fn clock(&self) -> TermClock {
         self.clock.clone()
     }
 
     /// The Lease this replica competes for: its namespace and name.
-    pub fn lease(&self) -> (&str, &str) {
+    pub(crate) fn lease(&self) -> (&str, &str) {
         self.api.lease()
     }
 
@@ -239,7 +239,7 @@ impl Elector {
     /// goes back to standby once `lead` has returned), and releases the Lease after `lead`
     /// returns on shutdown. `lead` must return promptly once `lost` is cancelled, and on
     /// shutdown only after its publishers have settled.
-    pub async fn run<F, Fut>(
+    pub(crate) async fn run<F, Fut>(
         mut self,
         shutdown: &CancellationToken,
         mut lead: F,
@@ -516,87 +516,4 @@ impl Elector {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashMap;
-
-    fn config(extra: &str) -> Config {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("c.toml");
-        std::fs::write(
-            &path,
-            format!("{extra}\n[[watches]]\nname = \"pods\"\nresource = \"pods\"\n"),
-        )
-        .unwrap();
-        crate::config::load(Some(&path), Some(HashMap::new())).unwrap()
-    }
-
-    fn resolve(
-        c: &Config,
-        env: &[(&str, &str)],
-        files: &[(&str, &str)],
-    ) -> Result<Candidate, NoNamespace> {
-        let env: HashMap<String, String> = env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let files: HashMap<String, String> = files
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Candidate::resolve(c, |k| env.get(k).cloned(), |p| files.get(p).cloned())
-    }
-
-    /// `name` followed by `_` and 8 hex digits.
-    fn assert_named(identity: &str, name: &str) {
-        let suffix = identity
-            .strip_prefix(name)
-            .and_then(|rest| rest.strip_prefix('_'))
-            .unwrap_or_else(|| panic!("{identity:?} is not {name:?} plus a suffix"));
-        assert!(
-            suffix.len() == 8 && suffix.chars().all(|c| c.is_ascii_hexdigit()),
-            "{identity:?}"
-        );
-    }
-
-    #[test]
-    fn identity_is_the_pod_name_then_the_hostname_with_a_random_suffix() {
-        let c = config("[leader_election]\nnamespace = \"ops\"");
-        let got = resolve(&c, &[("POD_NAME", "k2n-7d9f-abc"), ("HOSTNAME", "h")], &[]).unwrap();
-        assert_named(&got.identity, "k2n-7d9f-abc");
-        assert_eq!(got.namespace, "ops");
-        let got = resolve(&c, &[], &[(HOSTNAME_FILE, "node-host\n")]).unwrap();
-        assert_named(&got.identity, "node-host");
-        assert_named(&resolve(&c, &[], &[]).unwrap().identity, "kube2nats");
-    }
-
-    /// Two processes with one hostname and no POD_NAME (hostNetwork pods, two on a laptop) are
-    /// two candidates: with one identity each would take the other's Lease for its own.
-    #[test]
-    fn two_processes_with_one_hostname_have_different_identities() {
-        let c = config("[leader_election]\nnamespace = \"ops\"");
-        let env = [("HOSTNAME", "shared-host")];
-        let identities: std::collections::HashSet<String> = (0..8)
-            .map(|_| resolve(&c, &env, &[]).unwrap().identity)
-            .collect();
-        assert_eq!(identities.len(), 8, "{identities:?}");
-    }
-
-    #[test]
-    fn namespace_is_configured_then_pod_namespace_then_service_account_file() {
-        let c = config("");
-        let sa = crate::config::DEFAULT_NAMESPACE_FILE;
-        let got = resolve(&c, &[("POD_NAMESPACE", "env-ns")], &[(sa, "file-ns")]).unwrap();
-        assert_eq!(got.namespace, "env-ns");
-        let in_pod = [("KUBERNETES_SERVICE_HOST", "10.0.0.1")];
-        let got = resolve(&c, &in_pod, &[(sa, "file-ns\n")]).unwrap();
-        assert_eq!(got.namespace, "file-ns");
-        // Outside a pod the credentials come from a kubeconfig: no service-account file.
-        assert!(resolve(&c, &[], &[(sa, "file-ns\n")]).is_err());
-        let err = resolve(&c, &in_pod, &[]).unwrap_err().to_string();
-        assert!(
-            err.starts_with("leader_election.namespace: not set"),
-            "{err}"
-        );
-    }
-}
+mod tests;

@@ -25,7 +25,7 @@ const RETRY_BACKOFF: BackoffConfig = BackoffConfig::checked(
 
 /// The bucket, ready for the watch targets' writers.
 #[derive(Clone)]
-pub struct MirrorBucket {
+pub(crate) struct MirrorBucket {
     pub name: String,
     pub context: jetstream::Context,
     pub stream: stream::Stream,
@@ -39,7 +39,7 @@ pub struct MirrorBucket {
 
 impl MirrorBucket {
     /// The bucket, its keys written as `owner`'s.
-    pub fn owned_by(self, owner: Option<String>) -> MirrorBucket {
+    pub(crate) fn owned_by(self, owner: Option<String>) -> MirrorBucket {
         MirrorBucket { owner, ..self }
     }
 }
@@ -54,7 +54,7 @@ pub struct MirrorUnavailable {
 
 /// Creates or checks the bucket, retrying while NATS does not answer; `Ok(None)` if shutdown
 /// came first. `api_prefix` is the JetStream API's (`$JS.API`, or a domain's).
-pub async fn open(
+pub(crate) async fn open(
     config: &MirrorConfig,
     api_prefix: &str,
     client: &Client,

@@ -8,7 +8,7 @@
 use crate::event::{ObjectMeta, ResourceInfo};
 
 /// Appends `token` escaped by the key rule to `out`.
-pub fn escape_key_token(token: &str, out: &mut String) {
+pub(crate) fn escape_key_token(token: &str, out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     if token.is_empty() {
         out.push('=');
@@ -29,7 +29,7 @@ pub fn escape_key_token(token: &str, out: &mut String) {
 
 /// The part of a watch's keys that is the same for all its objects, with its closing dot:
 /// `{cluster}.{group}.{version}.{resource}.`.
-pub fn watch_prefix(cluster: &str, resource: &ResourceInfo) -> String {
+pub(crate) fn watch_prefix(cluster: &str, resource: &ResourceInfo) -> String {
     let mut prefix = String::with_capacity(64);
     if !cluster.is_empty() {
         escape_key_token(cluster, &mut prefix);
@@ -48,7 +48,7 @@ pub fn watch_prefix(cluster: &str, resource: &ResourceInfo) -> String {
 
 /// The key of one object: `prefix` ([`watch_prefix`], or a subject ending in it), then its
 /// namespace and name tokens.
-pub fn object_key(prefix: &str, meta: &ObjectMeta) -> String {
+pub(crate) fn object_key(prefix: &str, meta: &ObjectMeta) -> String {
     let mut key = String::with_capacity(prefix.len() + meta.name.len() + 24);
     key.push_str(prefix);
     match meta.namespace.as_deref() {
@@ -64,7 +64,7 @@ pub fn object_key(prefix: &str, meta: &ObjectMeta) -> String {
 /// another version of the resource (a watch that follows its resource's preferred version owns
 /// its keys at every version: docs/mirror.md): `_` for a cluster-scoped object; `None` for a key
 /// of another resource.
-pub fn namespace_token<'k>(prefix: &str, key: &'k str) -> Option<&'k str> {
+pub(crate) fn namespace_token<'k>(prefix: &str, key: &'k str) -> Option<&'k str> {
     let tokens: Vec<&str> = prefix.trim_end_matches('.').split('.').collect();
     let version = tokens.len().checked_sub(2)?;
     let mut key_tokens = key.splitn(tokens.len() + 1, '.');
@@ -79,7 +79,7 @@ pub fn namespace_token<'k>(prefix: &str, key: &'k str) -> Option<&'k str> {
 
 /// `prefix` ([`watch_prefix`]) with its version token replaced by `version`: the prefix of the
 /// same watch once its resource is served at `version`.
-pub fn at_version(prefix: &str, version: &str) -> String {
+pub(crate) fn at_version(prefix: &str, version: &str) -> String {
     let mut token = String::new();
     escape_key_token(version, &mut token);
     with_version_token(prefix, &token)
@@ -87,7 +87,7 @@ pub fn at_version(prefix: &str, version: &str) -> String {
 
 /// `prefix` ([`watch_prefix`]) with `*` for its version token: a NATS subject filter over the
 /// resource's keys at every version.
-pub fn any_version(prefix: &str) -> String {
+pub(crate) fn any_version(prefix: &str) -> String {
     with_version_token(prefix, "*")
 }
 

@@ -10,7 +10,7 @@ use crate::telemetry::metrics::{counter, gauge, opts, remove_watch, NAMESPACE};
 
 /// The families, registered once; [`for_watch`](Self::for_watch) resolves one watch's labels.
 #[derive(Clone)]
-pub struct MirrorFamilies {
+pub(crate) struct MirrorFamilies {
     writes: IntCounterVec,
     write_errors: IntCounterVec,
     fenced: IntCounterVec,
@@ -19,11 +19,11 @@ pub struct MirrorFamilies {
     pending: IntGaugeVec,
     /// `mirror_repairs_in_progress`: watch targets comparing the bucket with a list; readiness
     /// waits for them.
-    pub repairs: IntGauge,
+    pub(crate) repairs: IntGauge,
 }
 
 impl MirrorFamilies {
-    pub fn register(registry: &Registry) -> prometheus::Result<MirrorFamilies> {
+    pub(crate) fn register(registry: &Registry) -> prometheus::Result<MirrorFamilies> {
         let writes = counter(
             registry,
             "mirror_writes_total",
@@ -91,7 +91,7 @@ impl MirrorFamilies {
         remove_watch(&self.pending, watch);
     }
 
-    pub fn for_watch(&self, watch: &str) -> MirrorMetrics {
+    pub(crate) fn for_watch(&self, watch: &str) -> MirrorMetrics {
         MirrorMetrics {
             puts: self.writes.with_label_values(&[watch, "put"]),
             deletes: self.writes.with_label_values(&[watch, "delete"]),
@@ -107,7 +107,7 @@ impl MirrorFamilies {
 
 /// One watch's handles.
 #[derive(Clone)]
-pub struct MirrorMetrics {
+pub(crate) struct MirrorMetrics {
     pub puts: IntCounter,
     pub deletes: IntCounter,
     pub write_errors: IntCounter,

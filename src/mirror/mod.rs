@@ -9,9 +9,9 @@
 //! is deleted. So the bucket converges on the API server's state after any fault, and nothing in
 //! kube2nats holds an object body for it: the writer keeps one revision per key.
 
-pub mod bucket;
-pub mod key;
-pub mod metrics;
+pub(crate) mod bucket;
+pub(crate) mod key;
+pub(crate) mod metrics;
 mod writer;
 
 use async_nats::header::SerializedHeaders;
@@ -20,7 +20,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::event::{ObjectMeta, ResourceVersion};
-pub use bucket::{open, MirrorBucket, MirrorUnavailable};
+pub use bucket::MirrorUnavailable;
+pub(crate) use bucket::{open, MirrorBucket};
 use metrics::MirrorMetrics;
 use writer::{Op, Place, Write, WriteKind, Writer};
 
@@ -28,7 +29,7 @@ use writer::{Op, Place, Write, WriteKind, Writer};
 const QUEUE: usize = 256;
 
 /// One watch target's side of the mirror.
-pub struct Mirror {
+pub(crate) struct Mirror {
     ops: mpsc::Sender<Op>,
     task: Option<tokio::task::JoinHandle<()>>,
     /// `$KV.{bucket}.` and the target's keys' prefix ([`key::watch_prefix`]).
@@ -48,7 +49,7 @@ impl Drop for Mirror {
 
 impl Mirror {
     /// Starts the writer of one target: `namespace` is the target's (`None`: all namespaces).
-    pub fn start(
+    pub(crate) fn start(
         bucket: &MirrorBucket,
         prefix: String,
         namespace: Option<&str>,
@@ -84,19 +85,19 @@ impl Mirror {
 
     /// The watch's resource is served at `version` now: its keys name that version from here on
     /// (the next list writes them, and deletes those under the old version: docs/mirror.md).
-    pub fn moved_to(&mut self, version: &str) {
+    pub(crate) fn moved_to(&mut self, version: &str) {
         self.subject_prefix = key::at_version(&self.subject_prefix, version);
     }
 
     /// The subject of the object's key in the bucket: `$KV.{bucket}.{key}`.
-    pub fn subject(&self, meta: &ObjectMeta) -> String {
+    pub(crate) fn subject(&self, meta: &ObjectMeta) -> String {
         key::object_key(&self.subject_prefix, meta)
     }
 
     /// The object's new state at `version`: `headers` and `value` as its event message carries
     /// them (the value shares the message's bytes: it is held only until the bucket acknowledges
     /// it, as a JetStream event message is).
-    pub async fn put(
+    pub(crate) async fn put(
         &self,
         subject: String,
         version: ResourceVersion,
@@ -108,7 +109,7 @@ impl Mirror {
     }
 
     /// The object was deleted at `version`; `headers` of its DELETED message.
-    pub async fn delete(
+    pub(crate) async fn delete(
         &self,
         subject: String,
         version: ResourceVersion,
@@ -132,17 +133,17 @@ impl Mirror {
     }
 
     /// A list begins: the listed objects are compared with the bucket.
-    pub async fn repair_begin(&self) {
+    pub(crate) async fn repair_begin(&self) {
         let _ = self.ops.send(Op::RepairBegin).await;
     }
 
     /// The list completed at `version`: keys it did not show are deleted.
-    pub async fn repair_end(&self, version: ResourceVersion) {
+    pub(crate) async fn repair_end(&self, version: ResourceVersion) {
         let _ = self.ops.send(Op::RepairEnd(version)).await;
     }
 
     /// Lets the writer complete what it was handed, then stops it.
-    pub async fn finish(mut self) {
+    pub(crate) async fn finish(mut self) {
         let task = self.task.take();
         let (closed, _) = mpsc::channel(1);
         drop(std::mem::replace(&mut self.ops, closed));

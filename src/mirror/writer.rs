@@ -74,12 +74,12 @@ pub(crate) enum Op {
 /// One key's new state.
 pub(crate) struct Write {
     /// The key's subject: `$KV.{bucket}.{key}`.
-    pub subject: Subject,
+    pub(crate) subject: Subject,
     /// The object's version (a deletion's: the version of the deletion).
-    pub version: ResourceVersion,
-    pub kind: WriteKind,
+    pub(crate) version: ResourceVersion,
+    pub(crate) kind: WriteKind,
     /// When the event was handed over, for `mirror_write_lag_seconds`.
-    pub queued_at: Instant,
+    pub(crate) queued_at: Instant,
 }
 
 pub(crate) enum WriteKind {
@@ -114,12 +114,12 @@ struct Pending {
 
 /// Where the writer writes, and what it owns there.
 pub(crate) struct Place {
-    pub context: jetstream::Context,
-    pub stream: stream::Stream,
+    pub(crate) context: jetstream::Context,
+    pub(crate) stream: stream::Stream,
     /// `$KV.{bucket}.`
-    pub subject_prefix: String,
+    pub(crate) subject_prefix: String,
     /// The target's keys: [`super::key::watch_prefix`].
-    pub key_prefix: String,
+    pub(crate) key_prefix: String,
     /// The escaped namespace token of a namespaced target; `None`: every key under the prefix.
     pub namespace: Option<String>,
     pub delete_marker_ttl: Duration,

@@ -63,7 +63,7 @@ struct Place {
 }
 
 /// The fingerprint of `object` without the members `ignore` names.
-pub fn fingerprint(object: &[u8], ignore: &PathSet) -> Result<u64> {
+pub(super) fn fingerprint(object: &[u8], ignore: &PathSet) -> Result<u64> {
     let mut c = Cursor::new(object);
     let mut stack: Vec<Frame> = Vec::new();
     let mut place = Place {

@@ -10,29 +10,29 @@ use std::borrow::Cow;
 #[error("malformed JSON at byte {0}")]
 pub struct Malformed(pub usize);
 
-pub type Result<T> = std::result::Result<T, Malformed>;
+pub(super) type Result<T> = std::result::Result<T, Malformed>;
 
-pub struct Cursor<'a> {
-    pub b: &'a [u8],
-    pub i: usize,
+pub(super) struct Cursor<'a> {
+    pub(crate) b: &'a [u8],
+    pub(crate) i: usize,
 }
 
 impl<'a> Cursor<'a> {
-    pub fn new(b: &'a [u8]) -> Cursor<'a> {
+    pub(super) fn new(b: &'a [u8]) -> Cursor<'a> {
         Cursor { b, i: 0 }
     }
 
-    pub fn peek(&self) -> Option<u8> {
+    pub(super) fn peek(&self) -> Option<u8> {
         self.b.get(self.i).copied()
     }
 
-    pub fn ws(&mut self) {
+    pub(super) fn ws(&mut self) {
         while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
             self.i += 1;
         }
     }
 
-    pub fn eat(&mut self, byte: u8) -> Result<()> {
+    pub(super) fn eat(&mut self, byte: u8) -> Result<()> {
         self.ws();
         if self.peek() == Some(byte) {
             self.i += 1;
@@ -43,7 +43,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// The string at the cursor, as its text with escapes decoded (borrowed when it has none).
-    pub fn string(&mut self) -> Result<Cow<'a, str>> {
+    pub(super) fn string(&mut self) -> Result<Cow<'a, str>> {
         let start = self.i;
         self.ws();
         if self.peek() != Some(b'"') {
@@ -75,7 +75,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// A number or literal (`true`, `false`, `null`) at the cursor, as its bytes.
-    pub fn scalar(&mut self) -> Result<&'a [u8]> {
+    pub(super) fn scalar(&mut self) -> Result<&'a [u8]> {
         self.ws();
         let start = self.i;
         while let Some(b'-' | b'+' | b'.' | b'0'..=b'9' | b'a'..=b'z' | b'E') = self.peek() {
@@ -88,7 +88,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Consumes one value of any kind. Iterative, so nesting costs no stack.
-    pub fn skip_value(&mut self) -> Result<()> {
+    pub(super) fn skip_value(&mut self) -> Result<()> {
         let mut depth = 0usize;
         loop {
             self.ws();

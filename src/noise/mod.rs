@@ -20,11 +20,11 @@ use crate::config::{Changes, NoiseConfig};
 use crate::event::ObjectEvent;
 use crate::json_path::JsonPath;
 
-pub use json::Malformed;
+pub(crate) use json::Malformed;
 
 /// Paths `changes = "content"` always ignores: they change on every write (or with every spec
 /// change, which the content shows anyway) without saying anything about the object.
-pub const ALWAYS_IGNORED: [&str; 3] = [
+pub(crate) const ALWAYS_IGNORED: [&str; 3] = [
     "metadata.resourceVersion",
     "metadata.managedFields",
     "metadata.generation",
@@ -66,11 +66,6 @@ impl NoiseControl {
         }
     }
 
-    /// Whether MODIFIED events are judged by a mark at all (`changes` other than `any`).
-    pub fn compares(&self) -> bool {
-        self.changes != Changes::Any
-    }
-
     /// What de-duplication compares to tell whether a MODIFIED is news: the generation, or the
     /// content fingerprint. 0 means "nothing to compare" (no generation; `changes = "any"`; an
     /// object that could not be walked), and such an event is always published.
@@ -98,7 +93,7 @@ impl NoiseControl {
 /// Up to 64 paths, followed together through an object: `active` bit sets name the paths still
 /// matching along the way.
 #[derive(Debug, Clone, Default)]
-pub struct PathSet {
+pub(crate) struct PathSet {
     paths: Vec<JsonPath>,
 }
 
@@ -111,7 +106,7 @@ struct Step {
 }
 
 impl PathSet {
-    pub fn new(mut paths: Vec<JsonPath>) -> PathSet {
+    pub(crate) fn new(mut paths: Vec<JsonPath>) -> PathSet {
         paths.truncate(64);
         PathSet { paths }
     }

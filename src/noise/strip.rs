@@ -13,7 +13,7 @@ use super::json::{Cursor, Result};
 use super::PathSet;
 
 /// `object` without the members `strip` names, or `None` when it holds none of them.
-pub fn strip(object: &Bytes, strip: &PathSet) -> Result<Option<Bytes>> {
+pub(super) fn strip(object: &Bytes, strip: &PathSet) -> Result<Option<Bytes>> {
     let mut c = Cursor::new(object);
     let mut cuts = Vec::new();
     c.ws();

@@ -47,28 +47,28 @@ use crate::publish::header_block::{append_header, BuildError};
 pub mod header {
     use async_nats::HeaderName;
 
-    pub const SPECVERSION: HeaderName = HeaderName::from_static("ce-specversion");
+    pub(crate) const SPECVERSION: HeaderName = HeaderName::from_static("ce-specversion");
     pub const ID: HeaderName = HeaderName::from_static("ce-id");
-    pub const SOURCE: HeaderName = HeaderName::from_static("ce-source");
-    pub const TYPE: HeaderName = HeaderName::from_static("ce-type");
+    pub(crate) const SOURCE: HeaderName = HeaderName::from_static("ce-source");
+    pub(crate) const TYPE: HeaderName = HeaderName::from_static("ce-type");
     pub const SUBJECT: HeaderName = HeaderName::from_static("ce-subject");
-    pub const TIME: HeaderName = HeaderName::from_static("ce-time");
-    pub const DATACONTENTTYPE: HeaderName = HeaderName::from_static("ce-datacontenttype");
-    pub const CONTENT_TYPE: HeaderName = HeaderName::from_static("content-type");
+    pub(crate) const TIME: HeaderName = HeaderName::from_static("ce-time");
+    pub(crate) const DATACONTENTTYPE: HeaderName = HeaderName::from_static("ce-datacontenttype");
+    pub(crate) const CONTENT_TYPE: HeaderName = HeaderName::from_static("content-type");
 }
 
 /// The CloudEvents version kube2nats speaks.
-pub const SPECVERSION: &str = "1.0";
+pub(crate) const SPECVERSION: &str = "1.0";
 
 /// Every payload kube2nats publishes is JSON (the watch event or the object).
-pub const DATA_CONTENT_TYPE: &str = "application/json";
+pub(crate) const DATA_CONTENT_TYPE: &str = "application/json";
 
 /// The reverse-DNS head of every `ce-type`: the events are Kubernetes' own.
-pub const TYPE_PREFIX: &str = "io.k8s";
+pub(crate) const TYPE_PREFIX: &str = "io.k8s";
 
 /// The per-watch parts of the attributes, built once.
 #[derive(Debug, Clone)]
-pub struct Attributes {
+pub(crate) struct Attributes {
     /// `ce-type` by event type, in the order of [`EventType::ALL`].
     types: [String; 3],
     /// `ce-source` up to the namespace: the cluster and the API group and version,
@@ -80,7 +80,7 @@ pub struct Attributes {
 
 impl Attributes {
     /// The parts for one watch of `resource` in `cluster` (`""`: no cluster named).
-    pub fn new(cluster: &str, resource: &ResourceInfo) -> Attributes {
+    pub(crate) fn new(cluster: &str, resource: &ResourceInfo) -> Attributes {
         let types = EventType::ALL.map(|t| {
             format!(
                 "{TYPE_PREFIX}.{}.{}.{}.{}",
@@ -112,7 +112,7 @@ impl Attributes {
 
     /// The attributes of one event: `id` is its `Nats-Msg-Id` (unencoded), `received` the time
     /// kube2nats received it.
-    pub fn values<'a>(
+    pub(crate) fn values<'a>(
         &'a self,
         meta: &'a ObjectMeta,
         event_type: EventType,
@@ -155,7 +155,7 @@ impl Attributes {
 }
 
 /// The attributes of one event, encoded for headers.
-pub struct Values<'a> {
+pub(crate) struct Values<'a> {
     id: Cow<'a, str>,
     source: String,
     event_type: &'a str,
@@ -178,7 +178,7 @@ impl Values<'_> {
     }
 
     /// The bytes of their header lines.
-    pub fn wire_len(&self) -> usize {
+    pub(crate) fn wire_len(&self) -> usize {
         self.headers()
             .iter()
             .map(|(name, value)| {
@@ -188,7 +188,7 @@ impl Values<'_> {
     }
 
     /// Appends their header lines to `block`.
-    pub fn append(&self, block: &mut SerializedHeadersBuilder) -> Result<(), BuildError> {
+    pub(crate) fn append(&self, block: &mut SerializedHeadersBuilder) -> Result<(), BuildError> {
         for (name, value) in self.headers() {
             append_header(block, &name, value)?;
         }
@@ -226,7 +226,7 @@ fn needs_encoding(byte: u8) -> bool {
 
 /// A header value by the binding's rule: `raw` itself when nothing needs encoding, otherwise
 /// every byte that does (of the UTF-8 encoding) as `%XX`, upper-case.
-pub fn header_value(raw: &str) -> Cow<'_, str> {
+pub(crate) fn header_value(raw: &str) -> Cow<'_, str> {
     if !raw.bytes().any(needs_encoding) {
         return Cow::Borrowed(raw);
     }

@@ -19,7 +19,7 @@ const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(5);
 const CONNECTION_ACK_WINDOW: usize = 1 << 16;
 
 #[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
+pub(crate) enum ConnectError {
     #[error("invalid NATS server address {addr:?}: {source}")]
     Address {
         addr: String,
@@ -37,7 +37,7 @@ pub enum ConnectError {
 
 /// Connects (in the background, retrying forever) and returns the publishing handle for the
 /// configured mode.
-pub async fn connect(cfg: &NatsConfig, connected: IntGauge) -> Result<Nats, ConnectError> {
+pub(crate) async fn connect(cfg: &NatsConfig, connected: IntGauge) -> Result<Nats, ConnectError> {
     let (servers, url_credentials) = split_credentials(&cfg.servers)?;
     let mut options = ConnectOptions::new()
         .name(&cfg.name)
@@ -175,7 +175,7 @@ fn limit(value: Option<u64>) -> i64 {
 
 /// Creates the configured stream, or checks that the existing one captures its subjects. Retries
 /// until NATS answers, so it may run while NATS is still down.
-pub async fn ensure_stream(
+pub(crate) async fn ensure_stream(
     context: &jetstream::Context,
     stream: &StreamConfig,
 ) -> Result<(), jetstream::context::CreateStreamError> {

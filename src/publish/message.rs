@@ -45,32 +45,32 @@ use crate::subject::{escape_token, BoundTemplate, ObjectFields, SubjectTemplate,
 pub mod header {
     use async_nats::HeaderName;
 
-    pub const EVENT_TYPE: HeaderName = HeaderName::from_static("Kube-Event-Type");
+    pub(crate) const EVENT_TYPE: HeaderName = HeaderName::from_static("Kube-Event-Type");
     pub const RESOURCE_VERSION: HeaderName = HeaderName::from_static("Kube-Resource-Version");
     pub const UID: HeaderName = HeaderName::from_static("Kube-Uid");
     pub const NAMESPACE: HeaderName = HeaderName::from_static("Kube-Namespace");
     pub const NAME: HeaderName = HeaderName::from_static("Kube-Name");
     pub const KIND: HeaderName = HeaderName::from_static("Kube-Kind");
     pub const API_VERSION: HeaderName = HeaderName::from_static("Kube-Api-Version");
-    pub const SYNTHESIZED: HeaderName = HeaderName::from_static("Kube-Synthesized");
+    pub(crate) const SYNTHESIZED: HeaderName = HeaderName::from_static("Kube-Synthesized");
     pub const MSG_ID: HeaderName = HeaderName::from_static("Nats-Msg-Id");
-    pub const PAYLOAD: HeaderName = HeaderName::from_static("Kube-Payload");
-    pub const CLUSTER: HeaderName = HeaderName::from_static("Kube-Cluster");
+    pub(crate) const PAYLOAD: HeaderName = HeaderName::from_static("Kube-Payload");
+    pub(crate) const CLUSTER: HeaderName = HeaderName::from_static("Kube-Cluster");
 }
 
 /// The value of `Kube-Payload` on a message whose object was cut to its metadata (too large).
-pub const PAYLOAD_TRUNCATED: &str = "truncated";
+pub(crate) const PAYLOAD_TRUNCATED: &str = "truncated";
 
 /// The value of `Kube-Synthesized` on events derived from a list rather than received.
-pub const SYNTHESIZED_RELIST: &str = "relist";
+pub(crate) const SYNTHESIZED_RELIST: &str = "relist";
 
 /// The value of `Kube-Synthesized` on the DELETED events of the objects a watch held when its
 /// resource stopped being served (its CRD deleted): docs/messages.md.
-pub const SYNTHESIZED_UNSERVED: &str = "unserved";
+pub(crate) const SYNTHESIZED_UNSERVED: &str = "unserved";
 
 /// A header value NATS accepts, by the rule in the module docs: verbatim unless it holds `%` or
 /// an ASCII control character, then escaped whole as a subject token.
-pub fn header_value(raw: &str) -> Cow<'_, str> {
+pub(crate) fn header_value(raw: &str) -> Cow<'_, str> {
     if !verbatim(raw.as_bytes()) {
         let mut escaped = String::with_capacity(raw.len() + 8);
         escape_token(raw, &mut escaped);
@@ -116,20 +116,20 @@ pub struct OutMessage {
     pub subject: async_nats::Subject,
     /// Serialized once; a clone (for a JetStream retry) shares the bytes.
     pub headers: SerializedHeaders,
-    pub payload: Bytes,
-    pub event_type: EventType,
+    pub(crate) payload: Bytes,
+    pub(crate) event_type: EventType,
     /// The object as the message carries it (stripped or cut to its metadata as the payload
     /// is), for the mirror (docs/mirror.md); shares the payload's bytes.
-    pub object: Bytes,
+    pub(crate) object: Bytes,
     /// Groups the messages of one name (namespace and name), so that two of them are never in
     /// flight at once: per-name order then holds through publish retries, also between a deleted
     /// object and its recreation under the same name (another uid), and per-object order with it.
-    pub object_key: u64,
+    pub(crate) object_key: u64,
 }
 
 impl OutMessage {
     /// The bytes NATS counts against its `max_payload`: the payload and the header block.
-    pub fn wire_len(&self) -> usize {
+    pub(crate) fn wire_len(&self) -> usize {
         self.payload.len() + self.headers.len()
     }
 }
@@ -154,19 +154,19 @@ pub struct MessageSpec {
 #[derive(Debug, Clone)]
 pub struct MessageBuilder {
     /// The configured watch's name: the first part of every `Nats-Msg-Id`.
-    pub watch: String,
-    pub template: SubjectTemplate,
-    pub prefix: String,
-    pub cluster: String,
-    pub resource: ResourceInfo,
-    pub api_version: String,
-    pub payload: PayloadMode,
+    pub(crate) watch: String,
+    pub(crate) template: SubjectTemplate,
+    pub(crate) prefix: String,
+    pub(crate) cluster: String,
+    pub(crate) resource: ResourceInfo,
+    pub(crate) api_version: String,
+    pub(crate) payload: PayloadMode,
     /// `template` with the watch's own values escaped into it.
     subject: BoundTemplate,
     /// The header values that are the same for every message of the watch, escaped once.
     constant: ConstantHeaders,
     /// The watch's CloudEvents attributes when its format is `cloudevents`.
-    pub cloudevents: Option<cloudevents::Attributes>,
+    pub(crate) cloudevents: Option<cloudevents::Attributes>,
     /// Where each message's subject is rendered before it is copied into its own bytes.
     subject_scratch: Scratch,
     /// Where each message's `Nats-Msg-Id` is written before it goes into the header block.
@@ -336,7 +336,7 @@ impl MessageBuilder {
     /// The message for an object too large to publish whole: its metadata only (as for a
     /// vanished object), in the watch's payload mode, marked `Kube-Payload: truncated`, so
     /// subscribers learn that it changed and can fetch it.
-    pub fn truncated(
+    pub(crate) fn truncated(
         &self,
         event: &ObjectEvent,
         synthesized: bool,
@@ -421,7 +421,7 @@ impl MessageBuilder {
 
     /// The minimal object announced for an object that vanished during a gap: `apiVersion`,
     /// `kind` and the metadata kube2nats remembers.
-    pub fn vanished_object(&self, meta: &ObjectMeta) -> Bytes {
+    pub(crate) fn vanished_object(&self, meta: &ObjectMeta) -> Bytes {
         let mut metadata = serde_json::json!({
             "name": meta.name,
             "uid": meta.uid,
@@ -458,7 +458,7 @@ fn line_len(name: &HeaderName, value: &str) -> usize {
 /// type it is published with: a version re-listed after a crash (as ADDED or MODIFIED) has the same
 /// id as when it was first published, so JetStream drops it within its duplicate window, even from
 /// another replica. A deletion is a distinct message with the last known version.
-pub fn msg_id(watch: &str, meta: &ObjectMeta, event_type: EventType) -> String {
+pub(crate) fn msg_id(watch: &str, meta: &ObjectMeta, event_type: EventType) -> String {
     let mut id = String::new();
     write_msg_id(&mut id, watch, meta, event_type);
     id

@@ -13,20 +13,20 @@ use crate::telemetry::metrics::{counter, gauge, opts, remove_watch, ByType, NAME
 
 /// The families, registered once; [`for_watch`](Self::for_watch) resolves one watch's labels.
 #[derive(Clone)]
-pub struct PublishFamilies {
+pub(crate) struct PublishFamilies {
     events_published: IntCounterVec,
     publish_errors: IntCounterVec,
     publish_duration: HistogramVec,
     publish_queue_depth: IntGaugeVec,
     jetstream_duplicates: IntCounterVec,
     /// `nats_connected`: one connection for the process.
-    pub nats_connected: IntGauge,
+    pub(crate) nats_connected: IntGauge,
     /// `buffered_bytes`: the byte budget in use, for the process.
-    pub buffered_bytes: IntGauge,
+    pub(crate) buffered_bytes: IntGauge,
 }
 
 impl PublishFamilies {
-    pub fn register(registry: &Registry) -> prometheus::Result<PublishFamilies> {
+    pub(crate) fn register(registry: &Registry) -> prometheus::Result<PublishFamilies> {
         let events_published = counter(
             registry,
             "events_published_total",
@@ -89,7 +89,7 @@ impl PublishFamilies {
 
     /// Handles for one configured watch, resolved once; `dropped_too_large` is its
     /// `events_dropped_total{reason="too_large"}`, a family of the watch stage.
-    pub fn for_watch(&self, watch: &str, dropped_too_large: IntCounter) -> PublishMetrics {
+    pub(crate) fn for_watch(&self, watch: &str, dropped_too_large: IntCounter) -> PublishMetrics {
         PublishMetrics {
             watch: watch.into(),
             published: ByType::new(&self.events_published, watch),
@@ -104,19 +104,19 @@ impl PublishFamilies {
 
 /// The publish stage's metrics of one configured watch, shared by its namespaces' outboxes.
 #[derive(Clone)]
-pub struct PublishMetrics {
-    pub watch: Arc<str>,
+pub(crate) struct PublishMetrics {
+    pub(crate) watch: Arc<str>,
     published: ByType,
     /// Larger than the NATS server's `max_payload`: can never be published.
-    pub dropped_too_large: IntCounter,
-    pub publish_errors: IntCounter,
-    pub publish_duration: Histogram,
-    pub queue_depth: IntGauge,
-    pub jetstream_duplicates: IntCounter,
+    pub(crate) dropped_too_large: IntCounter,
+    pub(crate) publish_errors: IntCounter,
+    pub(crate) publish_duration: Histogram,
+    pub(crate) queue_depth: IntGauge,
+    pub(crate) jetstream_duplicates: IntCounter,
 }
 
 impl PublishMetrics {
-    pub fn published(&self, t: EventType) {
+    pub(crate) fn published(&self, t: EventType) {
         self.published.inc(t);
     }
 }

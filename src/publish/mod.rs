@@ -1,12 +1,12 @@
 //! The NATS side: subjects, headers and payloads, and publishing to core NATS or JetStream with
 //! backpressure and retries.
 
-pub mod cloudevents;
-pub mod connect;
-pub mod header_block;
-pub mod message;
-pub mod metrics;
-pub mod outbox;
+pub(crate) mod cloudevents;
+pub(crate) mod connect;
+pub(crate) mod header_block;
+pub(crate) mod message;
+pub(crate) mod metrics;
+pub(crate) mod outbox;
 
-pub use message::{MessageBuilder, MessageSpec, OutMessage};
-pub use outbox::{Nats, Outbox};
+pub(crate) use message::{MessageBuilder, MessageSpec, OutMessage};
+pub(crate) use outbox::{Nats, Outbox};

@@ -71,7 +71,7 @@ const HANDOVER_BYTES: usize = 60 * 1024;
 
 /// The connection in the configured mode; cheap to clone.
 #[derive(Clone)]
-pub enum Nats {
+pub(crate) enum Nats {
     Core(Client),
     JetStream {
         client: Client,
@@ -81,7 +81,7 @@ pub enum Nats {
 }
 
 impl Nats {
-    pub fn client(&self) -> &Client {
+    pub(crate) fn client(&self) -> &Client {
         match self {
             Nats::Core(client) | Nats::JetStream { client, .. } => client,
         }
@@ -120,7 +120,7 @@ struct IdleFlush {
 }
 
 /// The publishing side of one watch target.
-pub struct Outbox {
+pub(crate) struct Outbox {
     /// The connection, only ever borrowed: kept apart from the mutable state so the hot path
     /// never clones it.
     nats: Nats,
@@ -158,7 +158,7 @@ struct Window {
 
 impl Outbox {
     /// `max_in_flight` bounds unacknowledged JetStream publishes (unused in core mode).
-    pub fn new(
+    pub(crate) fn new(
         nats: Nats,
         max_in_flight: usize,
         metrics: PublishMetrics,
@@ -187,7 +187,7 @@ impl Outbox {
     }
 
     /// Holds every message's bytes against `budget` until NATS has taken it.
-    pub fn with_budget(mut self, budget: Budget) -> Outbox {
+    pub(crate) fn with_budget(mut self, budget: Budget) -> Outbox {
         self.window.unflushed = budget.charge(0);
         self.window.budget = budget;
         self
@@ -195,7 +195,7 @@ impl Outbox {
 
     /// The largest message (payload and headers) the connected server accepts; `None` before
     /// the first connection has told.
-    pub fn max_payload(&self) -> Option<usize> {
+    pub(crate) fn max_payload(&self) -> Option<usize> {
         Some(self.nats.client().max_payload()).filter(|&n| n > 0)
     }
 
@@ -205,7 +205,7 @@ impl Outbox {
     ///
     /// `charge` holds the message's bytes against the budget until NATS has taken it (the
     /// watch line's charge taken over, or [`charge`](Self::charge)).
-    pub async fn publish(&mut self, msg: OutMessage, charge: Charge) {
+    pub(crate) async fn publish(&mut self, msg: OutMessage, charge: Charge) {
         self.window.published += 1;
         match &self.nats {
             Nats::Core(client) => {
@@ -232,7 +232,7 @@ impl Outbox {
 
     /// Waits until everything handed over is acknowledged (JetStream) or has reached the server
     /// (core: a flush round trip). `true` when it has: then the watch may checkpoint.
-    pub async fn settle(&mut self) -> bool {
+    pub(crate) async fn settle(&mut self) -> bool {
         match &self.nats {
             Nats::JetStream { client, context } => {
                 self.window.send_held(client, context).await;
@@ -248,13 +248,13 @@ impl Outbox {
 
 impl Outbox {
     /// Messages published so far: the next one published is number `published()` (from 0).
-    pub fn published(&self) -> u64 {
+    pub(crate) fn published(&self) -> u64 {
         self.window.published
     }
 
     /// How many of the first messages published NATS has taken (flushed to the server in core
     /// mode, acknowledged in JetStream mode): what a crash can no longer lose.
-    pub fn settled(&self) -> u64 {
+    pub(crate) fn settled(&self) -> u64 {
         let w = &self.window;
         match &self.nats {
             Nats::Core(_) => w.settled,
@@ -267,14 +267,14 @@ impl Outbox {
     }
 
     /// A charge of `bytes` against the budget this outbox holds messages against.
-    pub fn charge(&self, bytes: usize) -> Charge {
+    pub(crate) fn charge(&self, bytes: usize) -> Charge {
         self.window.budget.charge(bytes)
     }
 
     /// Whether [`flush_idle`](Self::flush_idle) has something to do: held messages, messages
     /// handed to the core client and not yet known to be on the socket, or a JetStream
     /// acknowledgement that may still arrive.
-    pub fn unflushed(&self) -> bool {
+    pub(crate) fn unflushed(&self) -> bool {
         match &self.nats {
             Nats::Core(_) => self.window.core_pending(),
             Nats::JetStream { .. } => {
@@ -295,7 +295,7 @@ impl Outbox {
     /// first, until one is not acknowledged yet or has failed (a failure is retried by the next
     /// publish or settle, which may wait). Cancel-safe: the flush goes on in the outbox, and the
     /// next call awaits the same one; an acknowledgement is awaited where it stays.
-    pub async fn flush_idle(&mut self) {
+    pub(crate) async fn flush_idle(&mut self) {
         let window = &mut self.window;
         let to_hand_over = !window.held.is_empty() || window.unflushed_messages > 0;
         if window.flushing.is_none() && to_hand_over {
@@ -351,7 +351,7 @@ impl Outbox {
     /// messages in order, so by the time such a write is acknowledged the server has every
     /// message handed over before. (Both modes first hand the held messages to the client, so
     /// they are in that order.)
-    pub async fn settle_objects(&mut self, keys: &[u64]) {
+    pub(crate) async fn settle_objects(&mut self, keys: &[u64]) {
         self.window.hand_over_held(&self.nats).await;
         if let Nats::JetStream { client, context } = &self.nats {
             while self

@@ -28,7 +28,7 @@ pub(super) fn chunk_key(target: &str, slot: Slot, index: u32) -> String {
 /// The watch task's side of checkpointing: what changed since the last snapshot, and when the
 /// next is due. The watch task tells it about every change and takes snapshots only with its
 /// outbox settled.
-pub struct Checkpoints {
+pub(crate) struct Checkpoints {
     pub(super) interval: Duration,
     pub(super) next_due: Instant,
     /// The version up to which every event has been handed to the outbox.
@@ -46,12 +46,12 @@ pub struct Checkpoints {
 
 impl Checkpoints {
     /// An object was published (or, with `initial_state = "skip"`, tracked) or forgotten.
-    pub fn objects_changed(&mut self) {
+    pub(crate) fn objects_changed(&mut self) {
         self.objects_changed = true;
     }
 
     /// Every event up to `version` has been handed to the outbox.
-    pub fn advanced(&mut self, version: &ResourceVersion) {
+    pub(crate) fn advanced(&mut self, version: &ResourceVersion) {
         self.version.clear();
         self.version.push_str(version.as_str());
         self.consistent = true;
@@ -59,24 +59,24 @@ impl Checkpoints {
 
     /// The version up to which every event has been handed to the outbox; `None` while a list
     /// is half-way (or before anything was handled).
-    pub fn position(&self) -> Option<&str> {
+    pub(crate) fn position(&self) -> Option<&str> {
         (self.consistent && !self.version.is_empty()).then_some(self.version.as_str())
     }
 
     /// A list began: until it completes there is no point to checkpoint.
-    pub fn list_started(&mut self) {
+    pub(crate) fn list_started(&mut self) {
         self.consistent = false;
     }
 
     /// When the next checkpoint is due; `None` when there is nothing to write to or no
     /// consistent point.
-    pub fn due(&self) -> Option<Instant> {
+    pub(crate) fn due(&self) -> Option<Instant> {
         (self.writer.is_some() && self.consistent).then_some(self.next_due)
     }
 
     /// Takes a snapshot and hands it to the writer, if the outbox is `settled` (everything handed
     /// to it acknowledged or flushed); otherwise tries again an interval later.
-    pub fn save(&mut self, settled: bool, dedupe: &Dedupe, journal: Option<&Journal>) {
+    pub(crate) fn save(&mut self, settled: bool, dedupe: &Dedupe, journal: Option<&Journal>) {
         let Some((mailbox, _)) = &self.writer else {
             return;
         };
@@ -120,7 +120,7 @@ impl Checkpoints {
     }
 
     /// Waits until the writer has written the last snapshot (or given up on it).
-    pub async fn finish(mut self) {
+    pub(crate) async fn finish(mut self) {
         if let Some((mailbox, task)) = self.writer.take() {
             mailbox.close();
             let _ = task.await;

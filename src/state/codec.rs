@@ -38,10 +38,10 @@ use rustc_hash::FxHashMap;
 
 use crate::dedupe::{Saved, SavedObject, SavedUid, SavedVersion};
 
-pub mod journal;
+pub(crate) mod journal;
 
 /// The version of both formats; a manifest of another version is treated as damaged.
-pub const FORMAT: u32 = 1;
+pub(crate) const FORMAT: u32 = 1;
 const MAGIC: &[u8; 4] = b"K2NS";
 const JOURNAL_MAGIC: &[u8; 4] = b"K2NJ";
 const HEADER_LEN: usize = MAGIC.len() + 1 + 8 + 4;
@@ -71,14 +71,14 @@ pub enum Slot {
 }
 
 impl Slot {
-    pub fn other(self) -> Slot {
+    pub(crate) fn other(self) -> Slot {
         match self {
             Slot::A => Slot::B,
             Slot::B => Slot::A,
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Slot::A => "a",
             Slot::B => "b",
@@ -114,16 +114,16 @@ pub struct Manifest {
 
 /// A snapshot of one target's memory, encoded.
 #[derive(Debug, Clone)]
-pub struct Encoded {
+pub(crate) struct Encoded {
     /// The chunks not taken before (by [`Encoder::take_chunks`]).
-    pub chunks: Vec<Bytes>,
+    pub(crate) chunks: Vec<Bytes>,
     /// Chunks in the whole snapshot, taken ones included.
-    pub total_chunks: u32,
-    pub objects: u64,
-    pub tombstones: u64,
-    pub bytes: u64,
-    pub checksum: u64,
-    pub generation: u64,
+    pub(crate) total_chunks: u32,
+    pub(crate) objects: u64,
+    pub(crate) tombstones: u64,
+    pub(crate) bytes: u64,
+    pub(crate) checksum: u64,
+    pub(crate) generation: u64,
 }
 
 /// Why stored state cannot be used.
@@ -148,7 +148,7 @@ pub enum CodecError {
 /// Encodes objects into chunks of at most `chunk_limit` bytes (an object larger than that gets a
 /// chunk of its own). The finished chunks can be taken as they fill, so a large snapshot is
 /// written chunk by chunk instead of held whole.
-pub struct Encoder {
+pub(crate) struct Encoder {
     chunk_limit: usize,
     generation: u64,
     chunks: Vec<Bytes>,
@@ -164,7 +164,7 @@ pub struct Encoder {
 }
 
 impl Encoder {
-    pub fn new(generation: u64, chunk_limit: usize) -> Encoder {
+    pub(crate) fn new(generation: u64, chunk_limit: usize) -> Encoder {
         let mut encoder = Encoder {
             chunk_limit: chunk_limit.max(HEADER_LEN + 64),
             generation,
@@ -182,7 +182,7 @@ impl Encoder {
         encoder
     }
 
-    pub fn push(&mut self, object: SavedObject<'_>) {
+    pub(crate) fn push(&mut self, object: SavedObject<'_>) {
         if self.encode_entry(&object) {
             self.finish_chunk();
             self.start_chunk();
@@ -194,7 +194,7 @@ impl Encoder {
     }
 
     /// A deleted uid; pushed after every object, oldest first.
-    pub fn push_tombstone(&mut self, uid: SavedUid<'_>) {
+    pub(crate) fn push_tombstone(&mut self, uid: SavedUid<'_>) {
         self.entry.clear();
         encode_tombstone(&mut self.entry, uid);
         if self.buf.len() > HEADER_LEN && self.buf.len() + self.entry.len() > self.chunk_limit {
@@ -206,11 +206,11 @@ impl Encoder {
     }
 
     /// The chunks filled so far, in order, and not taken before.
-    pub fn take_chunks(&mut self) -> Vec<Bytes> {
+    pub(crate) fn take_chunks(&mut self) -> Vec<Bytes> {
         std::mem::take(&mut self.chunks)
     }
 
-    pub fn finish(mut self) -> Encoded {
+    pub(crate) fn finish(mut self) -> Encoded {
         self.finish_chunk();
         Encoded {
             chunks: self.chunks,
@@ -309,7 +309,7 @@ fn put_uid(entry: &mut Vec<u8>, uid: SavedUid<'_>) -> u8 {
 }
 
 /// Checks a chunk's header and calls `f` with each object and tombstone in it.
-pub fn decode_chunk<'a>(
+pub(crate) fn decode_chunk<'a>(
     chunk: &'a [u8],
     generation: u64,
     index: u32,
@@ -517,14 +517,14 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
 /// FNV-1a, 64 bits: stable across platforms and versions (unlike the std and Fx hashers), which
 /// a checksum stored on disk needs.
 #[derive(Debug, Clone, Copy)]
-pub struct Fnv(pub u64);
+pub(crate) struct Fnv(pub u64);
 
 impl Fnv {
-    pub fn new() -> Fnv {
+    pub(crate) fn new() -> Fnv {
         Fnv(0xcbf2_9ce4_8422_2325)
     }
 
-    pub fn write(&mut self, bytes: &[u8]) {
+    pub(crate) fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
             self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
         }

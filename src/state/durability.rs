@@ -24,7 +24,7 @@ pub(crate) const DEGRADE_AFTER: Duration = Duration::from_secs(10);
 
 /// One target's durability, shared by its journal (in the watch task) and its checkpoint writer.
 #[derive(Default)]
-pub struct TargetDurability {
+pub(crate) struct TargetDurability {
     /// The journal gave up on a write: messages no longer wait for it, until a checkpoint
     /// taken since is stored.
     journal_suspended: AtomicBool,

@@ -43,7 +43,7 @@ use crate::dedupe::{SavedObject, SavedUid, SavedVersion};
 /// Records are positions `0, 1, 2, …` of the target's journal (keys `….j.{n}`), loaded in that
 /// order until the first missing one; since one write is under way at a time, a record is never
 /// stored without every record before it.
-pub struct Journal {
+pub(crate) struct Journal {
     pub(super) target: Arc<JournalTarget>,
     pub(super) store: Arc<kv::Store>,
     /// The position of the next record to be stored: every record before it is.
@@ -64,7 +64,7 @@ pub struct Journal {
 /// a quiet stream, whose every message settles at once, would otherwise write a record per
 /// message. Records of objects are never paced (their messages wait for them), and
 /// confirmations go along with them; a crash repeats at most this much more.
-pub const CONFIRMATION_PACE: std::time::Duration = std::time::Duration::from_millis(10);
+pub(super) const CONFIRMATION_PACE: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// What a journal write needs besides its record; shared by the writes of one target.
 pub(super) struct JournalTarget {
@@ -88,7 +88,7 @@ impl Journal {
     /// Returns the position of the record that will hold it: the message must not go out before
     /// that record is stored ([`stored_below`](Self::stored_below)). `None` while the journal is
     /// suspended: the message goes out at once.
-    pub fn record(&mut self, meta: &crate::event::ObjectMeta, deleted: bool) -> Option<u64> {
+    pub(crate) fn record(&mut self, meta: &crate::event::ObjectMeta, deleted: bool) -> Option<u64> {
         if self.suspended() {
             return None;
         }
@@ -102,14 +102,14 @@ impl Journal {
     }
 
     /// Objects recorded and not yet being written.
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.batch.recorded()
     }
 
     /// The message of the object `uid` at `version` (its deletion, when `deleted`) reached
     /// NATS: the next record says so.
     /// Nothing is kept while the journal is suspended: the checkpoint that ends it holds all.
-    pub fn confirm(&mut self, uid: SavedUid<'_>, version: SavedVersion<'_>, deleted: bool) {
+    pub(crate) fn confirm(&mut self, uid: SavedUid<'_>, version: SavedVersion<'_>, deleted: bool) {
         if self.suspended() {
             return;
         }
@@ -117,7 +117,7 @@ impl Journal {
     }
 
     /// Every event up to `version` reached NATS: the next record says so.
-    pub fn confirm_position(&mut self, version: &str) {
+    pub(crate) fn confirm_position(&mut self, version: &str) {
         if self.suspended() {
             return;
         }
@@ -126,7 +126,7 @@ impl Journal {
 
     /// No write is under way, and objects were recorded, or confirmations wait and the pace
     /// allows their write.
-    pub fn can_begin_write(&self) -> bool {
+    pub(crate) fn can_begin_write(&self) -> bool {
         self.writing.is_none()
             && !self.suspended()
             && (self.batch.recorded() != 0
@@ -135,18 +135,18 @@ impl Journal {
     }
 
     /// When confirmations alone wait for the pace: the moment their write may begin.
-    pub fn confirmations_due(&self) -> Option<tokio::time::Instant> {
+    pub(crate) fn confirmations_due(&self) -> Option<tokio::time::Instant> {
         let alone = self.batch.recorded() == 0 && self.batch.confirmations() != 0;
         (alone && self.writing.is_none() && !self.suspended()).then_some(self.confirm_after)
     }
 
     /// Whether a write is under way.
-    pub fn is_writing(&self) -> bool {
+    pub(crate) fn is_writing(&self) -> bool {
         self.writing.is_some()
     }
 
     /// Every record at a position below this is stored; while suspended, every message may go.
-    pub fn stored_below(&self) -> u64 {
+    pub(crate) fn stored_below(&self) -> u64 {
         if self.suspended() {
             return u64::MAX;
         }
@@ -154,7 +154,7 @@ impl Journal {
     }
 
     /// Starts writing what was recorded, unless a write is under way already or nothing was.
-    pub fn begin_write(&mut self) {
+    pub(crate) fn begin_write(&mut self) {
         if self.writing.is_some() || self.batch.is_empty() || self.suspended() {
             return;
         }
@@ -179,7 +179,7 @@ impl Journal {
     /// Waits until the write under way is stored (forever, if none is), or given up after
     /// [`DEGRADE_AFTER`] (then the journal is suspended). Cancel-safe: the write goes on, and a
     /// later call waits for the same one.
-    pub async fn written(&mut self) {
+    pub(crate) async fn written(&mut self) {
         let Some(writing) = &mut self.writing else {
             return std::future::pending().await;
         };
@@ -191,17 +191,6 @@ impl Journal {
         self.store = stored.store;
         self.last_stream_sequence = stored.stream_sequence;
         self.next += 1;
-    }
-
-    /// Writes everything recorded, waiting until it is stored.
-    pub async fn write_all(&mut self) {
-        loop {
-            self.begin_write();
-            if self.writing.is_none() {
-                return;
-            }
-            self.written().await;
-        }
     }
 
     /// Gives up the write under way and what was recorded: messages no longer wait for the

@@ -12,10 +12,10 @@ use crate::telemetry::metrics::opts;
 
 /// Every metric of the state stage.
 #[derive(Clone)]
-pub struct StateMetrics {
+pub(crate) struct StateMetrics {
     /// 1 while state is saved to JetStream; 0 when it is kept in memory only (disabled, or the
     /// server has no JetStream).
-    pub durable: IntGauge,
+    pub(crate) durable: IntGauge,
     checkpoints: IntCounterVec,
     failures: IntCounterVec,
     load_duration: prometheus::GaugeVec,
@@ -27,7 +27,7 @@ pub struct StateMetrics {
 }
 
 impl StateMetrics {
-    pub fn register(registry: &Registry) -> prometheus::Result<StateMetrics> {
+    pub(crate) fn register(registry: &Registry) -> prometheus::Result<StateMetrics> {
         let durable = IntGauge::with_opts(opts(
             "state_durable",
             "1 while the watches' state is checkpointed to JetStream; 0 when it is kept in memory only.",
@@ -102,12 +102,12 @@ impl StateMetrics {
     }
 
     /// One line per watch target whose saved state does not keep up (for `/readyz`'s body).
-    pub fn not_durable(&self) -> Vec<String> {
+    pub(crate) fn not_durable(&self) -> Vec<String> {
         self.degraded.reasons()
     }
 
     /// Handles for one target of `watch`.
-    pub fn for_target(&self, watch: &str) -> TargetMetrics {
+    pub(crate) fn for_target(&self, watch: &str) -> TargetMetrics {
         let started = Arc::new(AtomicU64::new(unix_millis()));
         self.ages.add(watch, &started);
         let durability = Arc::new(TargetDurability::default());
@@ -129,15 +129,15 @@ impl StateMetrics {
 
 /// The state metrics of one watch target.
 #[derive(Clone)]
-pub struct TargetMetrics {
-    pub watch: Arc<str>,
-    pub checkpoints: prometheus::IntCounter,
-    pub failures: prometheus::IntCounter,
+pub(crate) struct TargetMetrics {
+    pub(crate) watch: Arc<str>,
+    pub(crate) checkpoints: prometheus::IntCounter,
+    pub(crate) failures: prometheus::IntCounter,
     load_duration: prometheus::Gauge,
     objects_loaded: IntGauge,
     stored_bytes: IntGauge,
     /// Objects per journal write.
-    pub journal_records: prometheus::Histogram,
+    pub(crate) journal_records: prometheus::Histogram,
     /// Unix millis of the last moment the saved state matched what was published.
     last_current: Arc<AtomicU64>,
     /// This target's share of `stored_bytes`.
@@ -147,7 +147,7 @@ pub struct TargetMetrics {
 }
 
 impl TargetMetrics {
-    pub fn loaded(&self, objects: usize, seconds: f64) {
+    pub(crate) fn loaded(&self, objects: usize, seconds: f64) {
         self.objects_loaded.add(objects as i64);
         if seconds > self.load_duration.get() {
             self.load_duration.set(seconds);
@@ -155,11 +155,11 @@ impl TargetMetrics {
     }
 
     /// The saved state matches what was published, as of now.
-    pub fn current(&self) {
+    pub(crate) fn current(&self) {
         self.last_current.store(unix_millis(), Ordering::Relaxed);
     }
 
-    pub fn stored(&self, bytes: u64) {
+    pub(crate) fn stored(&self, bytes: u64) {
         let before = self.stored.swap(bytes, Ordering::Relaxed);
         self.stored_bytes.add(bytes as i64 - before as i64);
     }

@@ -67,12 +67,12 @@
 
 mod bucket;
 mod checkpoint;
-pub mod codec;
+pub(crate) mod codec;
 mod durability;
 mod journal;
 mod load;
-pub mod metrics;
-pub mod owner;
+pub(crate) mod metrics;
+pub(crate) mod owner;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,13 +92,13 @@ use bucket::{
     journal_key, journal_subjects, manifest_key, open_bucket, purge, Bucket, BucketError,
     RETRY_BACKOFF,
 };
-pub use checkpoint::Checkpoints;
+pub(crate) use checkpoint::Checkpoints;
 use checkpoint::{chunk_key, Mailbox, Writer};
 use codec::journal::JournalBatch;
 use codec::{CodecError, Fnv, JournalEntry, Manifest, FORMAT};
-pub use journal::Journal;
+pub(crate) use journal::Journal;
 use journal::JournalTarget;
-pub use metrics::{StateMetrics, TargetMetrics};
+pub(crate) use metrics::{StateMetrics, TargetMetrics};
 
 /// The largest chunk: far below NATS' default `max_payload` (1 MiB), and small enough that
 /// loading holds little more than the memory being rebuilt.
@@ -112,7 +112,7 @@ const JOURNAL_READ_AHEAD: usize = 32;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where the state of every watch is kept; cheap to clone.
 #[derive(Clone)]
-pub struct StateStore {
+pub(crate) struct StateStore {
     backend: Backend,
     /// `{cluster}.{instance}` ([`owner::Owner::prefix`]): starts every key this process reads,
     /// writes or removes.
@@ -137,7 +137,7 @@ impl StateStore {
     /// not answer, then finds the cluster id that, with `instance`, owns the keys (see
     /// [`owner`]). `None` if shutdown came first. `api_prefix` is the JetStream API's
     /// (`$JS.API`, or a domain's).
-    pub async fn open(
+    pub(crate) async fn open(
         config: &StateConfig,
         api_prefix: &str,
         client: &Client,
@@ -173,7 +173,7 @@ impl StateStore {
     }
 
     /// `{cluster}.{instance}` of this deployment's keys; `None` without durable state.
-    pub fn owner(&self) -> Option<String> {
+    pub(crate) fn owner(&self) -> Option<String> {
         Some(self.prefix.clone()).filter(|p| !p.is_empty())
     }
 
@@ -247,7 +247,7 @@ impl StateStore {
     /// alone: another kube2nats sharing the bucket may own it (removed or renamed watches are
     /// cleaned up by hand, see the README). Best effort: a failure is logged and retried at the
     /// next start.
-    pub async fn purge_removed(self, targets: Vec<String>) {
+    pub(crate) async fn purge_removed(self, targets: Vec<String>) {
         let Backend::Durable(bucket) = &self.backend else {
             return;
         };
@@ -293,7 +293,7 @@ impl StateStore {
     }
 
     /// The state of one watch target.
-    pub fn target(&self, watch: &str, target: &Target) -> TargetState {
+    pub(crate) fn target(&self, watch: &str, target: &Target) -> TargetState {
         TargetState {
             key: format!(
                 "{}.{}",
@@ -310,7 +310,7 @@ impl StateStore {
 }
 
 /// The prefix of a target's keys in the bucket: `{watch}.{namespace or _all}`.
-pub fn target_key(watch: &str, namespace: Option<&str>) -> String {
+pub(crate) fn target_key(watch: &str, namespace: Option<&str>) -> String {
     format!("{watch}.{}", namespace.unwrap_or("_all"))
 }
 
@@ -329,7 +329,7 @@ fn identity(target: &Target) -> String {
 }
 
 /// What a target starts from.
-pub enum Start {
+pub(crate) enum Start {
     /// Saved state: resume the watch from `version`; `dedupe` holds what was published.
     Saved {
         dedupe: Box<Dedupe>,
@@ -356,7 +356,7 @@ enum LoadError {
 }
 
 /// The state of one watch target, before it is loaded.
-pub struct TargetState {
+pub(crate) struct TargetState {
     key: String,
     identity: String,
     backend: Backend,
@@ -369,7 +369,7 @@ impl TargetState {
     /// Loads the saved state, retrying while NATS does not answer; says in one log line (the
     /// watch's fields come from the caller's span) when it starts fresh, and why. `None` if
     /// shutdown came first.
-    pub async fn load(self, shutdown: &CancellationToken) -> Option<Loaded> {
+    pub(crate) async fn load(self, shutdown: &CancellationToken) -> Option<Loaded> {
         let bucket = match &self.backend {
             Backend::Durable(bucket) => bucket.clone(),
             Backend::Disabled | Backend::MemoryOnly => {
@@ -708,8 +708,8 @@ fn later_position(position: &mut Option<String>, confirmed: SavedVersion<'_>) {
 
 /// A target's state, loaded: where it starts, its checkpoints and its journal (`None` when
 /// state is not durable).
-pub struct Loaded {
-    pub start: Start,
-    pub checkpoints: Checkpoints,
-    pub journal: Option<Journal>,
+pub(crate) struct Loaded {
+    pub(crate) start: Start,
+    pub(crate) checkpoints: Checkpoints,
+    pub(crate) journal: Option<Journal>,
 }

@@ -25,21 +25,21 @@ const CLUSTER_ID_PATH: &str = "/api/v1/namespaces/kube-system";
 
 /// The owner of a set of keys; its [`prefix`](Self::prefix) starts every key it writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Owner {
-    pub cluster: String,
-    pub instance: String,
+pub(crate) struct Owner {
+    pub(crate) cluster: String,
+    pub(crate) instance: String,
 }
 
 impl Owner {
     /// `{cluster}.{instance}`: two tokens of the key, neither holding a dot.
-    pub fn prefix(&self) -> String {
+    pub(crate) fn prefix(&self) -> String {
         format!("{}.{}", self.cluster, self.instance)
     }
 }
 
 /// Why the owner could not be found.
 #[derive(Debug, thiserror::Error)]
-pub enum OwnerError {
+pub(crate) enum OwnerError {
     #[error("state: cannot read the cluster id (GET {CLUSTER_ID_PATH}: {0}); grant `get` on the `namespaces` resource named `kube-system` (a ClusterRole rule with resourceNames: [kube-system]) or set state.cluster_id")]
     ClusterId(ApiError),
     #[error("state: the kube-system Namespace has no usable uid ({0:?}); set state.cluster_id")]

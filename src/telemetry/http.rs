@@ -19,7 +19,7 @@ use super::server;
 /// What `/readyz` checks: NATS is connected and every watch has completed its list (a watch
 /// whose resource is not served has not: docs/troubleshooting.md) — or, for a standby replica with leader election, that it is warm (discovery done, NATS connected), since
 /// a standby that is not ready would block rollouts and nothing routes traffic to kube2nats.
-pub struct Readiness {
+pub(crate) struct Readiness {
     nats_connected: IntGauge,
     phase: Mutex<Phase>,
     shutting_down: CancellationToken,
@@ -41,7 +41,7 @@ enum Phase {
 }
 
 impl Readiness {
-    pub fn new(nats_connected: IntGauge, shutting_down: CancellationToken) -> Readiness {
+    pub(crate) fn new(nats_connected: IntGauge, shutting_down: CancellationToken) -> Readiness {
         Readiness {
             nats_connected,
             phase: Mutex::new(Phase::Starting),
@@ -52,12 +52,12 @@ impl Readiness {
     }
 
     /// The body of `/readyz` also says which targets' saved state does not keep up.
-    pub fn set_state(&self, state: crate::state::StateMetrics) {
+    pub(crate) fn set_state(&self, state: crate::state::StateMetrics) {
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
     }
 
     /// Lines for `/readyz`'s body that do not change its status.
-    pub fn notes(&self) -> Vec<String> {
+    pub(crate) fn notes(&self) -> Vec<String> {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state
             .as_ref()
@@ -69,7 +69,7 @@ impl Readiness {
     }
 
     /// Readiness also waits for the mirror's repairs: `repairs` counts the targets under way.
-    pub fn set_mirror_repairs(&self, repairs: IntGauge) {
+    pub(crate) fn set_mirror_repairs(&self, repairs: IntGauge) {
         *self
             .mirror_repairs
             .lock()
@@ -77,12 +77,12 @@ impl Readiness {
     }
 
     /// Hands over the watches once they run.
-    pub fn set_watches(&self, watches: Vec<WatchSync>) {
+    pub(crate) fn set_watches(&self, watches: Vec<WatchSync>) {
         *self.phase() = Phase::Watching(watches);
     }
 
     /// This replica is warm and waits for the Lease.
-    pub fn set_standby(&self) {
+    pub(crate) fn set_standby(&self) {
         *self.phase() = Phase::Standby;
     }
 
@@ -92,7 +92,7 @@ impl Readiness {
     }
 
     /// `Ok` when ready, else one short line per thing that is not.
-    pub fn check(&self) -> Result<(), Vec<String>> {
+    pub(crate) fn check(&self) -> Result<(), Vec<String>> {
         let mut not_ready = Vec::new();
         if self.shutting_down.is_cancelled() {
             not_ready.push("shutting down".to_owned());
@@ -140,14 +140,14 @@ struct AppState {
 }
 
 /// Binds the listener; returns the bound address (the port may have been 0).
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
 /// Serves until `shutdown` is cancelled, with at most `max_connections` connections (lowered to
 /// keep file descriptors in reserve; [`super::server`]); then gives the open connections
 /// [`super::server::CLOSE_GRACE`].
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     max_connections: usize,
     metrics: Metrics,

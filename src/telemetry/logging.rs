@@ -12,7 +12,7 @@ use tracing_subscriber::EnvFilter;
 use crate::config::LogFormat;
 
 /// The environment variable that, when set and not empty, replaces the configured filter.
-pub const RUST_LOG: &str = "RUST_LOG";
+pub(crate) const RUST_LOG: &str = "RUST_LOG";
 
 /// Installs the global subscriber. `filter` is a `RUST_LOG`-style directive list (`info`,
 /// `kube2nats=debug,info`); `RUST_LOG` wins when set.

@@ -16,9 +16,9 @@ use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registr
 use crate::event::EventType;
 
 /// The prefix of every metric name.
-pub const NAMESPACE: &str = "kube2nats";
+pub(crate) const NAMESPACE: &str = "kube2nats";
 
-pub fn opts(name: &str, help: &str) -> Opts {
+pub(crate) fn opts(name: &str, help: &str) -> Opts {
     Opts::new(name, help).namespace(NAMESPACE)
 }
 
@@ -45,7 +45,7 @@ pub(crate) fn remove_watch<T: prometheus::core::MetricVecBuilder>(
 }
 
 /// Registers a counter family.
-pub fn counter(
+pub(crate) fn counter(
     registry: &Registry,
     name: &str,
     help: &str,
@@ -57,7 +57,7 @@ pub fn counter(
 }
 
 /// Registers a gauge family.
-pub fn gauge(
+pub(crate) fn gauge(
     registry: &Registry,
     name: &str,
     help: &str,
@@ -71,7 +71,7 @@ pub fn gauge(
 /// The registry every stage registers into.
 #[derive(Clone)]
 pub struct Metrics {
-    pub registry: Registry,
+    pub(crate) registry: Registry,
 }
 
 impl Metrics {
@@ -116,14 +116,14 @@ fn register_build_info(registry: &Registry) -> prometheus::Result<()> {
 
 /// One watch's counters of a `{watch, type}` family, one per event type.
 #[derive(Clone)]
-pub struct ByType([IntCounter; 3]);
+pub(crate) struct ByType([IntCounter; 3]);
 
 impl ByType {
-    pub fn new(family: &IntCounterVec, watch: &str) -> ByType {
+    pub(crate) fn new(family: &IntCounterVec, watch: &str) -> ByType {
         ByType(EventType::ALL.map(|t| family.with_label_values(&[watch, t.as_str()])))
     }
 
-    pub fn inc(&self, t: EventType) {
+    pub(crate) fn inc(&self, t: EventType) {
         let i = match t {
             EventType::Added => 0,
             EventType::Modified => 1,
@@ -136,8 +136,8 @@ impl ByType {
 /// Whether every target (namespace) of one watch has completed its list: `watch_synced`, and
 /// what `/readyz` checks.
 #[derive(Clone)]
-pub struct WatchSync {
-    pub watch: Arc<str>,
+pub(crate) struct WatchSync {
+    pub(crate) watch: Arc<str>,
     synced: IntGauge,
     unsynced_targets: Arc<AtomicUsize>,
     /// `watch_served`: 0 while the watch's resource is not served (docs/troubleshooting.md).
@@ -146,7 +146,7 @@ pub struct WatchSync {
 
 impl WatchSync {
     /// `targets` independent list+watch loops, none synced yet.
-    pub fn new(watch: Arc<str>, synced: IntGauge, targets: usize) -> WatchSync {
+    pub(crate) fn new(watch: Arc<str>, synced: IntGauge, targets: usize) -> WatchSync {
         synced.set(0);
         WatchSync {
             watch,
@@ -157,23 +157,23 @@ impl WatchSync {
     }
 
     /// Reports in `served` whether the watch's resource is served; readiness reads it.
-    pub fn with_served(mut self, served: IntGauge) -> WatchSync {
+    pub(crate) fn with_served(mut self, served: IntGauge) -> WatchSync {
         self.served = Some(served);
         self
     }
 
     /// `watch_served`, where the watch reports it.
-    pub fn served(&self) -> Option<&IntGauge> {
+    pub(crate) fn served(&self) -> Option<&IntGauge> {
         self.served.as_ref()
     }
 
     /// False while the watch's resource is not served (its CRD not installed, or deleted).
-    pub fn is_served(&self) -> bool {
+    pub(crate) fn is_served(&self) -> bool {
         self.served.as_ref().is_none_or(|s| s.get() == 1)
     }
 
     /// One target of this watch finished its list (`true`) or lost its sync (`false`).
-    pub fn set_target_synced(&self, synced: bool) {
+    pub(crate) fn set_target_synced(&self, synced: bool) {
         let unsynced = if synced {
             self.unsynced_targets.fetch_sub(1, Ordering::SeqCst) - 1
         } else {
@@ -183,12 +183,12 @@ impl WatchSync {
     }
 
     /// The watch no longer runs (this replica stood down): `watch_synced` is 0 until it runs again.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.synced.set(0);
     }
 
     /// True when every target of the watch is synced.
-    pub fn is_synced(&self) -> bool {
+    pub(crate) fn is_synced(&self) -> bool {
         self.unsynced_targets.load(Ordering::SeqCst) == 0
     }
 }

@@ -1,7 +1,7 @@
 //! What operators see: logs, Prometheus metrics, health and readiness.
 
-pub mod http;
-pub mod logging;
-pub mod metrics;
+pub(crate) mod http;
+pub(crate) mod logging;
+pub(crate) mod metrics;
 mod server;
-pub mod target;
+pub(crate) mod target;

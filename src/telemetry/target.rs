@@ -16,7 +16,7 @@ use super::metrics::WatchSync;
 
 /// Cheap to clone; the clones share one target's share.
 #[derive(Clone)]
-pub struct TargetGauges(Arc<Shares>);
+pub(crate) struct TargetGauges(Arc<Shares>);
 
 struct Shares {
     /// `watch_synced` and readiness.
@@ -35,7 +35,11 @@ struct Shares {
 
 impl TargetGauges {
     /// A target that has not listed yet: not synced, nothing tracked or queued.
-    pub fn new(sync: WatchSync, tracked_objects: IntGauge, queue_depth: IntGauge) -> TargetGauges {
+    pub(crate) fn new(
+        sync: WatchSync,
+        tracked_objects: IntGauge,
+        queue_depth: IntGauge,
+    ) -> TargetGauges {
         TargetGauges(Arc::new(Shares {
             sync,
             tracked_objects,
@@ -48,44 +52,39 @@ impl TargetGauges {
     }
 
     /// This target completed its list and watches (`true`) or lost its sync (`false`).
-    pub fn set_synced(&self, synced: bool) {
+    pub(crate) fn set_synced(&self, synced: bool) {
         if self.0.synced.swap(synced, Ordering::SeqCst) != synced {
             self.0.sync.set_target_synced(synced);
         }
     }
 
     /// Objects this target remembers.
-    pub fn set_tracked(&self, objects: usize) {
+    pub(crate) fn set_tracked(&self, objects: usize) {
         let now = i64::try_from(objects).unwrap_or(i64::MAX);
         let before = self.0.tracked.swap(now, Ordering::SeqCst);
         self.0.tracked_objects.add(now - before);
     }
 
     /// Messages this target has handed to NATS and not yet seen acknowledged.
-    pub fn set_queued(&self, messages: usize) {
+    pub(crate) fn set_queued(&self, messages: usize) {
         let now = i64::try_from(messages).unwrap_or(i64::MAX);
         let before = self.0.queued.swap(now, Ordering::SeqCst);
         self.0.queue_depth.add(now - before);
     }
 
-    /// What this target last reported as queued.
-    pub fn queued(&self) -> i64 {
-        self.0.queued.load(Ordering::SeqCst)
-    }
-
     /// Messages this target holds that NATS has not taken yet.
-    pub fn set_unconfirmed(&self, messages: usize) {
+    pub(crate) fn set_unconfirmed(&self, messages: usize) {
         let now = i64::try_from(messages).unwrap_or(i64::MAX);
         self.0.unconfirmed.store(now, Ordering::SeqCst);
     }
 
     /// What this target last reported as not taken by NATS.
-    pub fn unconfirmed(&self) -> i64 {
+    pub(crate) fn unconfirmed(&self) -> i64 {
         self.0.unconfirmed.load(Ordering::SeqCst)
     }
 
     /// Takes this target's share out of every gauge: its task is gone.
-    pub fn withdraw(&self) {
+    pub(crate) fn withdraw(&self) {
         self.set_synced(false);
         self.set_tracked(0);
         self.set_queued(0);

@@ -19,37 +19,38 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The slots shared by every watch target of the process; cheap to clone.
 #[derive(Clone, Debug)]
-pub struct ListSlots(Arc<Semaphore>);
+pub(crate) struct ListSlots(Arc<Semaphore>);
 
 /// One target's right to list; the slot is given back when it is dropped.
 #[derive(Debug)]
-pub struct ListSlot {
+pub(crate) struct ListSlot {
     _permit: OwnedSemaphorePermit,
 }
 
 impl ListSlots {
     /// `slots` lists at once (at least one).
-    pub fn new(slots: usize) -> ListSlots {
+    pub(crate) fn new(slots: usize) -> ListSlots {
         ListSlots(Arc::new(Semaphore::new(
             slots.clamp(1, Semaphore::MAX_PERMITS),
         )))
     }
 
     /// As many lists at once as there are targets (tests, and tools that run one target alone).
-    pub fn unlimited() -> ListSlots {
+    pub(crate) fn unlimited() -> ListSlots {
         ListSlots::new(Semaphore::MAX_PERMITS)
     }
 
     /// Waits for a free slot. Waiters are served in the order they asked.
-    pub async fn take(&self) -> ListSlot {
+    pub(crate) async fn take(&self) -> ListSlot {
         let permit = self.0.clone().acquire_owned().await;
         ListSlot {
             _permit: permit.expect("list slots are never closed"),
         }
     }
 
-    /// Slots not taken now.
-    pub fn free(&self) -> usize {
+    /// Slots not taken now: what the tests of the slots and of the machine check.
+    #[cfg(test)]
+    pub(crate) fn free(&self) -> usize {
         self.0.available_permits()
     }
 }

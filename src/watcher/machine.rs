@@ -14,7 +14,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use super::list_slots::{ListSlot, ListSlots};
-pub use super::restart::{
+pub(crate) use super::restart::{
     ListReason, Restart, RestartError, RestartReason, StreamingRefusal, VersionMove,
 };
 use crate::backoff::Backoff;
@@ -30,7 +30,7 @@ use crate::kube::metadata;
 use crate::kube::status::Status;
 use crate::kube::stream::{LineStream, StreamError};
 use crate::kube::{ApiClient, ApiError};
-pub use crate::target::Target;
+pub(crate) use crate::target::Target;
 
 mod follow;
 
@@ -53,7 +53,7 @@ const UNSERVED_BACKOFF: BackoffConfig = BackoffConfig::checked(
 
 /// What one step saw.
 #[derive(Debug)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Part of a list. `started` is set on the first page of a new list; `complete` on the last,
     /// with the list's version: every object not listed since `started` has vanished.
     ListPage {
@@ -88,13 +88,13 @@ pub enum Outcome {
 
 /// A collection that answered 404, and when it is listed again.
 #[derive(Debug)]
-pub struct Unserved {
-    pub error: ApiError,
-    pub retry_in: Duration,
+pub(crate) struct Unserved {
+    pub(crate) error: ApiError,
+    pub(crate) retry_in: Duration,
 }
 
 /// Where one watch target stands.
-pub enum State {
+pub(crate) enum State {
     /// Next step fetches one list page; `continue_token: None` starts a new list. Lists always
     /// read the latest state (`resourceVersion` unset: a consistent read), which is what client-go
     /// falls back to after Expired/TooLarge; kube2nats lists only at start and after those, so it
@@ -132,7 +132,7 @@ impl State {
 
     /// The byte-budget charge of the line the last step read (none if it read no line), for the
     /// delivery that publishes what the line held to take over (`crate::delivery`).
-    pub fn take_line_charge(&mut self) -> Charge {
+    pub(crate) fn take_line_charge(&mut self) -> Charge {
         match self {
             State::Watching(watching) | State::ReceivingInitialEvents { watching, .. } => {
                 std::mem::take(&mut watching.line_charge)
@@ -143,7 +143,7 @@ impl State {
 }
 
 /// An open watch.
-pub struct Watching {
+pub(crate) struct Watching {
     /// The version to resume from: the last event or bookmark received.
     rv: ResourceVersion,
     stream: LineStream,
@@ -169,7 +169,7 @@ enum Read {
 }
 
 /// Steps one watch target through its states.
-pub struct Machine {
+pub(crate) struct Machine {
     client: Arc<ApiClient>,
     target: Arc<Target>,
     path: String,
@@ -200,7 +200,7 @@ pub struct Machine {
 }
 
 impl Machine {
-    pub fn new(client: Arc<ApiClient>, target: Arc<Target>, backoff: Backoff) -> Machine {
+    pub(crate) fn new(client: Arc<ApiClient>, target: Arc<Target>, backoff: Backoff) -> Machine {
         let path = collection_path(&target.resource, target.namespace.as_deref());
         let streaming_list = target.streaming_list;
         let metadata_only = target.metadata_only;
@@ -224,7 +224,7 @@ impl Machine {
     }
 
     /// Reports in `served` whether the resource is served (`kube2nats_watch_served`).
-    pub fn with_served(mut self, served: Option<IntGauge>) -> Machine {
+    pub(crate) fn with_served(mut self, served: Option<IntGauge>) -> Machine {
         self.served = served;
         self
     }
@@ -238,35 +238,35 @@ impl Machine {
     }
 
     /// Charges what the watch streams buffer to `budget`, and waits for room before reading.
-    pub fn with_budget(mut self, budget: Budget) -> Machine {
+    pub(crate) fn with_budget(mut self, budget: Budget) -> Machine {
         self.budget = budget;
         self
     }
 
     /// Lists only while holding one of `slots`.
-    pub fn with_list_slots(mut self, slots: ListSlots) -> Machine {
+    pub(crate) fn with_list_slots(mut self, slots: ListSlots) -> Machine {
         self.list_slots = slots;
         self
     }
 
-    pub fn target(&self) -> &Target {
+    pub(crate) fn target(&self) -> &Target {
         &self.target
     }
 
     /// The first state: a list.
-    pub fn start(&self) -> State {
+    pub(crate) fn start(&self) -> State {
         self.list(ListReason::Initial)
     }
 
     /// The first state when saved state exists: a watch from the saved version, which the server
     /// answers with the changes since (or 410, and then a relist).
-    pub fn resume(&self, rv: ResourceVersion) -> State {
+    pub(crate) fn resume(&self, rv: ResourceVersion) -> State {
         State::Connecting { rv }
     }
 
     /// A new list (streaming where enabled); also where the driver starts over when what the
     /// target publishes changed under it.
-    pub fn list(&self, reason: ListReason) -> State {
+    pub(crate) fn list(&self, reason: ListReason) -> State {
         if self.streaming_list {
             State::StreamListing { reason }
         } else {
@@ -279,7 +279,7 @@ impl Machine {
 
     /// Performs one transition. A list waits for a slot before its first request and gives it
     /// back once the next state is no longer part of it (watching, or backing off).
-    pub async fn step(&mut self, state: State) -> (Outcome, State) {
+    pub(crate) async fn step(&mut self, state: State) -> (Outcome, State) {
         if state.is_list() && self.list_slot.is_none() {
             self.list_slot = Some(self.list_slots.take().await);
         }
@@ -892,3 +892,6 @@ impl Machine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -10,7 +10,7 @@ use crate::telemetry::metrics::{counter, gauge, opts, remove_watch, ByType, Watc
 
 /// The families, registered once; [`for_watch`](Self::for_watch) resolves one watch's labels.
 #[derive(Clone)]
-pub struct WatchFamilies {
+pub(crate) struct WatchFamilies {
     events_received: IntCounterVec,
     events_dropped: IntCounterVec,
     events_synthesized: IntCounterVec,
@@ -27,7 +27,7 @@ pub struct WatchFamilies {
 }
 
 impl WatchFamilies {
-    pub fn register(registry: &Registry) -> prometheus::Result<WatchFamilies> {
+    pub(crate) fn register(registry: &Registry) -> prometheus::Result<WatchFamilies> {
         let events_received = counter(
             registry,
             "events_received_total",
@@ -140,7 +140,7 @@ impl WatchFamilies {
 
     /// Handles for one configured watch, resolved once. `targets` is how many independent
     /// list+watch loops (namespaces) the watch runs; it counts as synced when all of them are.
-    pub fn for_watch(&self, watch: &str, targets: usize) -> WatchMetrics {
+    pub(crate) fn for_watch(&self, watch: &str, targets: usize) -> WatchMetrics {
         let dropped = |reason: &str| self.events_dropped.with_label_values(&[watch, reason]);
         let name: Arc<str> = watch.into();
         WatchMetrics {
@@ -186,34 +186,34 @@ impl WatchFamilies {
 
     /// `events_dropped_total{reason="too_large"}` of one watch: counted by the publish stage, in
     /// the family this stage owns.
-    pub fn dropped_too_large(&self, watch: &str) -> IntCounter {
+    pub(crate) fn dropped_too_large(&self, watch: &str) -> IntCounter {
         self.events_dropped.with_label_values(&[watch, "too_large"])
     }
 }
 
 /// The watch stage's metrics of one configured watch, shared by its namespaces' loops.
 #[derive(Clone)]
-pub struct WatchMetrics {
-    pub watch: Arc<str>,
+pub(crate) struct WatchMetrics {
+    pub(crate) watch: Arc<str>,
     received: ByType,
     synthesized: ByType,
-    pub dropped_duplicate: IntCounter,
-    pub dropped_stale: IntCounter,
-    pub dropped_filtered: IntCounter,
+    pub(crate) dropped_duplicate: IntCounter,
+    pub(crate) dropped_stale: IntCounter,
+    pub(crate) dropped_filtered: IntCounter,
     /// A MODIFIED (or a relist's change) that `changes` judged no news to subscribers.
-    pub dropped_unchanged: IntCounter,
+    pub(crate) dropped_unchanged: IntCounter,
     /// Its subject is longer than a NATS protocol line may be: never published.
-    pub dropped_subject_too_long: IntCounter,
+    pub(crate) dropped_subject_too_long: IntCounter,
     /// Published with metadata only: larger than the NATS server's `max_payload`.
-    pub truncated_max_payload: IntCounter,
+    pub(crate) truncated_max_payload: IntCounter,
     /// Published with metadata only: its watch line was over `kubernetes.max_line_bytes`.
-    pub truncated_max_line: IntCounter,
+    pub(crate) truncated_max_line: IntCounter,
     /// In a namespace outside the watch's namespace scope.
-    pub dropped_namespace: IntCounter,
+    pub(crate) dropped_namespace: IntCounter,
     /// Of an object outside the watch's filter (docs/filters.md).
-    pub dropped_not_matching: IntCounter,
+    pub(crate) dropped_not_matching: IntCounter,
     /// `kube2nats_filter_errors_total`: objects the filter failed on.
-    pub filter_errors: IntCounter,
+    pub(crate) filter_errors: IntCounter,
     /// A full object sent to a metadata-only watch, cut to its metadata here.
     pub truncated_metadata_fallback: IntCounter,
     pub decode_errors: IntCounter,
@@ -229,7 +229,7 @@ pub struct WatchMetrics {
 /// `kube2nats_watch_resource_info` of one watch: one series, for the group, version and resource
 /// its targets read (docs/configuration.md, "Versions that move").
 #[derive(Clone)]
-pub struct ResourceGauge {
+pub(crate) struct ResourceGauge {
     family: IntGaugeVec,
     watch: Arc<str>,
     /// The labels of the series set: group, version, resource.
@@ -238,7 +238,7 @@ pub struct ResourceGauge {
 
 impl ResourceGauge {
     /// The watch reads `resource` now: its series replaces the previous one.
-    pub fn reading(&self, resource: &ResourceInfo) {
+    pub(crate) fn reading(&self, resource: &ResourceInfo) {
         let group = match resource.group.as_str() {
             "" => "core",
             group => group,
@@ -270,26 +270,26 @@ impl ResourceGauge {
 impl WatchMetrics {
     /// The watch stopped without its tasks reporting back (this replica stood down): what they
     /// tracked is no longer tracked here.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.sync.clear();
         self.tracked_objects.set(0);
     }
-    pub fn received(&self, t: EventType) {
+    pub(crate) fn received(&self, t: EventType) {
         self.received.inc(t);
     }
-    pub fn synthesized(&self, t: EventType) {
+    pub(crate) fn synthesized(&self, t: EventType) {
         self.synthesized.inc(t);
     }
-    pub fn restart(&self, reason: &str) {
+    pub(crate) fn restart(&self, reason: &str) {
         self.restarts
             .with_label_values(&[&self.watch, reason])
             .inc();
     }
-    pub fn relist(&self, reason: &str) {
+    pub(crate) fn relist(&self, reason: &str) {
         self.relists.with_label_values(&[&self.watch, reason]).inc();
     }
     /// Marks the current time as the last sign of life of the watch.
-    pub fn touch(&self) {
+    pub(crate) fn touch(&self) {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());

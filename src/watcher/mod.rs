@@ -18,13 +18,13 @@
 //! at most what was in flight.
 
 mod filtered;
-pub mod list_slots;
-pub mod machine;
-pub mod metrics;
-pub mod namespaces;
-pub mod restart;
+pub(crate) mod list_slots;
+pub(crate) mod machine;
+pub(crate) mod metrics;
+pub(crate) mod namespaces;
+pub(crate) mod restart;
 mod served;
-pub mod supervise;
+pub(crate) mod supervise;
 
 use tokio_util::sync::CancellationToken;
 
@@ -47,9 +47,9 @@ use crate::telemetry::target::TargetGauges;
 use machine::{Machine, Outcome, Restart, RestartError, RestartReason, State};
 use metrics::WatchMetrics;
 
-pub use list_slots::ListSlots;
-pub use machine::{ListReason, Target};
-pub use namespaces::NamespaceWatcher;
+pub(crate) use list_slots::ListSlots;
+pub(crate) use machine::ListReason;
+pub(crate) use namespaces::NamespaceWatcher;
 
 /// What a watch's filter left of one event ([`filtered`]).
 pub(super) enum Filtered {
@@ -60,7 +60,7 @@ pub(super) enum Filtered {
 }
 
 /// One watch target's task: the machine, its memory of what was published, and its outbox.
-pub struct WatchTask {
+pub(crate) struct WatchTask {
     machine: Machine,
     dedupe: Dedupe,
     /// Its messages' way to NATS, ordered with its journal's records.
@@ -107,23 +107,23 @@ enum Step {
 }
 
 /// The parts a [`WatchTask`] is made of, each built by the caller (`TaskFactory::build`).
-pub struct WatchParts {
-    pub machine: Machine,
-    pub outbox: Outbox,
-    pub messages: MessageBuilder,
+pub(crate) struct WatchParts {
+    pub(crate) machine: Machine,
+    pub(crate) outbox: Outbox,
+    pub(crate) messages: MessageBuilder,
     /// The event types published; the rest are counted as filtered.
-    pub events: Vec<EventType>,
-    pub noise: NoiseControl,
-    pub initial_state: InitialState,
-    pub metrics: WatchMetrics,
+    pub(crate) events: Vec<EventType>,
+    pub(crate) noise: NoiseControl,
+    pub(crate) initial_state: InitialState,
+    pub(crate) metrics: WatchMetrics,
     /// The target's saved state, loaded when the task starts.
-    pub saved: TargetState,
-    pub gauges: TargetGauges,
-    pub scope: Scope,
+    pub(crate) saved: TargetState,
+    pub(crate) gauges: TargetGauges,
+    pub(crate) scope: Scope,
 }
 
 impl WatchTask {
-    pub fn new(parts: WatchParts) -> WatchTask {
+    pub(crate) fn new(parts: WatchParts) -> WatchTask {
         let WatchParts {
             machine,
             outbox,
@@ -159,20 +159,20 @@ impl WatchTask {
     }
 
     /// Publishes only while `term` is in force (leader election).
-    pub fn with_term(mut self, term: TermClock) -> WatchTask {
+    pub(crate) fn with_term(mut self, term: TermClock) -> WatchTask {
         self.term = term;
         self
     }
 
     /// Publishes only the objects `filter` matches (docs/filters.md).
-    pub fn with_filter(mut self, filter: Option<Filter>) -> WatchTask {
+    pub(crate) fn with_filter(mut self, filter: Option<Filter>) -> WatchTask {
         self.filter = filter;
         self
     }
 
     /// Keeps the target's objects in the mirror bucket: every start then lists, so that the
     /// list repairs the bucket.
-    pub fn with_mirror(mut self, mirror: Option<Mirror>) -> WatchTask {
+    pub(crate) fn with_mirror(mut self, mirror: Option<Mirror>) -> WatchTask {
         if mirror.is_some() {
             self.machine.relist_on_move();
         }
@@ -182,7 +182,7 @@ impl WatchTask {
 
     /// Runs until `shutdown` is cancelled, then publishes what is in flight and returns.
     /// Cancellation is honoured between events, never in the middle of publishing one.
-    pub async fn run(mut self, shutdown: CancellationToken) {
+    pub(crate) async fn run(mut self, shutdown: CancellationToken) {
         if !self.scope.ready(&shutdown).await {
             return;
         }

@@ -15,7 +15,7 @@ use crate::event::EventType;
 use crate::scope::{namespaces_resource, Selected};
 
 /// Lists and watches the namespaces matching one selector and publishes the matching set.
-pub struct NamespaceWatcher {
+pub(crate) struct NamespaceWatcher {
     selector: String,
     machine: Machine,
     updates: watch::Sender<Selected>,
@@ -26,13 +26,13 @@ pub struct NamespaceWatcher {
 impl NamespaceWatcher {
     /// Where a selector's matching set is published: the sender outlives each watcher (a
     /// supervisor builds a new one after a crash), so the targets never see it closed.
-    pub fn channel() -> (watch::Sender<Selected>, watch::Receiver<Selected>) {
+    pub(crate) fn channel() -> (watch::Sender<Selected>, watch::Receiver<Selected>) {
         watch::channel(None)
     }
 
     /// `machine` lists and watches [`NamespaceWatcher::target`]; `updates` from
     /// [`NamespaceWatcher::channel`].
-    pub fn new(machine: Machine, updates: watch::Sender<Selected>) -> NamespaceWatcher {
+    pub(crate) fn new(machine: Machine, updates: watch::Sender<Selected>) -> NamespaceWatcher {
         let selector = machine.target().label_selector.clone().unwrap_or_default();
         NamespaceWatcher {
             selector,
@@ -43,7 +43,7 @@ impl NamespaceWatcher {
     }
 
     /// The target a selector's watcher lists and watches.
-    pub fn target(selector: &str, template: &Target) -> Target {
+    pub(crate) fn target(selector: &str, template: &Target) -> Target {
         Target {
             resource: namespaces_resource(),
             namespace: None,
@@ -57,7 +57,7 @@ impl NamespaceWatcher {
 
     /// Runs until `shutdown`. A new watcher (after a crash) lists afresh and republishes the
     /// set; targets relist only if it changed meanwhile.
-    pub async fn run(mut self, shutdown: CancellationToken) {
+    pub(crate) async fn run(mut self, shutdown: CancellationToken) {
         let mut state = self.machine.start();
         loop {
             let (outcome, next) = tokio::select! {

@@ -14,16 +14,16 @@ use crate::kube::ApiError;
 
 /// The watch moved from one version of its resource to another.
 #[derive(Debug)]
-pub struct VersionMove {
-    pub from: ResourceInfo,
-    pub to: ResourceInfo,
+pub(crate) struct VersionMove {
+    pub(crate) from: ResourceInfo,
+    pub(crate) to: ResourceInfo,
     /// Where the watch resumes, when it was watching (a list starts over instead).
-    pub resume: Option<ResourceVersion>,
+    pub(crate) resume: Option<ResourceVersion>,
 }
 
 /// Why a list starts; the `reason` label of `relists_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ListReason {
+pub(crate) enum ListReason {
     Initial,
     /// The watch's version fell out of the server's history (410 Expired / Gone).
     Expired,
@@ -45,7 +45,7 @@ pub enum ListReason {
 }
 
 impl ListReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ListReason::Initial => "initial",
             ListReason::Expired => "expired",
@@ -61,7 +61,7 @@ impl ListReason {
 
 /// Why a watch (or a list request) ended or failed; the `reason` label of `watch_restarts_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RestartReason {
+pub(crate) enum RestartReason {
     /// The server ended the body cleanly (its `timeoutSeconds`, or a restart): resume, no relist.
     StreamEnded,
     /// Ended within a second and without a line: resume after a backoff.
@@ -95,7 +95,7 @@ pub enum RestartReason {
 }
 
 impl RestartReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RestartReason::StreamEnded => "stream_ended",
             RestartReason::VeryShortWatch => "very_short_watch",
@@ -118,19 +118,19 @@ impl RestartReason {
 
 /// A restart, with what the driver needs to log it.
 #[derive(Debug)]
-pub struct Restart {
-    pub reason: RestartReason,
+pub(crate) struct Restart {
+    pub(crate) reason: RestartReason,
     /// The request that failed, where one did.
-    pub verb: Option<Verb>,
+    pub(crate) verb: Option<Verb>,
     /// What went wrong; `None` for a watch the server ended cleanly.
-    pub error: Option<RestartError>,
+    pub(crate) error: Option<RestartError>,
     /// The pause before the next attempt.
-    pub retry_in: Option<Duration>,
+    pub(crate) retry_in: Option<Duration>,
 }
 
 /// What ended a watch or failed a list, kept typed until the driver logs it.
 #[derive(Debug, thiserror::Error)]
-pub enum RestartError {
+pub(crate) enum RestartError {
     /// A request failed: an error status, or the transport.
     #[error(transparent)]
     Api(#[from] ApiError),
@@ -190,7 +190,7 @@ fn not_a_list(cause: &DecodeError) -> String {
 
 /// How a server shows that it cannot serve streaming lists.
 #[derive(Debug, thiserror::Error)]
-pub enum StreamingRefusal {
+pub(crate) enum StreamingRefusal {
     /// 400/422 from servers that know the parameter but have the feature off.
     #[error(transparent)]
     Rejected(ApiError),

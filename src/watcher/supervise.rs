@@ -30,7 +30,7 @@ use crate::telemetry::target::TargetGauges;
 /// Pauses before a crashed task starts again: like the kubelet's CrashLoopBackOff (which caps at
 /// 5 min and forgets after 10 min of running), but starting at 1 s, since a one-off crash should
 /// cost seconds.
-pub const CRASH_BACKOFF: BackoffConfig = BackoffConfig::checked(
+pub(crate) const CRASH_BACKOFF: BackoffConfig = BackoffConfig::checked(
     Duration::from_secs(1),
     Duration::from_secs(300),
     2.0,
@@ -39,7 +39,7 @@ pub const CRASH_BACKOFF: BackoffConfig = BackoffConfig::checked(
 );
 
 /// The `watch_restarts_total` reason of a task that died.
-pub const RESTART_REASON: &str = "panic";
+pub(crate) const RESTART_REASON: &str = "panic";
 
 tokio::task_local! {
     /// Where the panic hook leaves the panic (message and location) of a supervised task.
@@ -74,7 +74,7 @@ impl Drop for AbortOnDrop {
 
 /// Runs the task `start` makes until `shutdown`; whenever it dies first (a panic, or an end
 /// that only shutdown should cause), reports it, waits, and starts a new one.
-pub async fn supervise<F, Fut>(
+pub(crate) async fn supervise<F, Fut>(
     mut start: F,
     metrics: WatchMetrics,
     gauges: TargetGauges,

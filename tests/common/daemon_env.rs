@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use kube2nats::app::Daemon;
+use kube2nats::facade::Daemon;
 use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions, INITIAL_TOKEN};
 use kube2nats_harness::nats::NatsServer;
 
@@ -58,7 +58,7 @@ impl Env {
         let nc = async_nats::connect(nats.url())
             .await
             .expect("test subscriber connects");
-        let daemon = kube2nats::app::start(config)
+        let daemon = kube2nats::facade::start(config)
             .await
             .expect("kube2nats starts");
         Env {

@@ -1,6 +1,5 @@
-//! Shared helpers of the integration tests: a kube2nats API client or a whole daemon pointed at
-//! the simulated API server, a recorder of what the watch state machine emits, and a collector of
-//! NATS messages.
+//! Shared helpers of the integration tests: a whole daemon pointed at the simulated API server,
+//! and a collector of NATS messages.
 
 #![allow(dead_code)]
 
@@ -15,15 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use kube2nats::backoff::Backoff;
-use kube2nats::config::BackoffConfig;
-use kube2nats::event::ResourceInfo;
-use kube2nats::kube::credentials::{AuthSource, Endpoint};
-use kube2nats::kube::ApiClient;
-use kube2nats::watcher::machine::{Machine, Outcome, Target};
 use kube2nats_harness::apiserver::ApiServer;
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
 
 /// How long a test waits for something that should happen promptly.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -31,15 +23,6 @@ pub const WAIT: Duration = Duration::from_secs(10);
 /// How long a test listens for a message that must not come: a repeat caused by a publish retry
 /// or a watch resume arrives after a backoff of a second or two, so shorter windows prove little.
 pub const QUIET: Duration = Duration::from_millis(2500);
-
-/// Backoff short enough for tests, with no jitter so delays are predictable.
-pub const FAST_BACKOFF: BackoffConfig = BackoffConfig::checked(
-    Duration::from_millis(50),
-    Duration::from_secs(2),
-    2.0,
-    0.0,
-    Duration::from_secs(120),
-);
 
 pub fn pod(name: &str) -> Value {
     json!({
@@ -53,10 +36,6 @@ pub fn token_file(dir: &Path, token: &str) -> PathBuf {
     let path = dir.join("token");
     std::fs::write(&path, token).expect("writing the test token file");
     path
-}
-
-pub fn pods() -> ResourceInfo {
-    ResourceInfo::core("pods", "Pod", true)
 }
 
 /// The text of kube2nats' `/metrics`, served on loopback at `port`.
@@ -75,153 +54,6 @@ pub fn header_text(headers: Option<&async_nats::HeaderMap>, name: &str) -> Strin
         .and_then(|h| h.get(name))
         .map(|v| v.as_str().to_owned())
         .unwrap_or_default()
-}
-
-/// A client for `sim` that reads its token from `token_file` (re-read every `reload`).
-pub fn client(sim: &ApiServer, token_file: Option<PathBuf>, reload: Duration) -> Arc<ApiClient> {
-    api_client(Endpoint {
-        base_url: sim.url().parse().expect("simulator URL"),
-        ca_pem: sim
-            .ca_file()
-            .map(|p| std::fs::read(p).expect("reading the simulator CA")),
-        identity_pem: None,
-        auth: token_file.map(|p| AuthSource::file(p, reload)),
-        insecure_skip_tls_verify: false,
-        proxy_url: None,
-    })
-}
-
-/// A client for `endpoint`, counting its requests into a throwaway counter.
-pub fn api_client(endpoint: Endpoint) -> Arc<ApiClient> {
-    let counter = kube2nats::kube::client::register_api_requests(&prometheus::Registry::new())
-        .expect("counter");
-    Arc::new(ApiClient::new(endpoint, Duration::from_secs(5), counter).expect("API client"))
-}
-
-pub fn target(resource: ResourceInfo, namespace: Option<&str>) -> Target {
-    Target {
-        resource,
-        namespace: namespace.map(str::to_owned),
-        label_selector: None,
-        field_selector: None,
-        page_size: 500,
-        watch_timeout: Duration::from_secs(60),
-        streaming_list: false,
-        max_line_bytes: 1 << 20,
-        metadata_only: false,
-        follow: None,
-    }
-}
-
-/// Runs a watch state machine in the background and records each outcome as a short line, so a
-/// test states the exact sequence it expects.
-pub struct Recorder {
-    rx: mpsc::UnboundedReceiver<(String, Outcome)>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Recorder {
-    pub fn start(client: Arc<ApiClient>, target: Target) -> Recorder {
-        Recorder::machine(Machine::new(
-            client,
-            Arc::new(target),
-            Backoff::new(FAST_BACKOFF),
-        ))
-    }
-
-    /// Records what `machine` sees, from its first list.
-    pub fn machine(mut machine: Machine) -> Recorder {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(async move {
-            let mut state = machine.start();
-            loop {
-                let (outcome, next) = machine.step(state).await;
-                state = next;
-                if !matches!(outcome, Outcome::Idle)
-                    && tx.send((describe(&outcome), outcome)).is_err()
-                {
-                    return;
-                }
-            }
-        });
-        Recorder { rx, task }
-    }
-
-    /// The next outcome, described.
-    pub async fn next(&mut self) -> String {
-        self.next_outcome().await.0
-    }
-
-    pub async fn next_outcome(&mut self) -> (String, Outcome) {
-        match tokio::time::timeout(WAIT, self.rx.recv()).await {
-            Ok(Some(o)) => o,
-            Ok(None) => panic!("the watch machine stopped"),
-            Err(_) => panic!("no outcome from the watch machine within {WAIT:?}"),
-        }
-    }
-
-    /// Skips outcomes until one starting with `prefix`; returns it and what was skipped.
-    pub async fn until(&mut self, prefix: &str) -> (String, Vec<String>) {
-        let mut skipped = Vec::new();
-        loop {
-            let next = self.next().await;
-            if next.starts_with(prefix) {
-                return (next, skipped);
-            }
-            skipped.push(next);
-        }
-    }
-
-    /// Asserts nothing is emitted for `d`.
-    pub async fn quiet_for(&mut self, d: Duration) {
-        if let Ok(Some((o, _))) = tokio::time::timeout(d, self.rx.recv()).await {
-            panic!("expected no outcome, got {o}");
-        }
-    }
-}
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// `list start:initial [a b] complete:12`, `ADDED a 13`, `bookmark 14`, `opened 14`,
-/// `restart transport`.
-pub fn describe(outcome: &Outcome) -> String {
-    match outcome {
-        Outcome::ListPage {
-            started,
-            items,
-            complete,
-            ..
-        } => {
-            let mut s = "list".to_owned();
-            if let Some(r) = started {
-                s += &format!(" start:{}", r.as_str());
-            }
-            let names: Vec<&str> = items.iter().map(|i| i.meta.name.as_str()).collect();
-            s += &format!(" [{}]", names.join(" "));
-            if let Some(rv) = complete {
-                s += &format!(" complete:{rv}");
-            }
-            s
-        }
-        Outcome::Event(e) => format!(
-            "{} {} {}",
-            e.event_type, e.meta.name, e.meta.resource_version
-        ),
-        Outcome::Oversized { event: e, .. } => format!(
-            "{} {} {} (oversized)",
-            e.event_type, e.meta.name, e.meta.resource_version
-        ),
-        Outcome::Bookmark(rv) => format!("bookmark {rv}"),
-        Outcome::WatchOpened(rv) => format!("opened {rv}"),
-        Outcome::Restart(r) => format!("restart {}", r.reason.as_str()),
-        Outcome::Unserved(_) => "unserved".into(),
-        Outcome::VersionMoved(moved) => format!("moved {}", moved.to.version),
-        Outcome::Idle => "idle".into(),
-    }
 }
 
 /// The resourceVersion of a simulator object.
@@ -317,11 +149,11 @@ impl Inbox {
 }
 
 /// Loads a kube2nats configuration from TOML text, with no environment.
-pub fn config_from(toml: &str) -> kube2nats::config::Config {
+pub fn config_from(toml: &str) -> kube2nats::facade::Config {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("kube2nats.toml");
     std::fs::write(&path, toml).expect("writing config");
-    kube2nats::config::load(Some(&path), Some(HashMap::new()))
+    kube2nats::facade::load(Some(&path), Some(HashMap::new()))
         .unwrap_or_else(|e| panic!("test config invalid:\n{e}\n---\n{toml}"))
 }
 

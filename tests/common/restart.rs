@@ -163,12 +163,12 @@ impl Cluster {
     }
 
     /// The committed manifest of a target, if any.
-    pub async fn manifest(&self, key: &str) -> Option<kube2nats::state::codec::Manifest> {
+    pub async fn manifest(&self, key: &str) -> Option<kube2nats::facade::Manifest> {
         self.manifest_at(&self.owned(key)).await
     }
 
     /// The committed manifest under a full key, if any.
-    pub async fn manifest_at(&self, key: &str) -> Option<kube2nats::state::codec::Manifest> {
+    pub async fn manifest_at(&self, key: &str) -> Option<kube2nats::facade::Manifest> {
         let nc = async_nats::connect(self.nats.url()).await.unwrap();
         let kv = async_nats::jetstream::new(nc)
             .get_key_value(BUCKET)
@@ -675,8 +675,8 @@ async fn check_restart(
 /// position the journal confirmed after the committed checkpoint, else the checkpoint's;
 /// `None` when neither is stored.
 pub async fn stored_position(cluster: &Cluster, key: &str) -> Option<u64> {
-    use kube2nats::dedupe::SavedVersion;
-    use kube2nats::state::codec::{journal::decode_journal, JournalEntry};
+    use kube2nats::facade::SavedVersion;
+    use kube2nats::facade::{decode_journal, JournalEntry};
     let key = cluster.owned(key);
     let manifest = cluster.manifest_at(&key).await;
     let mut position = manifest

@@ -36,29 +36,29 @@ type Result<T> = std::result::Result<T, Error>;
 
 /// The parts of a watch line `{"type":…,"object":…}`.
 pub(super) struct LineParts<'a> {
-    pub event_type: &'a str,
+    pub(crate) event_type: &'a str,
     /// Where the object's JSON is in the line; `None` when absent or `null`.
-    pub object: Option<Range<usize>>,
+    pub(crate) object: Option<Range<usize>>,
     /// The object's `kind` and metadata, or why they could not be read.
-    pub head: Result<Head<'a>>,
+    pub(crate) head: Result<Head<'a>>,
 }
 
 /// The top of an object: whether it has `kind` and its metadata fields.
 pub(super) struct Head<'a> {
-    pub has_kind: bool,
-    pub metadata: Option<Meta<'a>>,
+    pub(crate) has_kind: bool,
+    pub(crate) metadata: Option<Meta<'a>>,
 }
 
 /// `metadata` fields; `None` when absent or `null`. Borrowed unless they hold escapes.
 #[derive(Default)]
 pub(super) struct Meta<'a> {
-    pub uid: Option<Cow<'a, str>>,
-    pub resource_version: Option<Cow<'a, str>>,
-    pub name: Option<Cow<'a, str>>,
-    pub namespace: Option<Cow<'a, str>>,
+    pub(crate) uid: Option<Cow<'a, str>>,
+    pub(crate) resource_version: Option<Cow<'a, str>>,
+    pub(crate) name: Option<Cow<'a, str>>,
+    pub(crate) namespace: Option<Cow<'a, str>>,
     /// The last `generation` member, where it is an integer in `i64` range; any other value is
     /// no error (it only decides whether a change is news under `changes = "generation"`).
-    pub generation: Option<i64>,
+    pub(crate) generation: Option<i64>,
 }
 
 /// Scans a whole watch line.
@@ -120,10 +120,10 @@ pub(super) fn object_head(object: &[u8]) -> Result<Head<'_>> {
 /// What the start of a watch line shows, cut anywhere: each field read before the cut.
 #[derive(Default)]
 pub(super) struct PrefixParts<'a> {
-    pub event_type: Option<&'a str>,
-    pub meta: Meta<'a>,
+    pub(crate) event_type: Option<&'a str>,
+    pub(crate) meta: Meta<'a>,
     /// The object's `metadata` ended before the cut: a field missing from it is absent.
-    pub metadata_complete: bool,
+    pub(crate) metadata_complete: bool,
 }
 
 /// Reads the event type and the object's metadata fields from the start of a watch line; stops

@@ -35,7 +35,7 @@ impl JournalBatch {
     }
 
     /// The message of the object `uid` at `version` (its deletion, when `deleted`) reached NATS.
-    pub fn confirm(&mut self, uid: SavedUid<'_>, version: SavedVersion<'_>, deleted: bool) {
+    pub(crate) fn confirm(&mut self, uid: SavedUid<'_>, version: SavedVersion<'_>, deleted: bool) {
         let at = self.confirmed.len();
         self.confirmed.push(0);
         let mut flags = CONFIRMED | put_uid(&mut self.confirmed, uid);
@@ -48,7 +48,7 @@ impl JournalBatch {
     }
 
     /// Every event up to the resourceVersion `version` reached NATS; replaces an earlier one.
-    pub fn confirm_position(&mut self, version: &str) {
+    pub(crate) fn confirm_position(&mut self, version: &str) {
         self.position.clear();
         self.position.push(0);
         let flags = POSITION | put_version(&mut self.position, SavedVersion::of_text(version));
@@ -56,17 +56,17 @@ impl JournalBatch {
     }
 
     /// Objects recorded (confirmations not counted).
-    pub fn recorded(&self) -> usize {
+    pub(crate) fn recorded(&self) -> usize {
         self.len
     }
 
     /// Confirmations waiting, the position counted as one.
-    pub fn confirmations(&self) -> usize {
+    pub(crate) fn confirmations(&self) -> usize {
         self.confirmations + usize::from(!self.position.is_empty())
     }
 
     /// Nothing recorded and nothing confirmed.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0 && self.confirmations() == 0
     }
 
@@ -85,7 +85,7 @@ impl JournalBatch {
         Bytes::from(out)
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.entries.clear();
         self.len = 0;
         self.confirmed.clear();

@@ -40,7 +40,7 @@ enum Served {
 impl Machine {
     /// Lists after a move to another version of the resource, instead of resuming (a mirrored
     /// watch: docs/mirror.md).
-    pub fn relist_on_move(&mut self) {
+    pub(crate) fn relist_on_move(&mut self) {
         self.relist_on_move = true;
     }
 

@@ -1,18 +1,24 @@
 //! The watch stage against the simulated API server: for each path of the list+watch state
 //! machine, the exact sequence of outcomes it emits (no NATS involved).
 
-mod common;
+mod rig;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
-use kube2nats::backoff::Backoff;
-use kube2nats::watcher::machine::{Machine, Outcome};
-use kube2nats::watcher::ListSlots;
 use kube2nats_harness::apiserver::{
     ApiServer, ApiServerOptions, Auth, Failure, RequestFilter, Rule, INITIAL_TOKEN,
 };
+
+use rig::*;
+
+use crate::backoff::Backoff;
+use crate::event::ResourceInfo;
+use crate::kube::credentials::{AuthSource, Endpoint};
+use crate::kube::discovery::Discovery;
+use crate::kube::testing::{api_client, client, pod, token_file, FAST_BACKOFF};
+use crate::watcher::machine::{Machine, Outcome};
+use crate::watcher::ListSlots;
 
 async fn sim() -> ApiServer {
     ApiServer::start(ApiServerOptions::default())
@@ -357,14 +363,11 @@ async fn tls_with_the_ca_file() {
     assert!(rec.next().await.starts_with("list start:initial [secure]"));
 
     let token = token_file(dir.path(), INITIAL_TOKEN);
-    let endpoint = kube2nats::kube::credentials::Endpoint {
+    let endpoint = Endpoint {
         base_url: sim.url().parse().unwrap(),
         ca_pem: None,
         identity_pem: None,
-        auth: Some(kube2nats::kube::credentials::AuthSource::file(
-            token,
-            Duration::from_secs(60),
-        )),
+        auth: Some(AuthSource::file(token, Duration::from_secs(60))),
         insecure_skip_tls_verify: false,
         proxy_url: None,
     };
@@ -398,9 +401,7 @@ async fn kubectl_style_names_resolve_through_discovery() {
     let dir = tempfile::tempdir().unwrap();
     let token = token_file(dir.path(), INITIAL_TOKEN);
     let client = client(&sim, Some(token), Duration::from_secs(60));
-    let discovery = kube2nats::kube::discovery::Discovery::fetch(&client)
-        .await
-        .expect("discovery");
+    let discovery = Discovery::fetch(&client).await.expect("discovery");
     let cases = [
         ("pods", "", "v1", "pods", "Pod", true),
         ("po", "", "v1", "pods", "Pod", true),
@@ -479,9 +480,7 @@ async fn cluster_scoped_resource() {
     let dir = tempfile::tempdir().unwrap();
     let token = token_file(dir.path(), INITIAL_TOKEN);
     let client = client(&sim, Some(token), Duration::from_secs(60));
-    let discovery = kube2nats::kube::discovery::Discovery::fetch(&client)
-        .await
-        .unwrap();
+    let discovery = Discovery::fetch(&client).await.unwrap();
     let mut rec = Recorder::start(
         client,
         target(discovery.resolve("namespaces").unwrap(), None),
@@ -581,10 +580,10 @@ async fn expired_continue_token_restarts_the_list() {
     let token = token_file(dir.path(), INITIAL_TOKEN);
     let mut t = target(pods(), Some("default"));
     t.page_size = 2;
-    let mut machine = kube2nats::watcher::machine::Machine::new(
+    let mut machine = Machine::new(
         client(&sim, Some(token), Duration::from_secs(60)),
         std::sync::Arc::new(t),
-        kube2nats::backoff::Backoff::new(FAST_BACKOFF),
+        Backoff::new(FAST_BACKOFF),
     );
     let state = machine.start();
     let (first, state) = machine.step(state).await;
@@ -720,7 +719,7 @@ async fn a_resource_no_longer_served_is_reported_once_and_listed_when_back() {
     );
     let dir = tempfile::tempdir().unwrap();
     let token = token_file(dir.path(), INITIAL_TOKEN);
-    let widgets = kube2nats::event::ResourceInfo {
+    let widgets = ResourceInfo {
         group: "example.com".into(),
         version: "v1".into(),
         plural: "widgets".into(),

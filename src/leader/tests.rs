@@ -2,19 +2,27 @@
 //! clock, two candidates for a free Lease never both win, and a holder whose Lease was taken over
 //! ends its term at its next renewal; a slow read or a deleted Lease never makes two holders.
 
-mod common;
+//!
+//! And, without an API server: who a candidate is and in which namespace it runs.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
-use kube2nats::config::LeaderElectionConfig;
-use kube2nats::leader::{Candidate, Elector, LeaderMetrics};
 use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions};
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::config::LeaderElectionConfig;
+use crate::kube::credentials::{AuthSource, Endpoint};
+use crate::kube::testing::{client, token_file};
+use crate::kube::ApiClient;
+
+/// How long a test waits for something that should happen promptly.
+const WAIT: Duration = Duration::from_secs(10);
 
 const LEASE: Duration = Duration::from_secs(3);
 
@@ -54,7 +62,7 @@ fn run(
 
 /// [`run`] with a client of its own.
 fn run_with(
-    client: Arc<kube2nats::kube::ApiClient>,
+    client: Arc<ApiClient>,
     identity: &str,
     config: LeaderElectionConfig,
     shutdown: CancellationToken,
@@ -302,11 +310,11 @@ async fn a_hung_renewal_ends_the_term_at_the_renew_deadline_whatever_the_request
         let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
         sim.set_valid_tokens(&["test-token", "holder-token"]);
         let dir = tempfile::tempdir().unwrap();
-        let endpoint = kube2nats::kube::credentials::Endpoint {
+        let endpoint = Endpoint {
             base_url: sim.url().parse().unwrap(),
             ca_pem: sim.ca_file().map(|p| std::fs::read(p).unwrap()),
             identity_pem: None,
-            auth: Some(kube2nats::kube::credentials::AuthSource::file(
+            auth: Some(AuthSource::file(
                 token_file(dir.path(), "holder-token"),
                 Duration::from_secs(60),
             )),
@@ -314,9 +322,8 @@ async fn a_hung_renewal_ends_the_term_at_the_renew_deadline_whatever_the_request
             proxy_url: None,
         };
         let counter =
-            kube2nats::kube::client::register_api_requests(&prometheus::Registry::new()).unwrap();
-        let client =
-            Arc::new(kube2nats::kube::ApiClient::new(endpoint, request_timeout, counter).unwrap());
+            crate::kube::client::register_api_requests(&prometheus::Registry::new()).unwrap();
+        let client = Arc::new(ApiClient::new(endpoint, request_timeout, counter).unwrap());
         let shutdown = CancellationToken::new();
         let mut terms = run_with(client, "holder", short(), shutdown.clone());
         assert!(matches!(
@@ -338,4 +345,84 @@ async fn a_hung_renewal_ends_the_term_at_the_renew_deadline_whatever_the_request
         );
         shutdown.cancel();
     }
+}
+
+fn config(extra: &str) -> Config {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(
+        &path,
+        format!("{extra}\n[[watches]]\nname = \"pods\"\nresource = \"pods\"\n"),
+    )
+    .unwrap();
+    crate::config::load(Some(&path), Some(HashMap::new())).unwrap()
+}
+
+fn resolve(
+    c: &Config,
+    env: &[(&str, &str)],
+    files: &[(&str, &str)],
+) -> Result<Candidate, NoNamespace> {
+    let env: HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let files: HashMap<String, String> = files
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Candidate::resolve(c, |k| env.get(k).cloned(), |p| files.get(p).cloned())
+}
+
+/// `name` followed by `_` and 8 hex digits.
+fn assert_named(identity: &str, name: &str) {
+    let suffix = identity
+        .strip_prefix(name)
+        .and_then(|rest| rest.strip_prefix('_'))
+        .unwrap_or_else(|| panic!("{identity:?} is not {name:?} plus a suffix"));
+    assert!(
+        suffix.len() == 8 && suffix.chars().all(|c| c.is_ascii_hexdigit()),
+        "{identity:?}"
+    );
+}
+
+#[test]
+fn identity_is_the_pod_name_then_the_hostname_with_a_random_suffix() {
+    let c = config("[leader_election]\nnamespace = \"ops\"");
+    let got = resolve(&c, &[("POD_NAME", "k2n-7d9f-abc"), ("HOSTNAME", "h")], &[]).unwrap();
+    assert_named(&got.identity, "k2n-7d9f-abc");
+    assert_eq!(got.namespace, "ops");
+    let got = resolve(&c, &[], &[(HOSTNAME_FILE, "node-host\n")]).unwrap();
+    assert_named(&got.identity, "node-host");
+    assert_named(&resolve(&c, &[], &[]).unwrap().identity, "kube2nats");
+}
+
+/// Two processes with one hostname and no POD_NAME (hostNetwork pods, two on a laptop) are
+/// two candidates: with one identity each would take the other's Lease for its own.
+#[test]
+fn two_processes_with_one_hostname_have_different_identities() {
+    let c = config("[leader_election]\nnamespace = \"ops\"");
+    let env = [("HOSTNAME", "shared-host")];
+    let identities: std::collections::HashSet<String> = (0..8)
+        .map(|_| resolve(&c, &env, &[]).unwrap().identity)
+        .collect();
+    assert_eq!(identities.len(), 8, "{identities:?}");
+}
+
+#[test]
+fn namespace_is_configured_then_pod_namespace_then_service_account_file() {
+    let c = config("");
+    let sa = crate::config::DEFAULT_NAMESPACE_FILE;
+    let got = resolve(&c, &[("POD_NAMESPACE", "env-ns")], &[(sa, "file-ns")]).unwrap();
+    assert_eq!(got.namespace, "env-ns");
+    let in_pod = [("KUBERNETES_SERVICE_HOST", "10.0.0.1")];
+    let got = resolve(&c, &in_pod, &[(sa, "file-ns\n")]).unwrap();
+    assert_eq!(got.namespace, "file-ns");
+    // Outside a pod the credentials come from a kubeconfig: no service-account file.
+    assert!(resolve(&c, &[], &[(sa, "file-ns\n")]).is_err());
+    let err = resolve(&c, &in_pod, &[]).unwrap_err().to_string();
+    assert!(
+        err.starts_with("leader_election.namespace: not set"),
+        "{err}"
+    );
 }
