@@ -89,7 +89,8 @@ fn main() -> ExitCode {
             } else if e.downcast_ref::<kube2nats::facade::NoNamespace>().is_some()
                 || e.downcast_ref::<kube2nats::facade::MirrorUnavailable>()
                     .is_some()
-                || e.downcast_ref::<kube2nats::facade::MirrorsOverlap>().is_some()
+                || e.downcast_ref::<kube2nats::facade::MirrorsOverlap>()
+                    .is_some()
             {
                 ExitCode::from(EXIT_CONFIG)
             } else {
