@@ -1,0 +1,177 @@
+//! Publishing one watch's messages, in order, with a bounded window of unacknowledged ones: the
+//! [`Outbox`], which is one of two outboxes by the configured mode, [`CoreOutbox`] (core NATS:
+//! handed over once, settled by a flush) and [`JetStreamOutbox`] (acknowledged, retried, one
+//! message of an object in flight at a time). docs/design.md ("Delivery") states the promise
+//! they keep.
+//!
+//! The outbox is where backpressure comes from: a publish returns only when the message is in
+//! the batch it holds or accepted by the client (core NATS) or when the window has room
+//! (JetStream), so a slow or absent NATS stops the watch from reading the API server instead of
+//! filling memory.
+//!
+//! Messages (core and JetStream) are handed to the client in batches of up to
+//! [`batch::HANDOVER_BYTES`], not one by one ([`batch`]): the client's connection task writes
+//! whatever it has each time it runs, and it runs whenever the watch task waits, which is after
+//! every body chunk hyper hands over (one read of the watch connection is several chunks: one
+//! per HTTP chunk it holds a part of). Handed one by one, a read's messages went out in one
+//! `writev` per chunk; held until the watch is really idle (it has yielded once and no line
+//! came) or a batch is full, they go out in one.
+//!
+//! Every message holds its bytes against the process's byte budget ([`crate::budget`]) until NATS
+//! has taken it: acknowledged (JetStream) or flushed to the socket (core). While the budget is
+//! spent, a publish first waits for this target's own messages to be taken, so the watch stops
+//! reading.
+//!
+//! Each outbox reaches NATS through a small trait ([`link`]), implemented by the real client
+//! and, in the unit tests (`tests.rs`), by fakes whose publishes, flushes and acknowledgements
+//! the test completes. Every await of either outbox is cancel-safe: a message keeps its place in
+//! the outbox while it waits or is retried, so a call dropped anywhere loses nothing and the
+//! next call goes on from where it stopped. The watch task holds the [`Outbox`] (a match per
+//! call) rather than being generic over the two, which would compile the whole task twice.
+
+mod batch;
+mod core_outbox;
+mod jetstream_outbox;
+mod link;
+#[cfg(test)]
+mod tests;
+
+use async_nats::{jetstream, Client};
+
+use crate::budget::{Budget, Charge};
+use crate::publish::message::OutMessage;
+use crate::publish::metrics::PublishMetrics;
+use crate::telemetry::target::TargetGauges;
+pub(crate) use core_outbox::CoreOutbox;
+pub(crate) use jetstream_outbox::JetStreamOutbox;
+pub(crate) use link::{CoreLink, JetStreamClient, JetStreamLink};
+
+/// The connection in the configured mode; cheap to clone.
+#[derive(Clone)]
+pub enum Nats {
+    Core(Client),
+    JetStream {
+        client: Client,
+        /// Boxed: a JetStream context is several times the size of a client.
+        context: Box<jetstream::Context>,
+    },
+}
+
+impl Nats {
+    pub fn client(&self) -> &Client {
+        match self {
+            Nats::Core(client) | Nats::JetStream { client, .. } => client,
+        }
+    }
+}
+
+/// The publishing side of one watch target: the outbox of the configured mode.
+pub struct Outbox(Mode);
+
+enum Mode {
+    Core(CoreOutbox<Client>),
+    JetStream(JetStreamOutbox<JetStreamClient>),
+}
+
+/// Calls `$call` on the outbox of the configured mode.
+macro_rules! each_mode {
+    ($outbox:expr, $inner:ident => $call:expr) => {
+        match $outbox {
+            Mode::Core($inner) => $call,
+            Mode::JetStream($inner) => $call,
+        }
+    };
+}
+
+impl Outbox {
+    /// `max_in_flight` bounds unacknowledged JetStream publishes (unused in core mode).
+    pub fn new(
+        nats: Nats,
+        max_in_flight: usize,
+        metrics: PublishMetrics,
+        gauges: TargetGauges,
+    ) -> Outbox {
+        let budget = Budget::unlimited();
+        Outbox(match nats {
+            Nats::Core(client) => Mode::Core(CoreOutbox::new(client, metrics, gauges, budget)),
+            Nats::JetStream { client, context } => Mode::JetStream(JetStreamOutbox::new(
+                JetStreamClient { client, context },
+                max_in_flight,
+                metrics,
+                gauges,
+                budget,
+            )),
+        })
+    }
+
+    /// Holds every message's bytes against `budget` until NATS has taken it. (Called before the
+    /// first publish.)
+    pub fn with_budget(mut self, budget: Budget) -> Outbox {
+        each_mode!(&mut self.0, outbox => outbox.set_budget(budget));
+        self
+    }
+
+    /// The largest message (payload and headers) the connected server accepts; `None` before
+    /// the first connection has told.
+    pub fn max_payload(&self) -> Option<usize> {
+        let max = match &self.0 {
+            Mode::Core(core) => CoreLink::max_payload(core.link()),
+            Mode::JetStream(js) => JetStreamLink::max_payload(js.link()),
+        };
+        Some(max).filter(|&n| n > 0)
+    }
+
+    /// Hands one message to NATS; returns once it is held for the next batch (JetStream: with
+    /// room for it in the ack window) or accepted by the client, and the byte budget is not
+    /// spent by this target's messages. Cancel-safe.
+    ///
+    /// `charge` holds the message's bytes against the budget until NATS has taken it (the
+    /// watch line's charge taken over, or [`charge`](Self::charge)).
+    pub async fn publish(&mut self, msg: OutMessage, charge: Charge) {
+        each_mode!(&mut self.0, outbox => outbox.publish(msg, charge).await);
+    }
+
+    /// Waits until everything handed over is acknowledged (JetStream) or has reached the server
+    /// (core: a flush round trip). `true` when it has: then the watch may checkpoint.
+    pub async fn settle(&mut self) -> bool {
+        each_mode!(&mut self.0, outbox => outbox.settle().await)
+    }
+
+    /// Messages published so far: the next one published is number `published()` (from 0).
+    pub fn published(&self) -> u64 {
+        each_mode!(&self.0, outbox => outbox.published())
+    }
+
+    /// How many of the first messages published NATS has taken (flushed to the server in core
+    /// mode, acknowledged in JetStream mode): what a crash can no longer lose.
+    pub fn settled(&self) -> u64 {
+        each_mode!(&self.0, outbox => outbox.settled())
+    }
+
+    /// A charge of `bytes` against the budget this outbox holds messages against.
+    pub fn charge(&self, bytes: usize) -> Charge {
+        each_mode!(&self.0, outbox => outbox.charge(bytes))
+    }
+
+    /// Whether [`flush_idle`](Self::flush_idle) has something to do: held messages, messages
+    /// handed to the core client and not yet known to be on the socket, or a JetStream
+    /// acknowledgement that may still arrive.
+    pub fn unflushed(&self) -> bool {
+        each_mode!(&self.0, outbox => outbox.unflushed())
+    }
+
+    /// For while the watch waits for its next line: hands the held messages to the client once
+    /// it has yielded and no line came, then flushes them (core) or collects the
+    /// acknowledgements that arrive (JetStream). Cancel-safe.
+    pub async fn flush_idle(&mut self) {
+        each_mode!(&mut self.0, outbox => outbox.flush_idle().await);
+    }
+
+    /// Waits until no message of the objects `keys` (their `object_key`s) is held or
+    /// unacknowledged (JetStream), so that a JetStream write made afterwards on the same
+    /// connection is stored only after them. Both modes first hand the held messages to the
+    /// client, so they are in that order.
+    pub async fn settle_objects(&mut self, keys: &[u64]) {
+        each_mode!(&mut self.0, outbox => outbox.settle_objects(keys).await);
+    }
+}
