@@ -28,6 +28,32 @@
 //! the outbox while it waits or is retried, so a call dropped anywhere loses nothing and the
 //! next call goes on from where it stopped. The watch task holds the [`Outbox`] (a match per
 //! call) rather than being generic over the two, which would compile the whole task twice.
+//!
+//! # The rules and their tests
+//!
+//! Each rule has a unit test in `tests.rs` that fails with a mutation of the real code planted
+//! (`scripts/check-delivery-rules` plants each in turn, as rules O1–O7):
+//!
+//! - O1: a second message of an object waits until the first is acknowledged; other objects'
+//!   messages go meanwhile (`second_message_of_an_object_waits_for_the_first_ack`; mutations:
+//!   a held, or an in-flight, message of the object does not hold the next back).
+//! - O2: the window never holds more than `max_in_flight` messages
+//!   (`window_never_holds_more_than_max_in_flight`; mutation: `>` for `>=`).
+//! - O3: a failed acknowledgement sends the message and the rest of the window again, in order,
+//!   with the same `Nats-Msg-Id`, losing and reordering nothing
+//!   (`failed_ack_resends_the_window_in_order`; mutation: only the failed one is sent again).
+//! - O4: `settled()` counts a prefix of acknowledged messages, also when acknowledgements come
+//!   out of order (`settled_counts_an_acknowledged_prefix`; mutation: the window left out).
+//! - O5: a publish, settle or `flush_idle` dropped at any await loses no message and leaves the
+//!   counts right (`dropped_publish_keeps_its_message`, `core_dropped_publish_keeps_its_message`:
+//!   mutation: a publish forgets the messages of dropped ones; `dropped_send_and_retry_lose_nothing`:
+//!   mutation: a message leaves the batch before the client has taken it).
+//! - O6: a message's bytes go back to the budget when NATS has taken it, not before
+//!   (`jetstream_charge_is_released_at_the_ack`, `core_charge_is_released_at_the_flush`;
+//!   mutations: given back when sent, when handed over).
+//! - O7: core: `settled()` moves only by a flush that began after the hand-over
+//!   (`core_settles_after_a_flush_begun_after_the_hand_over`; mutation: a flush settles what was
+//!   handed over when it returned).
 
 mod batch;
 mod core_outbox;

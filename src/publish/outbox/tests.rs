@@ -174,7 +174,7 @@ impl CoreLink for FakeCore {
             false => Poll::Ready(()),
         })
         .await;
-        let tag = String::from_utf8_lossy(&msg.payload).into_owned();
+        let tag = msg.subject.trim_start_matches("k.").to_owned();
         self.state().handed.push(tag);
         Ok(())
     }
@@ -508,13 +508,14 @@ async fn core_dropped_publish_keeps_its_message() {
     let (mut outbox, core, budget) = core();
     publish_core(&mut outbox, "m0").await;
     core.state().blocked = true;
-    core.state().disconnected = true;
-    drop_waiting(outbox.publish(message("m1", 1), budget.charge(2))).await;
+    // Too large to join the batch: the batch is handed over first, and the client waits.
+    let mut large = message("m1", 1);
+    large.payload = bytes::Bytes::from(vec![b'x'; super::batch::HANDOVER_BYTES]);
+    drop_waiting(outbox.publish(large, budget.charge(2))).await;
     assert_eq!((outbox.published(), outbox.settled()), (2, 0));
     drop_waiting(outbox.publish(message("m2", 1), budget.charge(2))).await;
     assert_eq!((outbox.published(), outbox.settled()), (3, 0));
     core.state().blocked = false;
-    core.state().disconnected = false;
     {
         let mut settle = pin!(outbox.settle());
         assert!(drive(settle.as_mut()).await.is_pending());
