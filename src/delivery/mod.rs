@@ -33,8 +33,9 @@
 //! 4. Per-object order: a later message of an object waits behind its held one
 //!    (`later_message_of_held_object_waits`; mutation: `submit` does not look for a held
 //!    message of the same object). The JetStream window's own rule (two messages of one object
-//!    never in flight together) is the outbox's, checked end to end in `tests/delivery.rs` and
-//!    `tests/jetstream.rs`.
+//!    never in flight together) is the outbox's, unit-tested with its other rules in
+//!    `src/publish/outbox/tests.rs` (the mutations for them are in the same script) and checked
+//!    end to end in `tests/delivery.rs` and `tests/jetstream.rs`.
 //! 5. Cancellation at any await of the delivery leaves its counts right: a submit dropped while
 //!    the sink waits for room, and idle waits, a release and a write dropped half-way, lose no
 //!    message, send none twice, confirm nothing unsettled and keep the budget's bytes equal to

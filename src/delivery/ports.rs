@@ -1,4 +1,5 @@
-//! The real sides of a delivery: the outbox as its [`Sink`], the state's journal as its [`Log`].
+//! The real sides of a delivery: the outboxes as its [`Sink`] (the watch task's [`Outbox`], and
+//! each of the two it is one of), the state's journal as its [`Log`].
 //! Each method forwards to the inherent one of the same name (documented there).
 
 use std::future::Future;
@@ -9,42 +10,52 @@ use super::sides::{Log, Sink};
 use crate::budget::Charge;
 use crate::dedupe::{SavedUid, SavedVersion};
 use crate::event::ObjectMeta;
+use crate::publish::outbox::{CoreLink, CoreOutbox, JetStreamLink, JetStreamOutbox};
 use crate::publish::{OutMessage, Outbox};
 use crate::state::Journal;
 
-impl Sink for Outbox {
-    fn published(&self) -> u64 {
-        Outbox::published(self)
-    }
+/// Implements [`Sink`] for an outbox by its inherent methods of the same names.
+macro_rules! sink_by_inherent_methods {
+    ($outbox:ty $(, $link:ident: $bound:path)?) => {
+        impl$(<$link: $bound>)? Sink for $outbox {
+            fn published(&self) -> u64 {
+                <$outbox>::published(self)
+            }
 
-    fn settled(&self) -> u64 {
-        Outbox::settled(self)
-    }
+            fn settled(&self) -> u64 {
+                <$outbox>::settled(self)
+            }
 
-    fn charge(&self, bytes: usize) -> Charge {
-        Outbox::charge(self, bytes)
-    }
+            fn charge(&self, bytes: usize) -> Charge {
+                <$outbox>::charge(self, bytes)
+            }
 
-    fn publish(&mut self, message: OutMessage, charge: Charge) -> impl Future<Output = ()> {
-        Outbox::publish(self, message, charge)
-    }
+            fn publish(&mut self, message: OutMessage, charge: Charge) -> impl Future<Output = ()> {
+                <$outbox>::publish(self, message, charge)
+            }
 
-    fn settle_objects(&mut self, keys: &[u64]) -> impl Future<Output = ()> {
-        Outbox::settle_objects(self, keys)
-    }
+            fn settle_objects(&mut self, keys: &[u64]) -> impl Future<Output = ()> {
+                <$outbox>::settle_objects(self, keys)
+            }
 
-    fn unflushed(&self) -> bool {
-        Outbox::unflushed(self)
-    }
+            fn unflushed(&self) -> bool {
+                <$outbox>::unflushed(self)
+            }
 
-    fn flush_idle(&mut self) -> impl Future<Output = ()> {
-        Outbox::flush_idle(self)
-    }
+            fn flush_idle(&mut self) -> impl Future<Output = ()> {
+                <$outbox>::flush_idle(self)
+            }
 
-    fn settle(&mut self) -> impl Future<Output = bool> {
-        Outbox::settle(self)
-    }
+            fn settle(&mut self) -> impl Future<Output = bool> {
+                <$outbox>::settle(self)
+            }
+        }
+    };
 }
+
+sink_by_inherent_methods!(Outbox);
+sink_by_inherent_methods!(CoreOutbox<C>, C: CoreLink);
+sink_by_inherent_methods!(JetStreamOutbox<J>, J: JetStreamLink);
 
 impl Log for Journal {
     fn record(&mut self, meta: &ObjectMeta, deleted: bool) -> Option<u64> {

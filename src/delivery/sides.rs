@@ -11,7 +11,8 @@ use crate::event::ObjectMeta;
 use crate::publish::OutMessage;
 
 /// Where messages go: publishes them in order and says how many it has settled (flushed to the
-/// server in core mode, acknowledged in JetStream mode). Implemented by the outbox.
+/// server in core mode, acknowledged in JetStream mode). Implemented by the outboxes
+/// (`src/publish/outbox/`).
 pub(crate) trait Sink {
     /// Messages handed to [`publish`](Self::publish) so far: the next one is number
     /// `published()` (from 0).
@@ -23,19 +24,19 @@ pub(crate) trait Sink {
     fn charge(&self, bytes: usize) -> Charge;
     /// Takes one message with its budget charge (held until NATS has taken it); returns once
     /// the sink has room for the next. The message counts in [`published`](Self::published)
-    /// from the first poll. (The outbox's JetStream mode is not cancel-safe while it waits for
-    /// room: a publish dropped there loses its message and leaves `settled` behind for good.
-    /// The watch task never drops one; the delivery's own awaits are checked for cancellation
-    /// in `src/delivery/tests.rs`.)
+    /// from the first poll, and is in the sink from then on: cancel-safe, a publish dropped
+    /// while it waits (for room, or for a retry) loses nothing, and the sink places its message
+    /// before any later one at its next call (the outboxes' cancellation tests are in
+    /// `src/publish/outbox/tests.rs`, the delivery's in `src/delivery/tests.rs`).
     fn publish(&mut self, message: OutMessage, charge: Charge) -> impl Future<Output = ()>;
     /// Waits until no message of the objects `keys` is held or unacknowledged, so a JetStream
-    /// write made afterwards is stored after them.
+    /// write made afterwards is stored after them. Cancel-safe.
     fn settle_objects(&mut self, keys: &[u64]) -> impl Future<Output = ()>;
     /// Whether [`flush_idle`](Self::flush_idle) has something to do.
     fn unflushed(&self) -> bool;
     /// For while the watch waits for its next line. Cancel-safe.
     fn flush_idle(&mut self) -> impl Future<Output = ()>;
-    /// Waits until everything published is settled; `true` when it is.
+    /// Waits until everything published is settled; `true` when it is. Cancel-safe.
     fn settle(&mut self) -> impl Future<Output = bool>;
 }
 
