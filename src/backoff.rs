@@ -11,6 +11,26 @@ use tokio::time::Instant;
 
 use crate::config::BackoffConfig;
 
+/// Retries of a write to NATS (an event publish, a mirror write): short, since NATS usually
+/// comes back quickly, and capped so a recovered NATS is used within seconds.
+pub(crate) const NATS_WRITE_RETRY: BackoffConfig = BackoffConfig::checked(
+    Duration::from_millis(100),
+    Duration::from_secs(5),
+    2.0,
+    0.2,
+    Duration::from_secs(30),
+);
+
+/// Retries of setting up a JetStream bucket (the state's, the mirror's) and of loading from it:
+/// quick at first, capped low so a recovered NATS is used within seconds.
+pub(crate) const NATS_SETUP_RETRY: BackoffConfig = BackoffConfig::checked(
+    Duration::from_millis(100),
+    Duration::from_secs(2),
+    2.0,
+    0.2,
+    Duration::from_secs(60),
+);
+
 #[derive(Debug, Clone)]
 pub(crate) struct Backoff {
     cfg: BackoffConfig,

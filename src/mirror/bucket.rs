@@ -9,19 +9,11 @@ use async_nats::jetstream::{self, kv, stream};
 use async_nats::Client;
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::Backoff;
-use crate::config::{BackoffConfig, MirrorConfig};
+use crate::backoff::{Backoff, NATS_SETUP_RETRY};
+use crate::config::MirrorConfig;
 
 /// JetStream API requests of the set-up.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-
-const RETRY_BACKOFF: BackoffConfig = BackoffConfig::checked(
-    Duration::from_millis(100),
-    Duration::from_secs(2),
-    2.0,
-    0.2,
-    Duration::from_secs(60),
-);
 
 /// The bucket, ready for the watch targets' writers.
 #[derive(Clone)]
@@ -76,7 +68,7 @@ pub(crate) async fn open(
         limit_markers: Some(config.delete_marker_ttl),
         ..Default::default()
     };
-    let mut backoff = Backoff::new(RETRY_BACKOFF);
+    let mut backoff = Backoff::new(NATS_SETUP_RETRY);
     loop {
         let attempt = tokio::select! {
             _ = shutdown.cancelled() => return Ok(None),

@@ -41,19 +41,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::metrics::MirrorMetrics;
-use crate::backoff::Backoff;
-use crate::config::BackoffConfig;
+use crate::backoff::{Backoff, NATS_WRITE_RETRY};
 use crate::event::ResourceVersion;
 use crate::publish::message::header;
-
-/// Pauses between retries of a failed bucket write or read.
-const RETRY_BACKOFF: BackoffConfig = BackoffConfig::checked(
-    Duration::from_millis(100),
-    Duration::from_secs(5),
-    2.0,
-    0.2,
-    Duration::from_secs(30),
-);
 
 const KV_OPERATION: HeaderName = HeaderName::from_static("KV-Operation");
 const NATS_TTL: HeaderName = HeaderName::from_static("Nats-TTL");
@@ -153,7 +143,7 @@ impl Writer {
             in_flight: VecDeque::new(),
             snapshot: None,
             metrics,
-            retry: Backoff::new(RETRY_BACKOFF),
+            retry: Backoff::new(NATS_WRITE_RETRY),
             watch,
             foreign_logged: false,
         }

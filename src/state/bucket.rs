@@ -5,18 +5,6 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
 
-use crate::config::BackoffConfig;
-
-/// Retries of setting up the bucket, loading and writing: quick at first, capped low so a
-/// recovered NATS is used within seconds.
-pub(crate) const RETRY_BACKOFF: BackoffConfig = BackoffConfig::checked(
-    Duration::from_millis(100),
-    Duration::from_secs(2),
-    2.0,
-    0.2,
-    Duration::from_secs(60),
-);
-
 /// The bucket, and what is needed to create it again should it vanish.
 pub(crate) struct Bucket {
     pub(crate) context: jetstream::Context,

@@ -13,11 +13,12 @@ use async_nats::jetstream::kv;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::bucket::{ensure_bucket, journal_subjects, manifest_key, purge, Bucket, RETRY_BACKOFF};
+use super::bucket::{ensure_bucket, journal_subjects, manifest_key, purge, Bucket};
 use super::codec::{Encoder, Manifest, Slot, FORMAT};
 use super::journal::{Journal, JournalMark};
 use super::metrics::TargetMetrics;
 use crate::backoff::Backoff;
+use crate::backoff::NATS_SETUP_RETRY;
 use crate::dedupe::{Dedupe, Frozen, Saved};
 use crate::event::ResourceVersion;
 
@@ -270,7 +271,7 @@ pub(super) struct Writer {
 
 impl Writer {
     pub(super) async fn run(mut self) {
-        let mut backoff = Backoff::new(RETRY_BACKOFF);
+        let mut backoff = Backoff::new(NATS_SETUP_RETRY);
         let mut store = self.bucket.store.clone();
         loop {
             let Some(mut job) = self.mailbox.take() else {

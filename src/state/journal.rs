@@ -6,11 +6,12 @@ use std::sync::Arc;
 use async_nats::jetstream::kv;
 use tokio::time::Instant;
 
-use super::bucket::{ensure_bucket, journal_key, Bucket, RETRY_BACKOFF};
+use super::bucket::{ensure_bucket, journal_key, Bucket};
 use super::codec::journal::JournalBatch;
 use super::durability::DEGRADE_AFTER;
 use super::metrics::TargetMetrics;
 use crate::backoff::Backoff;
+use crate::backoff::NATS_SETUP_RETRY;
 use crate::dedupe::{SavedObject, SavedUid, SavedVersion};
 
 /// Records objects before their first message is published, in batches, so that a crash before
@@ -220,7 +221,7 @@ async fn write_record(
     key: String,
     record: bytes::Bytes,
 ) -> Stored {
-    let mut backoff = Backoff::new(RETRY_BACKOFF);
+    let mut backoff = Backoff::new(NATS_SETUP_RETRY);
     let mut failing = false;
     loop {
         match store.put(&key, record.clone()).await {

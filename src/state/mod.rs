@@ -84,13 +84,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
+use crate::backoff::NATS_SETUP_RETRY;
 use crate::config::StateConfig;
 use crate::dedupe::{Dedupe, SavedVersion};
 use crate::event::ResourceVersion;
 use crate::target::Target;
 use bucket::{
     journal_key, journal_subjects, manifest_key, open_bucket, purge, Bucket, BucketError,
-    RETRY_BACKOFF,
 };
 pub(crate) use checkpoint::Checkpoints;
 use checkpoint::{chunk_key, Mailbox, Writer};
@@ -202,7 +202,7 @@ impl StateStore {
             num_replicas: config.replicas,
             ..Default::default()
         };
-        let mut backoff = Backoff::new(RETRY_BACKOFF);
+        let mut backoff = Backoff::new(NATS_SETUP_RETRY);
         loop {
             let attempt = tokio::select! {
                 _ = shutdown.cancelled() => return None,
@@ -378,7 +378,7 @@ impl TargetState {
             }
         };
         let started = Instant::now();
-        let mut backoff = Backoff::new(RETRY_BACKOFF);
+        let mut backoff = Backoff::new(NATS_SETUP_RETRY);
         loop {
             let attempt = tokio::select! {
                 _ = shutdown.cancelled() => return None,

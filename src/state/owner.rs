@@ -73,7 +73,7 @@ pub(crate) async fn cluster_id(
     if let Some(id) = configured {
         return Ok(Some(id.to_owned()));
     }
-    let mut backoff = Backoff::new(super::bucket::RETRY_BACKOFF);
+    let mut backoff = Backoff::new(crate::backoff::NATS_SETUP_RETRY);
     loop {
         let answer = tokio::select! {
             _ = shutdown.cancelled() => return Ok(None),

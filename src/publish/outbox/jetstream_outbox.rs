@@ -23,22 +23,11 @@ use tokio::time::Instant;
 
 use super::batch::Batch;
 use super::link::{Ack, JetStreamLink};
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, NATS_WRITE_RETRY};
 use crate::budget::{Budget, Charge};
-use crate::config::BackoffConfig;
 use crate::publish::message::OutMessage;
 use crate::publish::metrics::PublishMetrics;
 use crate::telemetry::target::TargetGauges;
-
-/// Pauses between publish retries: short, since NATS usually comes back quickly, and capped so
-/// a recovered NATS is used within seconds.
-const RETRY_BACKOFF: BackoffConfig = BackoffConfig::checked(
-    Duration::from_millis(100),
-    Duration::from_secs(5),
-    2.0,
-    0.2,
-    Duration::from_secs(30),
-);
 
 /// A message in the window: sent and unacknowledged, or to be sent again.
 struct InFlight {
@@ -79,7 +68,7 @@ impl<J: JetStreamLink> JetStreamOutbox<J> {
             batch: Batch::new(metrics, gauges, budget),
             in_flight: VecDeque::new(),
             max_in_flight: max_in_flight.max(1),
-            retry: Backoff::new(RETRY_BACKOFF),
+            retry: Backoff::new(NATS_WRITE_RETRY),
             paused_until: None,
         }
     }
