@@ -406,10 +406,14 @@ async fn a_second_deployment_never_deletes_or_overwrites_the_firsts_keys() {
     let names = ["web-0".to_owned(), "web-a".to_owned()];
     converged(&store, &sim_a, &names, WAIT).await;
 
-    let b = Process::spawn(&deployment(&sim_b, dir_b.path(), "b"));
+    let b = Process::spawn_with(
+        &deployment(&sim_b, dir_b.path(), "b"),
+        &["--log-format", "json"],
+    );
+    b.http_url();
     b.line_with(&[
         "another kube2nats deployment writes this mirror key",
-        "other_owner=a.",
+        r#""other_owner":"a."#,
     ]);
     b.line_with(&["mirror repaired"]);
     let have = contents(&store).await;
@@ -418,9 +422,36 @@ async fn a_second_deployment_never_deletes_or_overwrites_the_firsts_keys() {
         [&key("web-0"), &key("web-a"), &key("web-b")],
         "{have:?}"
     );
+    let owner_of_web_0 = |value: bytes::Bytes| {
+        let object: Value = serde_json::from_slice(&value).unwrap();
+        object["metadata"]["uid"].clone()
+    };
     let value = store.get(key("web-0")).await.unwrap().expect("web-0");
-    let object: Value = serde_json::from_slice(&value).unwrap();
-    assert_eq!(object["metadata"]["uid"], web_0["metadata"]["uid"]);
+    assert_eq!(owner_of_web_0(value), web_0["metadata"]["uid"]);
+
+    // A change the second sees later is not written over the first's key either.
+    let foreign = |text: &str| {
+        metric(
+            text,
+            "kube2nats_mirror_foreign_keys_total",
+            &[("watch", "pods")],
+        )
+        .unwrap_or(0.0)
+    };
+    let before = foreign(&b.metrics().await);
+    sim_b.update("pods", Some(NS), "web-0", |pod| {
+        pod["metadata"]["labels"]["changed"] = Value::from("yes");
+    });
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while foreign(&b.metrics().await) == before {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the change never reached the writer"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let value = store.get(key("web-0")).await.unwrap().expect("web-0");
+    assert_eq!(owner_of_web_0(value), web_0["metadata"]["uid"]);
 }
 
 /// Two replicas sharing one Lease and one bucket: changes, kill -9 of the holder, changes while

@@ -186,8 +186,12 @@ impl Writer {
                     self.complete_oldest().await;
                 }
                 let found = self.read_keys().await;
+                // Another deployment's key keeps no revision here: a write to it is refused,
+                // read and found foreign (`foreign`), never made over it.
                 for (key, found) in &found {
-                    self.revisions.insert(hash(key), found.revision);
+                    if self.other_owner(found).is_none() {
+                        self.revisions.insert(hash(key), found.revision);
+                    }
                 }
                 self.snapshot = Some(found);
             }
@@ -241,18 +245,23 @@ impl Writer {
     /// Whether another deployment wrote `key` last (its `Kube2nats-Owner` is not this one's):
     /// then this one neither overwrites nor deletes it. Counted and logged (once).
     fn foreign(&mut self, key: &str, found: &Found) -> bool {
-        let (Some(ours), Some(theirs)) = (&self.place.owner, &found.owner) else {
+        let Some(theirs) = self.other_owner(found) else {
             return false;
         };
-        if ours == theirs {
-            return false;
-        }
         self.metrics.foreign.inc();
         if !self.foreign_logged {
             self.foreign_logged = true;
+            let ours = self.place.owner.as_deref().unwrap_or_default();
             tracing::error!(watch = %self.watch, key, owner = %ours, other_owner = %theirs, "another kube2nats deployment writes this mirror key: neither overwritten nor deleted; give each deployment its own mirror.bucket or publish.cluster (docs/mirror.md)");
         }
         true
+    }
+
+    /// The owner of a key another deployment wrote last; `None` for this one's (or an owner
+    /// not known on either side).
+    fn other_owner<'a>(&self, found: &'a Found) -> Option<&'a str> {
+        let (ours, theirs) = (self.place.owner.as_deref()?, found.owner.as_deref()?);
+        (ours != theirs).then_some(theirs)
     }
 
     /// Queues one write once no earlier write of its key is in flight and the window has room;
@@ -370,7 +379,7 @@ impl Writer {
                     let found = self.read_key(&write.subject).await;
                     let key = &write.subject[self.place.subject_prefix.len()..];
                     if found.as_ref().is_some_and(|f| self.foreign(key, f)) {
-                        self.revisions.insert(hash, found.map_or(0, |f| f.revision));
+                        // Its revision is not kept: the next write to the key is refused too.
                         break;
                     }
                     if !supersedes(&write, found.as_ref()) {
