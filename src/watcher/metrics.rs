@@ -1,7 +1,7 @@
 //! The watch stage's metric families: what arrived from the API server, what was dropped before
 //! publishing, restarts and relists, and whether each watch is synced.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use prometheus::{Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
@@ -174,7 +174,6 @@ impl WatchFamilies {
             resource: ResourceGauge {
                 family: self.resource_info.clone(),
                 watch: name.clone(),
-                labels: Arc::default(),
             },
             tracked_objects: self.tracked_objects.with_label_values(&[watch]),
             last_event_timestamp: self.last_event_timestamp.with_label_values(&[watch]),
@@ -232,8 +231,6 @@ pub(crate) struct WatchMetrics {
 pub(crate) struct ResourceGauge {
     family: IntGaugeVec,
     watch: Arc<str>,
-    /// The labels of the series set: group, version, resource.
-    labels: Arc<Mutex<Option<[String; 3]>>>,
 }
 
 impl ResourceGauge {
@@ -243,27 +240,10 @@ impl ResourceGauge {
             "" => "core",
             group => group,
         };
-        let labels = [
-            group.to_owned(),
-            resource.version.clone(),
-            resource.plural.clone(),
-        ];
-        let Ok(mut current) = self.labels.lock() else {
-            return;
-        };
-        if current.as_ref() == Some(&labels) {
-            return;
-        }
-        if let Some([group, version, plural]) = current.take() {
-            let _ = self
-                .family
-                .remove_label_values(&[&*self.watch, &group, &version, &plural]);
-        }
-        let [group, version, plural] = &labels;
+        remove_watch(&self.family, &self.watch);
         self.family
-            .with_label_values(&[&*self.watch, group, version, plural])
+            .with_label_values(&[&*self.watch, group, &resource.version, &resource.plural])
             .set(1);
-        *current = Some(labels);
     }
 }
 
