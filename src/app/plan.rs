@@ -73,9 +73,13 @@ pub struct MirrorsOverlap {
 impl MirrorsOverlap {
     /// `plan`'s overlap with the first of `running` its keys meet; `index`: `plan`'s place
     /// among the configured watches.
-    pub(super) fn find(plan: &WatchPlan, running: &[WatchPlan], index: usize) -> Option<Self> {
+    pub(super) fn find<'a>(
+        plan: &WatchPlan,
+        running: impl IntoIterator<Item = &'a WatchPlan>,
+        index: usize,
+    ) -> Option<Self> {
         running
-            .iter()
+            .into_iter()
             .filter(|other| other.watch.name != plan.watch.name)
             .find_map(|other| {
                 let namespace = plan.mirror_keys_meet(other)?;

@@ -413,17 +413,13 @@ impl Watches<'_> {
         if !plan.watch.mirror {
             return false;
         }
-        let running: Vec<WatchPlan> = term
-            .groups
-            .values()
-            .filter_map(|g| g.mirrored.clone())
-            .collect();
+        let running = term.groups.values().filter_map(|g| g.mirrored.as_ref());
         let index = self
             .reloads
             .borrow()
             .iter()
             .position(|w| w.name == plan.watch.name);
-        match MirrorsOverlap::find(plan, &running, index.unwrap_or_default()) {
+        match MirrorsOverlap::find(plan, running, index.unwrap_or_default()) {
             None => true,
             Some(overlap) => {
                 tracing::error!(watch = %plan.watch.name, error = %overlap, "not mirrored: another mirrored watch holds these keys (docs/mirror.md, \"Limits\")");
