@@ -7,7 +7,8 @@
 //!   (discovery, paged lists, watches, bookmarks, 410 Expired, auth, RBAC, TLS) and can inject
 //!   faults (dropped and truncated streams, garbage lines, 429/5xx with Retry-After);
 //! - [`nats`]: a supervisor for a real `nats-server` process on a free loopback port, which can
-//!   be stopped and restarted on the same port with its JetStream store intact.
+//!   be stopped and restarted on the same port with its JetStream store intact;
+//! - [`gate`]: a loopback TCP proxy a test can close, to cut one client off a server.
 //!
 //! Both are used by kube2nats' integration tests and by the demo.
 //!
@@ -37,5 +38,6 @@
 #![warn(missing_docs)]
 
 pub mod apiserver;
+pub mod gate;
 pub mod nats;
 pub mod pki;
