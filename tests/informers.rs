@@ -11,143 +11,20 @@
 mod common;
 #[path = "common/mirror.rs"]
 mod mirror;
+#[path = "common/mirror_cluster.rs"]
+mod mirror_cluster;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
-use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions, INITIAL_TOKEN};
+use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions};
 use kube2nats_harness::nats::NatsServer;
-use mirror::{api_objects, core_key, Informer, Language, Mirror, BUCKET};
+use mirror::{api_objects, Informer, Language, Mirror};
+use mirror_cluster::{id, pod, Cluster};
 use serde_json::{json, Value};
 
 const FILTER: &str = "core.v1.pods.>";
-
-/// How long a bound on the bucket's convergence is: generous, for a loaded machine and the
-/// reconnects after a NATS restart or a kube2nats restart.
-const CONVERGE: Duration = Duration::from_secs(30);
-
-fn pod(name: &str, image: &str) -> Value {
-    json!({
-        "metadata": {"name": name, "labels": {"app": "shop"}},
-        "spec": {"containers": [{"name": "main", "image": image}]}
-    })
-}
-
-/// `namespace/name rv` as an informer prints it.
-fn id(obj: &Value) -> String {
-    let m = &obj["metadata"];
-    format!(
-        "{}/{} {}",
-        m["namespace"].as_str().unwrap_or_default(),
-        m["name"].as_str().unwrap_or_default(),
-        m["resourceVersion"].as_str().unwrap_or_default()
-    )
-}
-
-/// kube2nats' configuration: every namespace's pods and config maps mirrored, durable state, and
-/// a one-second `mirror.delete_marker_ttl`, so that delete markers and the markers the server
-/// leaves when they expire come and go while the informers run.
-fn daemon_config(api: &ApiServer, nats: &NatsServer, dir: &std::path::Path) -> String {
-    let token = common::token_file(dir, INITIAL_TOKEN);
-    format!(
-        "{}\n[nats]\nurl = \"{}\"\n[state]\ncheckpoint_interval = \"200ms\"\n[mirror]\nenabled = true\ndelete_marker_ttl = \"1s\"\n[[watches]]\nname = \"pods\"\nresource = \"pods\"\n[[watches]]\nname = \"configmaps\"\nresource = \"configmaps\"\n",
-        common::kube_section(api, &token),
-        nats.url()
-    )
-}
-
-/// The simulated cluster, the nats-server, and kube2nats mirroring the one into the other.
-struct Cluster {
-    api: ApiServer,
-    nats: NatsServer,
-    daemon: common::Process,
-    config: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Cluster {
-    fn create(&self, ns: &str, name: &str) -> String {
-        let obj = self.api.create("pods", Some(ns), pod(name, "nginx:1.27"));
-        format!("ADDED {}", id(&obj))
-    }
-
-    fn update(&self, ns: &str, name: &str, image: &str) -> String {
-        let obj = self.api.update("pods", Some(ns), name, |p| {
-            p["spec"]["containers"][0]["image"] = json!(image)
-        });
-        format!("MODIFIED {}", id(&obj))
-    }
-
-    fn delete(&self, ns: &str, name: &str) -> String {
-        // The informers print the last version they had, the one before the deletion.
-        let before = self
-            .api
-            .get("pods", Some(ns), name)
-            .expect("the pod exists");
-        self.api.delete("pods", Some(ns), name).expect("deleted");
-        format!("DELETED {}", id(&before))
-    }
-
-    /// What the API server holds, as the bucket's keys should: key → resourceVersion.
-    async fn api_keys(&self) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
-        for resource in ["pods", "configmaps"] {
-            let (_, items) = api_objects(&self.api.url(), resource).await;
-            for obj in &items {
-                let rv = obj["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap_or_default();
-                out.insert(core_key(resource, obj), rv.to_owned());
-            }
-        }
-        out
-    }
-
-    /// The bucket's live keys → the resourceVersion of their value, and the number of messages
-    /// its stream holds (live values and delete markers); `None` while NATS does not answer.
-    async fn bucket(&self) -> Option<(BTreeMap<String, String>, u64)> {
-        let client = async_nats::connect(self.nats.url()).await.ok()?;
-        let js = async_nats::jetstream::new(client);
-        let store = js.get_key_value(BUCKET).await.ok()?;
-        let mut out = BTreeMap::new();
-        let mut keys = store.keys().await.ok()?;
-        while let Some(key) = keys.next().await {
-            let key = key.ok()?;
-            if let Some(value) = store.get(&key).await.ok()? {
-                let obj: Value = serde_json::from_slice(&value).ok()?;
-                let rv = obj["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap_or_default();
-                out.insert(key, rv.to_owned());
-            }
-        }
-        let mut stream = js.get_stream(format!("KV_{BUCKET}")).await.ok()?;
-        let messages = stream.info().await.ok()?.state.messages;
-        Some((out, messages))
-    }
-
-    /// Waits until the bucket equals the API server's objects, and with `markers_gone` until no
-    /// delete marker is left in it either.
-    async fn converged(&self, markers_gone: bool) {
-        let deadline = tokio::time::Instant::now() + CONVERGE;
-        loop {
-            let want = self.api_keys().await;
-            let have = self.bucket().await;
-            if let Some((keys, messages)) = &have {
-                if *keys == want && (!markers_gone || *messages == want.len() as u64) {
-                    return;
-                }
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the bucket (keys, messages) does not equal the API server within {CONVERGE:?}:\nbucket {have:?}\napi    {want:?}\nkube2nats:\n{}",
-                self.daemon.rest()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
 
 /// The informer's change lines after `synced`, up to and including `last`.
 fn changes_until(lines: &[String], from: usize, last: &str) -> Vec<String> {
@@ -173,38 +50,7 @@ fn per_object(lines: &[String]) -> BTreeMap<String, Vec<String>> {
 }
 
 async fn informer_follows_the_cluster(language: Language) {
-    let nats = NatsServer::start().await.expect("nats-server starts");
-    let api = ApiServer::start(ApiServerOptions::default())
-        .await
-        .expect("the simulated API server starts");
-    // The state before kube2nats starts: pods in two namespaces (names with dots, escaped in
-    // their keys) and a config map, which the informers' key filter leaves out.
-    for i in 0..12 {
-        api.create("pods", Some("shop"), pod(&format!("web-{i}"), "nginx:1.27"));
-    }
-    for i in 0..6 {
-        api.create(
-            "pods",
-            Some("default"),
-            pod(&format!("db.v2-{i}"), "postgres:16"),
-        );
-    }
-    api.create(
-        "configmaps",
-        Some("shop"),
-        json!({"metadata": {"name": "web-0"}, "data": {"k": "v"}}),
-    );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = daemon_config(&api, &nats, dir.path());
-    let daemon = common::Process::spawn(&config);
-    let mut cluster = Cluster {
-        api,
-        nats,
-        daemon,
-        config,
-        _dir: dir,
-    };
-    cluster.converged(false).await;
+    let mut cluster = Cluster::start().await;
     // Changes kube2nats writes before the informer starts: an update, and a deletion whose
     // marker may still be in the bucket when the informer reads it.
     cluster.update("shop", "web-3", "nginx:1.28");
@@ -252,11 +98,11 @@ async fn informer_follows_the_cluster(language: Language) {
 
     // kube2nats killed (-9) while pods are created, changed and deleted, then started again: it
     // resumes from its durable state and brings the bucket up to date.
-    cluster.daemon.kill();
+    cluster.kill_daemon();
     cluster.delete("shop", "web-9");
     cluster.update("shop", "web-1", "nginx:1.33");
     cluster.create("default", "db.v2-10");
-    cluster.daemon = common::Process::spawn(&cluster.config);
+    cluster.restart_daemon();
     cluster.converged(false).await;
     // The bucket's writes come to the informer in order: once it shows this one, it has the rest.
     let sentinel = cluster.update("shop", "web-2", "nginx:1.34");
