@@ -652,6 +652,25 @@ mod tests {
         }
     }
 
+    /// The shared vectors (clients/key-vectors.json): the subscriber kits build their subject
+    /// filters by the same rule.
+    #[test]
+    fn tokens_follow_the_shared_vectors() {
+        let vectors: serde_json::Value =
+            serde_json::from_str(include_str!("../clients/key-vectors.json"))
+                .expect("clients/key-vectors.json parses");
+        for v in vectors["tokens"].as_array().expect("tokens") {
+            let text = v["text"].as_str().expect("text");
+            let subject = v["subject"].as_str().expect("subject");
+            assert_eq!(esc(text), subject, "escape of {text:?}");
+            assert_eq!(
+                unescape(subject).as_deref(),
+                Some(text),
+                "unescape of {subject:?}"
+            );
+        }
+    }
+
     #[test]
     fn the_table_is_the_rule() {
         for b in 0..=u8::MAX {

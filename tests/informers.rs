@@ -383,25 +383,29 @@ async fn informers_through_the_mirror_cost_the_api_server_one_list_and_watch() {
 /// The stand-in writer's keys follow the contract's examples (docs/subscribers.md), as
 /// kube2nats' do; the informers undo the escaping (their own unit tests, and the names with dots
 /// kube2nats writes above).
+/// The test's own key function, with which it compares the bucket to the API server, follows
+/// the shared vectors (clients/key-vectors.json) that kube2nats' and every kit's tests read.
 #[test]
-fn keys_follow_the_contract() {
-    for (text, token) in [
-        ("nginx", "nginx"),
-        ("kube-root-ca.crt", "kube-root-ca_crt"),
-        ("system:node:w1", "system=3Anode=3Aw1"),
-        ("my_name", "my=5Fname"),
-        ("é", "=C3=A9"),
-        ("", "="),
-        ("50%", "50=25"),
-        ("a=b/c", "a=3Db=2Fc"),
-    ] {
-        assert_eq!(mirror::key_token(text), token, "{text:?}");
+fn the_tests_keys_follow_the_shared_vectors() {
+    let vectors: Value = serde_json::from_str(include_str!("../clients/key-vectors.json"))
+        .expect("clients/key-vectors.json parses");
+    for v in vectors["tokens"].as_array().expect("tokens") {
+        let text = v["text"].as_str().expect("text");
+        assert_eq!(
+            mirror::key_token(text),
+            v["key"].as_str().expect("key"),
+            "{text:?}"
+        );
     }
-    let web0 = json!({"metadata": {"namespace": "shop", "name": "web-0"}});
-    assert_eq!(mirror::core_key("pods", &web0), "core.v1.pods.shop.web-0");
-    let node = json!({"metadata": {"name": "system:node:w1"}});
-    assert_eq!(
-        mirror::core_key("nodes", &node),
-        "core.v1.nodes._.system=3Anode=3Aw1"
-    );
+    for v in vectors["keys"].as_array().expect("keys") {
+        if v["group"] != "" || v["cluster"] != "" || v["version"] != "v1" {
+            continue;
+        }
+        let obj = json!({"metadata": {"namespace": v["namespace"], "name": v["name"]}});
+        let resource = v["resource"].as_str().expect("resource");
+        assert_eq!(
+            mirror::core_key(resource, &obj),
+            v["key"].as_str().expect("key")
+        );
+    }
 }

@@ -134,6 +134,41 @@ mod tests {
         assert_eq!(escaped("a=b%c/d"), "a=3Db=25c=2Fd");
     }
 
+    /// The shared vectors (clients/key-vectors.json), which every subscriber kit's tests read
+    /// too, so that the writer and the readers of the keys cannot drift apart.
+    fn shared_vectors() -> serde_json::Value {
+        serde_json::from_str(include_str!("../../clients/key-vectors.json"))
+            .expect("clients/key-vectors.json parses")
+    }
+
+    #[test]
+    fn tokens_follow_the_shared_vectors() {
+        let vectors = shared_vectors();
+        let tokens = vectors["tokens"].as_array().expect("tokens");
+        assert!(!tokens.is_empty());
+        for v in tokens {
+            let text = v["text"].as_str().expect("text");
+            assert_eq!(escaped(text), v["key"].as_str().expect("key"), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn keys_follow_the_shared_vectors() {
+        for v in shared_vectors()["keys"].as_array().expect("keys") {
+            let text = |field: &str| v[field].as_str().expect(field).to_owned();
+            let resource = ResourceInfo {
+                group: text("group"),
+                version: text("version"),
+                plural: text("resource"),
+                kind: "Any".into(),
+                namespaced: !v["namespace"].is_null(),
+            };
+            let object = meta(v["namespace"].as_str(), &text("name"));
+            let prefix = watch_prefix(&text("cluster"), &resource);
+            assert_eq!(object_key(&prefix, &object), text("key"));
+        }
+    }
+
     #[test]
     fn keys_as_the_contract_shows() {
         let pods = ResourceInfo::core("pods", "Pod", true);

@@ -46,8 +46,8 @@ pub fn key_token(text: &str) -> String {
 pub fn core_key(resource: &str, obj: &Value) -> String {
     let meta = &obj["metadata"];
     let namespace = match meta["namespace"].as_str() {
-        Some(ns) if !ns.is_empty() => key_token(ns),
-        _ => "_".to_owned(),
+        Some(ns) => key_token(ns),
+        None => "_".to_owned(),
     };
     format!(
         "core.v1.{resource}.{namespace}.{}",
