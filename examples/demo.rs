@@ -4,8 +4,10 @@
 //! Starts a real `nats-server` on a free loopback port, the simulated kube-apiserver of the test
 //! harness, and kube2nats in-process, configured from TOML text as a user would write it. A
 //! subscriber prints every message that arrives on `kube.>`, with its headers, while a small
-//! scripted workload runs (a Deployment rolls out, its pods start, one goes away, then the rest);
-//! then a few lines of kube2nats' `/metrics`. Then it keeps going — a pod is created, started and
+//! scripted workload runs (a Deployment rolls out, its pods start, one goes away, then the
+//! Deployment and its pods); then a few lines of kube2nats' `/metrics`, and the other half of the
+//! product: an informer of the Rust subscriber kit (clients/rust) started on kube2nats' mirror,
+//! its synced store printed beside the simulated API server's list. Then it keeps going — a pod is created, started and
 //! deleted every few seconds, and it prints the command to watch from another terminal
 //! (`scripts/sub`, or the `nats` CLI) — until Ctrl-C, which stops everything cleanly. Exits non-zero if a message that should have
 //! arrived did not.
@@ -24,6 +26,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector;
 use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions};
 use kube2nats_harness::nats::NatsServer;
 use serde_json::{json, Value};
@@ -82,6 +86,7 @@ async fn main() -> anyhow::Result<()> {
 
     // Something exists before kube2nats starts: its first list publishes it as ADDED.
     api.create("pods", Some(NAMESPACE), pod("db-0", "Running"));
+    api.create("pods", Some(NAMESPACE), pod("cache-0", "Running"));
 
     let dir = tempfile::tempdir().context("creating a temp dir")?;
     let config_path = dir.path().join("kube2nats.toml");
@@ -132,6 +137,7 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         print_metrics(&http).await?;
+        show_informer(&api, &nats).await?;
         anyhow::Ok(printer)
     };
     let printer = tokio::select! {
@@ -320,6 +326,113 @@ impl Kube2nats {
     }
 }
 
+/// A subscriber of the other kind: an informer of the pods, kept by kube-runtime's `reflector` from
+/// the Rust kit's watcher on kube2nats' mirror, started after the workload, its store printed
+/// beside the API server's list (they are equal once the informer has the bucket's writes).
+async fn show_informer(api: &ApiServer, nats: &NatsServer) -> anyhow::Result<()> {
+    let client = async_nats::connect(nats.url()).await?;
+    let started = tokio::time::Instant::now();
+    let (store, writer) = reflector::store::<Pod>();
+    let config = kube2nats_client::Config::default().namespace(NAMESPACE);
+    let mut events = reflector(writer, kube2nats_client::watcher::<Pod>(client, config)).boxed();
+    let follow = async {
+        while let Some(event) = events.next().await {
+            if let Err(e) = event {
+                println!("informer           {e}");
+            }
+        }
+    };
+    let listed = |pods: &[std::sync::Arc<Pod>]| -> Vec<(String, String)> {
+        let mut listed: Vec<(String, String)> = pods
+            .iter()
+            .map(|p| {
+                let m = &p.metadata;
+                (
+                    m.name.clone().unwrap_or_default(),
+                    m.resource_version.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        listed.sort();
+        listed
+    };
+    let compare = async {
+        store.wait_until_ready().await?;
+        let synced = started.elapsed();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let want = api_pods(api).await?;
+            let have = listed(&store.state());
+            if have == want || tokio::time::Instant::now() > deadline {
+                return anyhow::Ok((synced, have, want));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let (synced, have, want) = tokio::select! {
+        _ = follow => bail!("the informer's watch ended"),
+        compared = compare => compared?,
+    };
+    println!(
+        "\ninformer           kube-runtime's reflector on the Rust kit's watcher (clients/rust), reading\n\
+         \x20                  kube2nats' mirror (bucket kube-objects), not the API server: synced in {} ms",
+        synced.as_millis()
+    );
+    println!(
+        "    {:<16} {:<12} API server (resourceVersion)",
+        "pod", "informer"
+    );
+    let names: std::collections::BTreeSet<&String> =
+        have.iter().chain(&want).map(|(name, _)| name).collect();
+    let version = |list: &[(String, String)], name: &str| {
+        list.iter()
+            .find(|(n, _)| n == name)
+            .map_or("-".to_owned(), |(_, rv)| rv.clone())
+    };
+    for name in names {
+        println!(
+            "    {:<16} {:<12} {}",
+            format!("{NAMESPACE}/{name}"),
+            version(&have, name),
+            version(&want, name)
+        );
+    }
+    if have != want {
+        bail!("the informer's store differs from the API server's list");
+    }
+    println!("    the informer's store equals the API server's list");
+    Ok(())
+}
+
+/// The API server's pods in the workload's namespace: (name, resourceVersion), sorted.
+async fn api_pods(api: &ApiServer) -> anyhow::Result<Vec<(String, String)>> {
+    let token = std::fs::read_to_string(api.token_file())?;
+    let body = reqwest::Client::new()
+        .get(format!("{}/api/v1/namespaces/{NAMESPACE}/pods", api.url()))
+        .bearer_auth(token.trim())
+        .send()
+        .await?
+        .error_for_status()?
+        .bytes()
+        .await?;
+    let list: Value = serde_json::from_slice(&body)?;
+    let mut pods: Vec<(String, String)> = list["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .map(|p| {
+                    let m = &p["metadata"];
+                    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+                    (text(&m["name"]), text(&m["resourceVersion"]))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    pods.sort();
+    Ok(pods)
+}
+
 /// kube2nats' configuration, as a user would write it, pointed at the simulator and nats-server.
 fn config_toml(api: &ApiServer, nats: &NatsServer, listen: &str) -> String {
     format!(
@@ -333,6 +446,9 @@ url = "{nats_url}"
 
 [http]
 listen = "{listen}"
+
+[mirror]
+enabled = true
 
 [[watches]]
 name = "pods"
@@ -351,8 +467,9 @@ payload = "object"
     )
 }
 
-/// A Deployment rolls out two pods, they start, one is replaced, and the Deployment goes away.
-/// Ten changes: ADDED db-0 (listed at start), then nine through the watches.
+/// A Deployment rolls out two pods, they start, one goes away, and the Deployment and its pods go
+/// away. Ten changes: ADDED db-0 and cache-0 (listed at start), then eight through the watches;
+/// db-0 and cache-0 stay.
 async fn workload(api: &ApiServer) {
     let ns = Some(NAMESPACE);
     api.create("deployments", ns, deployment("web", 2));
@@ -372,7 +489,6 @@ async fn workload(api: &ApiServer) {
     tokio::time::sleep(STEP).await;
     api.delete("deployments", ns, "web");
     api.delete("pods", ns, "web-1");
-    api.delete("pods", ns, "db-0");
 }
 
 fn pod(name: &str, phase: &str) -> Value {

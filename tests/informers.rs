@@ -1,4 +1,4 @@
-//! The example informers of examples/subscribers/ (Python, Rust, Node), each a real process
+//! The subscriber kits' example informers (clients/*/examples: Python, Rust, Node), each a real process
 //! reading kube2nats' object mirror (docs/mirror.md, docs/subscribers.md) from a real
 //! nats-server (JetStream on a file store): the test changes pods on the simulated API server,
 //! the real kube2nats (durable state and the mirror on) writes the bucket, and each informer,
@@ -6,7 +6,7 @@
 //! churn, a nats-server restart, and a `kill -9` of kube2nats with changes made while it is down;
 //! a second informer started after more changes does too.
 //!
-//! Needs nats-server, and the informers' runtimes: `scripts/install-test-tools informers`.
+//! Needs nats-server, and the kits' runtimes: `scripts/install-test-tools nats-server kits`.
 
 mod common;
 #[path = "common/mirror.rs"]
@@ -24,7 +24,8 @@ use mirror::{api_objects, Informer, Language, Mirror};
 use mirror_cluster::{id, pod, Cluster};
 use serde_json::{json, Value};
 
-const FILTER: &str = "core.v1.pods.>";
+/// What the informers read: pods, every namespace.
+const RESOURCE: &str = "pods";
 
 /// The informer's change lines after `synced`, up to and including `last`.
 fn changes_until(lines: &[String], from: usize, last: &str) -> Vec<String> {
@@ -58,7 +59,7 @@ async fn informer_follows_the_cluster(language: Language) {
     cluster.converged(false).await;
 
     let (pods, _) = api_objects(&cluster.api.url(), "pods").await;
-    let informer = Informer::start(language, &cluster.nats.url(), FILTER);
+    let informer = Informer::start(language, &cluster.nats.url(), RESOURCE);
     let synced = informer
         .wait_for(&format!("synced {} objects", pods.len()))
         .await;
@@ -124,7 +125,7 @@ async fn informer_follows_the_cluster(language: Language) {
     cluster.create("shop", "web-20");
     cluster.converged(false).await;
     let (want, _) = api_objects(&cluster.api.url(), "pods").await;
-    let late = Informer::start(language, &cluster.nats.url(), FILTER);
+    let late = Informer::start(language, &cluster.nats.url(), RESOURCE);
     late.wait_for(&format!("synced {} objects", want.len()))
         .await;
     let transcript = late.transcript();
@@ -169,7 +170,7 @@ async fn informers_take_a_purge_as_a_deletion() {
 
     let informers: Vec<Informer> = [Language::Python, Language::Rust, Language::Node]
         .into_iter()
-        .map(|language| Informer::start(language, &nats.url(), FILTER))
+        .map(|language| Informer::start(language, &nats.url(), RESOURCE))
         .collect();
     for informer in &informers {
         informer.wait_for("synced 3 objects").await;
@@ -351,7 +352,7 @@ async fn informers_through_the_mirror_cost_the_api_server_one_list_and_watch() {
     );
     daemon.line_with(&["mirror repaired"]);
     let informers: Vec<Informer> = (0..INFORMERS)
-        .map(|_| Informer::start(Language::Rust, &nats.url(), FILTER))
+        .map(|_| Informer::start(Language::Rust, &nats.url(), RESOURCE))
         .collect();
     for informer in &informers {
         informer.wait_for(&format!("synced {PODS} objects")).await;

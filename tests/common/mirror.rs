@@ -1,5 +1,5 @@
-//! The two sides of the object mirror (docs/subscribers.md) for the informer tests: the example
-//! informers of examples/subscribers/, run as real processes, and a stand-in writer.
+//! The two sides of the object mirror (docs/subscribers.md) for the informer tests: the subscriber
+//! kits' example informers (clients/*/examples), run as real processes, and a stand-in writer.
 //!
 //! kube2nats' own mirror (docs/mirror.md) writes the bucket in the informer tests; it deletes with
 //! TTL'd delete markers and never purges. [`Mirror`] writes the contract's other deletion, a
@@ -169,63 +169,71 @@ pub enum Language {
     Node,
 }
 
-const INSTALL: &str = "run `scripts/install-test-tools informers` and export the lines it prints (scripts/test does both)";
+const INSTALL: &str =
+    "run `scripts/install-test-tools kits` and export the lines it prints (scripts/test does both)";
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The command that runs the informer of `language`.
+/// The example informer of each kit (clients/*/examples): the same command line and output.
 fn informer_command(language: Language) -> Command {
     match language {
         Language::Python => {
-            let python = std::env::var("INFORMER_PYTHON").unwrap_or_else(|_| {
-                panic!("INFORMER_PYTHON (a Python with nats-py) is not set: {INSTALL}")
+            let python = std::env::var("KITS_PYTHON").unwrap_or_else(|_| {
+                panic!("KITS_PYTHON (a Python with the kube2nats kit) is not set: {INSTALL}")
             });
             let mut c = Command::new(python);
-            c.arg(repo().join("examples/subscribers/python/informer.py"));
+            c.arg(repo().join("clients/python/examples/informer.py"));
             c
         }
         Language::Node => {
-            let dir = repo().join("examples/subscribers/node");
+            let dir = repo().join("clients/node");
             assert!(
-                dir.join("node_modules/@nats-io/kv").is_dir(),
-                "the Node informer's packages are not installed in {}: {INSTALL}",
+                dir.join("dist").is_dir() && dir.join("node_modules").is_dir(),
+                "the TypeScript kit is not built in {}: {INSTALL}",
                 dir.display()
             );
-            let node = std::env::var("INFORMER_NODE").unwrap_or_else(|_| "node".to_owned());
+            let node = std::env::var("KITS_NODE").unwrap_or_else(|_| "node".to_owned());
             let mut c = Command::new(node);
-            c.arg(dir.join("informer.mjs"));
+            c.arg(dir.join("examples/informer.mjs"));
             c
         }
         Language::Rust => Command::new(rust_informer()),
     }
 }
 
-/// Builds the Rust informer (a member of this workspace) if needed; its path.
 fn rust_informer() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
             let status = Command::new(cargo)
-                .args(["build", "--quiet", "-p", "kube2nats-informer"])
+                .args([
+                    "build",
+                    "--quiet",
+                    "-p",
+                    "kube2nats-client",
+                    "--example",
+                    "informer",
+                ])
                 .current_dir(repo())
                 .status()
-                .expect("running cargo to build the Rust informer");
-            assert!(status.success(), "building the Rust informer failed");
-            // This test runs from target/<profile>/deps/; the informer is in target/<profile>/.
+                .expect("running cargo to build the Rust kit's example informer");
+            assert!(
+                status.success(),
+                "building the Rust kit's example informer failed"
+            );
             let exe = std::env::current_exe().expect("the test's own path");
             let profile_dir: &Path = exe
                 .parent()
                 .and_then(Path::parent)
                 .expect("the test runs from target/<profile>/deps");
-            profile_dir.join("kube2nats-informer")
+            profile_dir.join("examples/informer")
         })
         .clone()
 }
 
-/// A running example informer, its output collected line by line.
 pub struct Informer {
     language: Language,
     child: Child,
@@ -241,9 +249,10 @@ pub const INFORMER_WAIT: Duration = Duration::from_secs(30);
 
 impl Informer {
     /// Starts the informer of `language` on `key_filter` of the bucket at `nats_url`.
-    pub fn start(language: Language, nats_url: &str, key_filter: &str) -> Informer {
+    /// An informer of `resource` (a core-group plural) in every namespace.
+    pub fn start(language: Language, nats_url: &str, resource: &str) -> Informer {
         let mut child = informer_command(language)
-            .args([nats_url, BUCKET, key_filter])
+            .args([nats_url, BUCKET, resource])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -38,12 +38,21 @@ struct Held {
 
 #[derive(Debug, Default)]
 pub(crate) struct Cache {
+    /// The resource's kind, for errors.
+    kind: String,
     /// Every live key under the watch's filter, and the object it names.
     keys: HashMap<String, ObjectId>,
     objects: HashMap<ObjectId, Held>,
 }
 
 impl Cache {
+    pub(crate) fn new(kind: &str) -> Cache {
+        Cache {
+            kind: kind.to_owned(),
+            ..Cache::default()
+        }
+    }
+
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.objects.len()
@@ -53,7 +62,6 @@ impl Cache {
     pub(crate) fn apply<K>(&mut self, key: &str, entry: Entry<'_>) -> Result<Change<K>, Error>
     where
         K: Resource + DeserializeOwned,
-        K::DynamicType: Default,
     {
         let id = object_id(key).ok_or_else(|| Error::Key(key.to_owned()))?;
         let value = match entry {
@@ -62,7 +70,7 @@ impl Cache {
         };
         let object: K = serde_json::from_slice(value).map_err(|source| Error::Decode {
             subject: key.to_owned(),
-            kind: K::kind(&Default::default()).into_owned(),
+            kind: self.kind.clone(),
             source,
         })?;
         let resource_version = object.meta().resource_version.clone().unwrap_or_default();
@@ -84,7 +92,6 @@ impl Cache {
     fn delete<K>(&mut self, key: &str, id: &ObjectId) -> Result<Change<K>, Error>
     where
         K: Resource + DeserializeOwned,
-        K::DynamicType: Default,
     {
         self.keys.remove(key);
         match self.objects.get(id) {
@@ -96,7 +103,7 @@ impl Cache {
         };
         let object = serde_json::from_slice(&held.value).map_err(|source| Error::Decode {
             subject: key.to_owned(),
-            kind: K::kind(&Default::default()).into_owned(),
+            kind: self.kind.clone(),
             source,
         })?;
         Ok(Change::Deleted(object))
@@ -139,7 +146,7 @@ mod tests {
 
     #[test]
     fn puts_repeats_and_deletions() {
-        let mut cache = Cache::default();
+        let mut cache = Cache::new("Pod");
         let mut apply = |key: &str, value: &[u8]| {
             let entry = Entry::of(None, value);
             name(cache.apply::<Pod>(key, entry).expect("applies"))
@@ -154,7 +161,7 @@ mod tests {
 
     #[test]
     fn an_object_moving_to_another_version_is_modified_not_deleted() {
-        let mut cache = Cache::default();
+        let mut cache = Cache::new("Pod");
         let mut apply = |key: &str, value: &[u8]| {
             name(
                 cache
@@ -182,7 +189,7 @@ mod tests {
 
     #[test]
     fn a_value_that_is_not_the_resource_is_an_error_and_changes_nothing() {
-        let mut cache = Cache::default();
+        let mut cache = Cache::new("Pod");
         let err = cache
             .apply::<Pod>("core.v1.pods.shop.a", Entry::of(None, b"{not json"))
             .expect_err("not json");

@@ -179,7 +179,19 @@ where
     K: Resource + DeserializeOwned + Send + 'static,
     K::DynamicType: Default,
 {
-    let dt = K::DynamicType::default();
+    events_with(client, config, Default::default())
+}
+
+/// [`events()`] for a type whose resource is known at run time (`DynamicObject` with an
+/// `ApiResource`).
+pub fn events_with<K>(
+    client: async_nats::Client,
+    config: EventsConfig,
+    dt: K::DynamicType,
+) -> impl Stream<Item = Result<Change<K>, Error>> + Send
+where
+    K: Resource + DeserializeOwned + Send + 'static,
+{
     let scope = Scope {
         cluster: config.cluster.clone(),
         group: K::group(&dt).into_owned(),
@@ -201,6 +213,7 @@ where
         ..Default::default()
     };
     let state = Events {
+        kind: K::kind(&dt).into_owned(),
         js: jetstream::new(client),
         stream: config.stream,
         consumer,
@@ -216,6 +229,8 @@ where
 }
 
 struct Events {
+    /// The resource's kind, for errors.
+    kind: String,
     js: jetstream::Context,
     stream: String,
     consumer: pull::Config,
@@ -230,7 +245,6 @@ impl Events {
     async fn step<K>(&mut self) -> Result<Change<K>, Error>
     where
         K: Resource + DeserializeOwned,
-        K::DynamicType: Default,
     {
         loop {
             if let Some(pause) = self.pause.take() {
@@ -276,7 +290,7 @@ impl Events {
                     continue;
                 }
             }
-            return match change(message) {
+            return match change(message, &self.kind) {
                 Ok(change) => Ok(change),
                 Err((message, e)) => {
                     // It will never decode: not delivered again, reported once.
@@ -315,11 +329,10 @@ impl Events {
 /// payload — the `{"type","object"}` event, or the object alone for a watch with
 /// `payload = "object"`.
 #[allow(clippy::result_large_err)]
-fn change<K>(message: jetstream::Message) -> Result<Change<K>, (jetstream::Message, Error)>
-where
-    K: Resource + DeserializeOwned,
-    K::DynamicType: Default,
-{
+fn change<K: DeserializeOwned>(
+    message: jetstream::Message,
+    kind: &str,
+) -> Result<Change<K>, (jetstream::Message, Error)> {
     #[derive(serde::Deserialize)]
     struct Wrapped<K> {
         object: K,
@@ -346,7 +359,7 @@ where
             message,
             Error::Decode {
                 subject,
-                kind: K::kind(&Default::default()).into_owned(),
+                kind: kind.to_owned(),
                 source,
             },
         )),

@@ -24,5 +24,5 @@ pub mod key;
 mod watcher;
 
 pub use error::{BoxError, Error};
-pub use events::{events, Change, ChangeType, EventsConfig};
-pub use watcher::{watcher, Config};
+pub use events::{events, events_with, Change, ChangeType, EventsConfig};
+pub use watcher::{watcher, watcher_with, Config};

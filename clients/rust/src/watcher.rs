@@ -119,8 +119,23 @@ where
     K: Resource + DeserializeOwned + Clone + Send + 'static,
     K::DynamicType: Default,
 {
-    let scope = config.scope::<K>(&Default::default());
+    watcher_with(client, config, Default::default())
+}
+
+/// [`watcher()`] for a type whose resource is known at run time, as kube's `Api::all_with`:
+/// `DynamicObject` with an `ApiResource`, say.
+pub fn watcher_with<K>(
+    client: async_nats::Client,
+    config: Config,
+    dt: K::DynamicType,
+) -> impl Stream<Item = kube_watcher::Result<Event<K>>> + Send
+where
+    K: Resource + DeserializeOwned + Clone + Send + 'static,
+{
+    let scope = config.scope::<K>(&dt);
+    let kind = K::kind(&dt).into_owned();
     let state = Watch {
+        kind: kind.clone(),
         js: jetstream::new(client.clone()),
         client,
         stream: format!("KV_{}", config.bucket),
@@ -128,7 +143,7 @@ where
         filter: scope.key_filter(),
         connects: 0,
         phase: Phase::Starting,
-        cache: Cache::default(),
+        cache: Cache::new(&kind),
         pending: VecDeque::new(),
         backoff: Backoff::new(),
     };
@@ -149,6 +164,8 @@ enum Phase {
 }
 
 struct Watch<K> {
+    /// The resource's kind, for errors.
+    kind: String,
     client: async_nats::Client,
     js: jetstream::Context,
     /// `KV_{bucket}`, the bucket's stream.
@@ -170,7 +187,6 @@ struct Watch<K> {
 impl<K> Watch<K>
 where
     K: Resource + DeserializeOwned + Clone,
-    K::DynamicType: Default,
 {
     async fn step(&mut self) -> Result<Event<K>, Error> {
         loop {
@@ -249,7 +265,7 @@ where
             .messages()
             .await
             .map_err(|e| Error::open(&self.stream, e))?;
-        self.cache = Cache::default();
+        self.cache = Cache::new(&self.kind);
         let mut undecodable = Vec::new();
         while pending > 0 {
             let message = match tokio::time::timeout(INITIAL_VALUE_WAIT, messages.next()).await {
