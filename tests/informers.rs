@@ -11,17 +11,15 @@
 mod common;
 #[path = "common/mirror.rs"]
 mod mirror;
-#[path = "common/mirror_cluster.rs"]
-mod mirror_cluster;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
 use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions};
+use kube2nats_harness::cluster::{id, pod, MirrorCluster as Cluster};
 use kube2nats_harness::nats::NatsServer;
 use mirror::{api_objects, Informer, Language, Mirror};
-use mirror_cluster::{id, pod, Cluster};
 use serde_json::{json, Value};
 
 /// What the informers read: pods, every namespace.
@@ -51,12 +49,17 @@ fn per_object(lines: &[String]) -> BTreeMap<String, Vec<String>> {
 }
 
 async fn informer_follows_the_cluster(language: Language) {
-    let mut cluster = Cluster::start().await;
+    let mut cluster = Cluster::start(std::path::Path::new(env!("CARGO_BIN_EXE_kube2nats")))
+        .await
+        .expect("the mirror cluster starts");
     // Changes kube2nats writes before the informer starts: an update, and a deletion whose
     // marker may still be in the bucket when the informer reads it.
     cluster.update("shop", "web-3", "nginx:1.28");
-    cluster.delete("shop", "web-11");
-    cluster.converged(false).await;
+    cluster.delete("shop", "web-11").expect("the pod existed");
+    cluster
+        .converged(false)
+        .await
+        .expect("the bucket converges");
 
     let (pods, _) = api_objects(&cluster.api.url(), "pods").await;
     let informer = Informer::start(language, &cluster.nats.url(), RESOURCE);
@@ -70,14 +73,18 @@ async fn informer_follows_the_cluster(language: Language) {
     for i in 0..5 {
         expected.push(cluster.update("shop", &format!("web-{i}"), "nginx:1.29"));
     }
-    expected.push(cluster.delete("shop", "web-5"));
-    expected.push(cluster.delete("default", "db.v2-0"));
+    expected.push(cluster.delete("shop", "web-5").expect("the pod existed"));
+    expected.push(
+        cluster
+            .delete("default", "db.v2-0")
+            .expect("the pod existed"),
+    );
     expected.push(cluster.create("shop", "web-11"));
     expected.push(cluster.create("shop", "web-5"));
-    expected.push(cluster.delete("shop", "web-6"));
+    expected.push(cluster.delete("shop", "web-6").expect("the pod existed"));
     expected.push(cluster.update("default", "db.v2-1", "postgres:17"));
     // Until every marker has expired: the bucket holds one message per object.
-    cluster.converged(true).await;
+    cluster.converged(true).await.expect("the bucket converges");
     let sentinel = cluster.update("shop", "web-0", "nginx:1.30");
     expected.push(sentinel.clone());
     informer.wait_for(&sentinel).await;
@@ -90,21 +97,27 @@ async fn informer_follows_the_cluster(language: Language) {
 
     // A NATS restart (the bucket is on disk), and changes: kube2nats and the informer reconnect.
     cluster.nats.restart().await.expect("nats-server restarts");
-    cluster.delete("shop", "web-7");
+    cluster.delete("shop", "web-7").expect("the pod existed");
     cluster.update("shop", "web-8", "nginx:1.31");
     cluster.create("default", "db.v2-9");
-    cluster.converged(false).await;
+    cluster
+        .converged(false)
+        .await
+        .expect("the bucket converges");
     let sentinel = cluster.update("shop", "web-4", "nginx:1.32");
     informer.wait_for(&sentinel).await;
 
     // kube2nats killed (-9) while pods are created, changed and deleted, then started again: it
     // resumes from its durable state and brings the bucket up to date.
     cluster.kill_daemon();
-    cluster.delete("shop", "web-9");
+    cluster.delete("shop", "web-9").expect("the pod existed");
     cluster.update("shop", "web-1", "nginx:1.33");
     cluster.create("default", "db.v2-10");
-    cluster.restart_daemon();
-    cluster.converged(false).await;
+    cluster.start_daemon().expect("kube2nats starts again");
+    cluster
+        .converged(false)
+        .await
+        .expect("the bucket converges");
     // The bucket's writes come to the informer in order: once it shows this one, it has the rest.
     let sentinel = cluster.update("shop", "web-2", "nginx:1.34");
     informer.wait_for(&sentinel).await;
@@ -119,11 +132,18 @@ async fn informer_follows_the_cluster(language: Language) {
 
     // Changes while no informer runs, then a new one: it starts from the bucket's state, delete
     // markers included.
-    cluster.delete("default", "db.v2-2");
-    cluster.delete("default", "db.v2-3");
+    cluster
+        .delete("default", "db.v2-2")
+        .expect("the pod existed");
+    cluster
+        .delete("default", "db.v2-3")
+        .expect("the pod existed");
     cluster.update("default", "db.v2-4", "postgres:18");
     cluster.create("shop", "web-20");
-    cluster.converged(false).await;
+    cluster
+        .converged(false)
+        .await
+        .expect("the bucket converges");
     let (want, _) = api_objects(&cluster.api.url(), "pods").await;
     let late = Informer::start(language, &cluster.nats.url(), RESOURCE);
     late.wait_for(&format!("synced {} objects", want.len()))
@@ -379,34 +399,4 @@ async fn informers_through_the_mirror_cost_the_api_server_one_list_and_watch() {
         mirror_bytes * 10 < direct_bytes,
         "through the mirror the API server sends {mirror_bytes} bytes, directly {direct_bytes}"
     );
-}
-
-/// The stand-in writer's keys follow the contract's examples (docs/subscribers.md), as
-/// kube2nats' do; the informers undo the escaping (their own unit tests, and the names with dots
-/// kube2nats writes above).
-/// The test's own key function, with which it compares the bucket to the API server, follows
-/// the shared vectors (clients/key-vectors.json) that kube2nats' and every kit's tests read.
-#[test]
-fn the_tests_keys_follow_the_shared_vectors() {
-    let vectors: Value = serde_json::from_str(include_str!("../clients/key-vectors.json"))
-        .expect("clients/key-vectors.json parses");
-    for v in vectors["tokens"].as_array().expect("tokens") {
-        let text = v["text"].as_str().expect("text");
-        assert_eq!(
-            mirror::key_token(text),
-            v["key"].as_str().expect("key"),
-            "{text:?}"
-        );
-    }
-    for v in vectors["keys"].as_array().expect("keys") {
-        if v["group"] != "" || v["cluster"] != "" || v["version"] != "v1" {
-            continue;
-        }
-        let obj = json!({"metadata": {"namespace": v["namespace"], "name": v["name"]}});
-        let resource = v["resource"].as_str().expect("resource");
-        assert_eq!(
-            mirror::core_key(resource, &obj),
-            v["key"].as_str().expect("key")
-        );
-    }
 }

@@ -1,27 +1,18 @@
-//! The subscriber kits of clients/ (Rust, TypeScript, Python), each against its ecosystem's own
-//! informer: the same handler code runs on the direct watch of the API server (kube-rs'
-//! `watcher`, client-node's `makeInformer`, the Python client's watch) and on the kit reading
-//! kube2nats' mirror, and the two stores must end equal to the API server's pods after churn,
-//! after a `kill -9` of kube2nats with creates, updates and deletes while it is down, and after
-//! the subscriber was cut off NATS for longer than the delete markers live while pods were
-//! deleted — each deletion reported by the kit's handler.
+//! The Rust subscriber kit (clients/rust) against kube-rs' own watcher: the same handler code
+//! runs on the direct watch of the API server and on the kit reading kube2nats' mirror, and the
+//! two stores must end equal to the API server's pods after churn, after a `kill -9` of
+//! kube2nats with creates, updates and deletes while it is down, and after the subscriber was cut
+//! off NATS for longer than the delete markers live while pods were deleted — each deletion
+//! reported by the kit's handler. And a kube-runtime `Controller` on the kit's stream.
 //!
-//! Real parts: kube2nats, nats-server, the simulated API server; the TypeScript and Python sides
-//! are their compare programs (`clients/node/test/compare.mjs`, `clients/python/tests/compare.py`),
-//! which print each handler call as a line and their stores on `dump`.
+//! Real parts: kube2nats, nats-server, the simulated API server ([`MirrorCluster`]). The
+//! TypeScript and Python kits run the same scenario in their own runners
+//! (clients/node/test, clients/python/tests) through the harness' `sim-cluster`.
 //!
-//! Needs nats-server and the kits' runtimes: `scripts/install-test-tools nats-server kits`.
-
-mod common;
-#[path = "common/mirror.rs"]
-mod mirror;
-#[path = "common/mirror_cluster.rs"]
-mod mirror_cluster;
+//! Needs nats-server: `scripts/install-test-tools nats-server`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write as _};
-use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,13 +20,19 @@ use futures_util::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::{reflector, watcher, Controller, WatchStreamExt};
 use kube2nats_harness::apiserver::{ApiServer, INITIAL_TOKEN};
-use mirror_cluster::Cluster;
+use kube2nats_harness::cluster::MirrorCluster as Cluster;
 
 /// How long the stores may take to equal the API server after the last change.
 const SETTLE: Duration = Duration::from_secs(30);
 
 /// A store as the handlers keep it: `namespace/name` → resourceVersion.
 type Store = BTreeMap<String, String>;
+
+async fn start_cluster() -> Cluster {
+    Cluster::start(Path::new(env!("CARGO_BIN_EXE_kube2nats")))
+        .await
+        .expect("the mirror cluster starts")
+}
 
 /// A pair of informers of all pods running one handler: `direct` on the API server, `nats` on
 /// the kit.
@@ -54,21 +51,23 @@ async fn kit_equals_its_direct_informer(cluster: &mut Cluster, pair: &mut impl P
     for i in 0..5 {
         cluster.update("shop", &format!("web-{i}"), "nginx:1.29");
     }
-    deleted.push(cluster.delete("shop", "web-5"));
-    deleted.push(cluster.delete("default", "db.v2-0"));
+    deleted.push(delete(cluster, "shop", "web-5"));
+    deleted.push(delete(cluster, "default", "db.v2-0"));
     cluster.create("shop", "web-30");
-    cluster.create("shop", "web-5");
-    deleted.push(cluster.delete("shop", "web-6"));
+    // A new pod, not web-5 again: the bucket holds states, and a deletion followed at once by a
+    // re-creation under the same key may reach it as one write (the put).
+    cluster.create("shop", "web-31");
+    deleted.push(delete(cluster, "shop", "web-6"));
     cluster.update("default", "db.v2-1", "postgres:17");
     equal(cluster, pair, "after churn").await;
     reported(pair, &deleted, "churn");
 
     // kube2nats killed (-9) while pods are created, changed and deleted, then started again.
     cluster.kill_daemon();
-    let deleted = vec![cluster.delete("shop", "web-9")];
+    let deleted = vec![delete(cluster, "shop", "web-9")];
     cluster.update("shop", "web-1", "nginx:1.33");
     cluster.create("default", "db.v2-10");
-    cluster.restart_daemon();
+    cluster.start_daemon().expect("kube2nats starts again");
     equal(cluster, pair, "after kube2nats' kill -9").await;
     reported(pair, &deleted, "kill -9");
 
@@ -76,22 +75,26 @@ async fn kit_equals_its_direct_informer(cluster: &mut Cluster, pair: &mut impl P
     // server's marker after it) has expired: nothing in the bucket says they were there.
     cluster.gate.close();
     let deleted = vec![
-        cluster.delete("shop", "web-7"),
-        cluster.delete("default", "db.v2-3"),
+        delete(cluster, "shop", "web-7"),
+        delete(cluster, "default", "db.v2-3"),
     ];
     cluster.update("shop", "web-8", "nginx:1.31");
     cluster.create("default", "db.v2-20");
-    cluster.converged(true).await;
+    cluster.converged(true).await.expect("the bucket converges");
     cluster.gate.open();
     equal(cluster, pair, "after the subscriber was cut off").await;
     reported(pair, &deleted, "cut off");
+}
+
+fn delete(cluster: &Cluster, ns: &str, name: &str) -> String {
+    cluster.delete(ns, name).expect("the pod existed")
 }
 
 /// Waits until both stores equal the API server's pods.
 async fn equal(cluster: &Cluster, pair: &mut impl Pair, when: &str) {
     let deadline = tokio::time::Instant::now() + SETTLE;
     loop {
-        let want = cluster.api_pods().await;
+        let want = cluster.pods();
         let (direct, nats) = pair.stores().await;
         if direct == want && nats == want {
             return;
@@ -100,7 +103,7 @@ async fn equal(cluster: &Cluster, pair: &mut impl Pair, when: &str) {
             panic!(
                 "{when}: the stores differ from the API server after {SETTLE:?}\napi    {want:?}\ndirect {direct:?}\nnats   {nats:?}\nlines:\n{}\nkube2nats:\n{}",
                 pair.lines().join("\n"),
-                cluster.daemon.rest()
+                cluster.daemon_log()
             );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -305,7 +308,7 @@ impl Pair for RustPair {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rust_kit_equals_kube_rs_watcher() {
-    let mut cluster = Cluster::start().await;
+    let mut cluster = start_cluster().await;
     let mut pair = RustPair::start(&cluster).await;
     kit_equals_its_direct_informer(&mut cluster, &mut pair).await;
 }
@@ -316,7 +319,7 @@ async fn rust_kit_equals_kube_rs_watcher() {
 /// reflector store it reads equals the API server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_on_the_kit_reconciles_every_change() {
-    let cluster = Cluster::start().await;
+    let cluster = start_cluster().await;
     let (reader, writer) = reflector::store::<Pod>();
     let stream = reflector(
         writer,
@@ -373,187 +376,11 @@ async fn a_controller_on_the_kit_reconciles_every_change() {
             }
         }
     };
-    every_version_reconciled(cluster.api_pods().await).await;
+    every_version_reconciled(cluster.pods()).await;
     cluster.update("shop", "web-1", "nginx:1.29");
     cluster.update("shop", "web-1", "nginx:1.30");
-    cluster.delete("shop", "web-2");
+    delete(&cluster, "shop", "web-2");
     cluster.create("default", "db.v2-7");
-    every_version_reconciled(cluster.api_pods().await).await;
+    every_version_reconciled(cluster.pods()).await;
     task.abort();
-}
-
-// ---- TypeScript and Python: their compare programs ----
-
-const INSTALL: &str =
-    "run `scripts/install-test-tools kits` and export the lines it prints (scripts/test does both)";
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// A compare program, started with the cluster's addresses, speaking the protocol of
-/// clients/README.md: a line per handler call, `dump` answered with both stores.
-struct Program {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Arc<Mutex<Vec<String>>>,
-}
-
-impl Program {
-    fn start(mut command: Command, cluster: &Cluster) -> Program {
-        command
-            .env("K2N_API_URL", cluster.api.url())
-            .env("K2N_API_TOKEN", INITIAL_TOKEN)
-            .env("K2N_NATS_URL", cluster.subscriber_url())
-            .env("K2N_BUCKET", mirror::BUCKET)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {command:?}: {e}; {INSTALL}"));
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        for (out, prefix) in [
-            (
-                child
-                    .stdout
-                    .take()
-                    .map(|o| Box::new(o) as Box<dyn std::io::Read + Send>),
-                "",
-            ),
-            (
-                child
-                    .stderr
-                    .take()
-                    .map(|e| Box::new(e) as Box<dyn std::io::Read + Send>),
-                "stderr ",
-            ),
-        ] {
-            let Some(out) = out else { continue };
-            let lines = lines.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(out).lines().map_while(Result::ok) {
-                    lines.lock().expect("lines").push(format!("{prefix}{line}"));
-                }
-            });
-        }
-        let stdin = child.stdin.take();
-        Program {
-            child,
-            stdin,
-            lines,
-        }
-    }
-
-    fn count(&self) -> usize {
-        self.lines.lock().expect("lines").len()
-    }
-}
-
-impl Drop for Program {
-    fn drop(&mut self) {
-        drop(self.stdin.take());
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Pair for Program {
-    async fn stores(&mut self) -> (Store, Store) {
-        let deadline = tokio::time::Instant::now() + SETTLE;
-        loop {
-            let synced = {
-                let lines = self.lines.lock().expect("lines");
-                ["direct synced", "nats synced"]
-                    .iter()
-                    .all(|s| lines.iter().any(|l| l.starts_with(s)))
-            };
-            if synced {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "not synced within {SETTLE:?}:\n{}",
-                self.lines().join("\n")
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let from = self.count();
-        let stdin = self.stdin.as_mut().expect("the program's stdin");
-        stdin
-            .write_all(b"dump\n")
-            .and_then(|()| stdin.flush())
-            .expect("writing to the compare program");
-        loop {
-            let answer: Option<(Store, Store)> = {
-                let lines = self.lines.lock().expect("lines");
-                let mine = &lines[from..];
-                mine.iter().any(|l| l == "dumped").then(|| {
-                    let store = |side: &str| -> Store {
-                        let prefix = format!("{side} store ");
-                        let line = mine
-                            .iter()
-                            .find_map(|l| l.strip_prefix(&prefix))
-                            .unwrap_or_else(|| panic!("no `{prefix}` line in {mine:?}"));
-                        serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"))
-                    };
-                    (store("direct"), store("nats"))
-                })
-            };
-            if let Some(stores) = answer {
-                return stores;
-            }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!(
-                    "the compare program exited ({status}):\n{}",
-                    self.lines().join("\n")
-                );
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no answer to `dump`:\n{}",
-                self.lines().join("\n")
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn lines(&self) -> Vec<String> {
-        self.lines.lock().expect("lines").clone()
-    }
-}
-
-fn node_compare() -> Command {
-    let dir = repo().join("clients/node");
-    assert!(
-        dir.join("dist").is_dir() && dir.join("node_modules").is_dir(),
-        "the TypeScript kit is not built in {}: {INSTALL}",
-        dir.display()
-    );
-    let mut command = Command::new(std::env::var("KITS_NODE").unwrap_or_else(|_| "node".into()));
-    command.arg(dir.join("test/compare.mjs")).current_dir(dir);
-    command
-}
-
-fn python_compare() -> Command {
-    let python = std::env::var("KITS_PYTHON").unwrap_or_else(|_| {
-        panic!("KITS_PYTHON (a Python with the kube2nats kit and the kubernetes client) is not set: {INSTALL}")
-    });
-    let mut command = Command::new(python);
-    command.arg(repo().join("clients/python/tests/compare.py"));
-    command
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn node_kit_equals_client_node_informer() {
-    let mut cluster = Cluster::start().await;
-    let mut program = Program::start(node_compare(), &cluster);
-    kit_equals_its_direct_informer(&mut cluster, &mut program).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_kit_equals_the_python_client_watch() {
-    let mut cluster = Cluster::start().await;
-    let mut program = Program::start(python_compare(), &cluster);
-    kit_equals_its_direct_informer(&mut cluster, &mut program).await;
 }

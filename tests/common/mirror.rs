@@ -18,42 +18,11 @@ use async_nats::jetstream::{self, kv, stream::StorageType};
 use async_nats::HeaderMap;
 use serde_json::Value;
 
-/// The bucket's default name.
-pub const BUCKET: &str = "kube-objects";
-
 /// How long a purge's marker lives before it expires, and then how long the marker the server
 /// leaves in its place lives.
 pub const MARKER_TTL: Duration = Duration::from_secs(1);
 
-/// One token of a key, escaped into the KV key alphabet `[-/_=.A-Za-z0-9]` (docs/subscribers.md):
-/// letters, digits and `-` pass; `.` becomes `_`; any other byte `=XX`; the empty string `=`.
-pub fn key_token(text: &str) -> String {
-    if text.is_empty() {
-        return "=".to_owned();
-    }
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' => out.push(b as char),
-            b'.' => out.push('_'),
-            _ => out.push_str(&format!("={b:02X}")),
-        }
-    }
-    out
-}
-
-/// `{group}.{version}.{resource}.{namespace}.{name}` of an object of the core group.
-pub fn core_key(resource: &str, obj: &Value) -> String {
-    let meta = &obj["metadata"];
-    let namespace = match meta["namespace"].as_str() {
-        Some(ns) => key_token(ns),
-        None => "_".to_owned(),
-    };
-    format!(
-        "core.v1.{resource}.{namespace}.{}",
-        key_token(meta["name"].as_str().unwrap_or_default())
-    )
-}
+pub use kube2nats_harness::cluster::{core_key, BUCKET};
 
 /// The stand-in writer: the bucket, and puts and purges written into it.
 pub struct Mirror {

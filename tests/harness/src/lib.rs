@@ -8,7 +8,9 @@
 //!   faults (dropped and truncated streams, garbage lines, 429/5xx with Retry-After);
 //! - [`nats`]: a supervisor for a real `nats-server` process on a free loopback port, which can
 //!   be stopped and restarted on the same port with its JetStream store intact;
-//! - [`gate`]: a loopback TCP proxy a test can close, to cut one client off a server.
+//! - [`gate`]: a loopback TCP proxy a test can close, to cut one client off a server;
+//! - [`cluster`]: the three together with the real kube2nats mirroring pods into a bucket, for the
+//!   subscriber tests (and, as the `sim-cluster` binary, for the kits' own test runners).
 //!
 //! Both are used by kube2nats' integration tests and by the demo.
 //!
@@ -38,6 +40,7 @@
 #![warn(missing_docs)]
 
 pub mod apiserver;
+pub mod cluster;
 pub mod gate;
 pub mod nats;
 pub mod pki;

@@ -637,6 +637,13 @@ impl ApiServer {
         self.shared.store().get(rt, namespace, name)
     }
 
+    /// Every object of a resource now, in all namespaces, in key order (namespace, name).
+    pub fn list(&self, resource_name: &str) -> Vec<Value> {
+        let rt = resource(resource_name);
+        let store = self.shared.store();
+        store.state_at(rt, store.revision()).into_values().collect()
+    }
+
     /// The current global revision.
     pub fn resource_version(&self) -> u64 {
         self.shared.store().revision()

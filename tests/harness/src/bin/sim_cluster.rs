@@ -1,0 +1,120 @@
+//! `sim-cluster`: a [`MirrorCluster`] for test runners that are not Rust's — the subscriber kits'
+//! pytest and `node --test` suites run their informers against the real kube2nats through it.
+//!
+//! ```text
+//! sim-cluster [--kube2nats PATH]     (default: kube2nats beside this binary, e.g. target/debug/)
+//! ```
+//!
+//! Once the bucket equals the API server it prints one JSON line,
+//! `{"api_url","api_token","nats_url","bucket"}` (`nats_url` through the gate subscribers use),
+//! then answers each command on stdin with one JSON line on stdout:
+//!
+//! | command | answer |
+//! | --- | --- |
+//! | `create NS NAME` | `{"line":"ADDED NS/NAME RV"}` |
+//! | `update NS NAME IMAGE` | `{"line":"MODIFIED NS/NAME RV"}` |
+//! | `delete NS NAME` | `{"line":"DELETED NS/NAME RV"}`, the version before the deletion |
+//! | `pods` | `{"pods":{"NS/NAME":"RV",…}}`, the API server's |
+//! | `converged` | `{"ok":true}` once the bucket equals the API server |
+//! | `converged markers` | the same, and once no delete marker is left in the bucket |
+//! | `kill` / `start` | kube2nats killed with SIGKILL / started again, `{"ok":true}` |
+//! | `cut` / `restore` | subscribers' NATS connections cut off (and refused) / let through |
+//!
+//! A command that fails answers `{"error":"…"}`. End of input stops everything.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+use kube2nats_harness::apiserver::INITIAL_TOKEN;
+use kube2nats_harness::cluster::{MirrorCluster, BUCKET};
+use serde_json::{json, Value};
+
+#[tokio::main]
+async fn main() {
+    if let Err(e) = run().await {
+        eprintln!("sim-cluster: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let kube2nats = match (args.next().as_deref(), args.next()) {
+        (Some("--kube2nats"), Some(path)) => PathBuf::from(path),
+        (None, _) => std::env::current_exe()?.with_file_name("kube2nats"),
+        _ => anyhow::bail!("usage: sim-cluster [--kube2nats PATH]"),
+    };
+    anyhow::ensure!(
+        kube2nats.is_file(),
+        "{} is not there: build it (cargo build) or name it with --kube2nats",
+        kube2nats.display()
+    );
+    let mut cluster = MirrorCluster::start(&kube2nats).await?;
+    say(&json!({
+        "api_url": cluster.api.url(),
+        "api_token": INITIAL_TOKEN,
+        "nats_url": cluster.subscriber_url(),
+        "bucket": BUCKET,
+    }));
+    let (tx, mut commands) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    while let Some(command) = commands.recv().await {
+        let answer = match answer(&mut cluster, &command).await {
+            Ok(answer) => answer,
+            Err(e) => json!({"error": format!("{e:#}")}),
+        };
+        say(&answer);
+    }
+    Ok(())
+}
+
+async fn answer(cluster: &mut MirrorCluster, command: &str) -> anyhow::Result<Value> {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let ok = json!({"ok": true});
+    Ok(match words.as_slice() {
+        ["create", ns, name] => json!({"line": cluster.create(ns, name)}),
+        ["update", ns, name, image] => json!({"line": cluster.update(ns, name, image)}),
+        ["delete", ns, name] => match cluster.delete(ns, name) {
+            Some(line) => json!({"line": line}),
+            None => anyhow::bail!("no pod {ns}/{name}"),
+        },
+        ["pods"] => json!({"pods": cluster.pods()}),
+        ["converged"] => {
+            cluster.converged(false).await?;
+            ok
+        }
+        ["converged", "markers"] => {
+            cluster.converged(true).await?;
+            ok
+        }
+        ["kill"] => {
+            cluster.kill_daemon();
+            ok
+        }
+        ["start"] => {
+            cluster.start_daemon()?;
+            ok
+        }
+        ["cut"] => {
+            cluster.gate.close();
+            ok
+        }
+        ["restore"] => {
+            cluster.gate.open();
+            ok
+        }
+        _ => anyhow::bail!("unknown command {command:?} (see sim-cluster's doc)"),
+    })
+}
+
+fn say(value: &Value) {
+    let mut out = std::io::stdout().lock();
+    // A reader that went away ends the run at the next read of stdin.
+    let _ = writeln!(out, "{value}").and_then(|()| out.flush());
+}
