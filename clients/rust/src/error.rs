@@ -8,25 +8,44 @@ use std::time::Duration;
 /// A boxed error of the NATS client.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// An error of the watcher or the event stream, each retried by the stream itself.
+///
+/// ```
+/// let e = kube2nats_client::Error::Key("pods.web-0".into());
+/// assert_eq!(e.to_string(), "pods.web-0: not a key of the mirror's contract");
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The watch or consumer could not be opened: no JetStream yet after a NATS restart, no
     /// such bucket or stream, a timeout.
     #[error("opening {what}: {source}")]
-    Open { what: String, source: BoxError },
+    Open {
+        /// The stream or consumer.
+        what: String,
+        /// The NATS client's error.
+        source: BoxError,
+    },
     /// A watch that still expected initial values received none for this long: NATS went away
     /// while it began.
     #[error("no initial value for {0:?}")]
     InitialValuesStalled(Duration),
     /// The watch or consumer failed, or ended, while it was followed.
     #[error("following {what}: {source}")]
-    Follow { what: String, source: BoxError },
+    Follow {
+        /// The stream or consumer.
+        what: String,
+        /// The NATS client's error.
+        source: BoxError,
+    },
     /// A value of the bucket or an event's payload is not the resource's JSON. The entry is
     /// skipped; the stream goes on.
     #[error("{subject}: not a {kind}: {source}")]
     Decode {
+        /// The key, or the event's subject.
         subject: String,
+        /// The resource's kind.
         kind: String,
+        /// Why it did not parse.
         source: serde_json::Error,
     },
     /// A key under the watch's filter that no object's key can be (the key contract).
@@ -37,7 +56,12 @@ pub enum Error {
     NoEventType(String),
     /// Acknowledging an event failed: it will be delivered again.
     #[error("acknowledging {subject}: {source}")]
-    Ack { subject: String, source: BoxError },
+    Ack {
+        /// The event's subject.
+        subject: String,
+        /// The NATS client's error.
+        source: BoxError,
+    },
 }
 
 impl Error {

@@ -119,8 +119,11 @@ impl EventsConfig {
 /// What a change did to its object: the event's `Kube-Event-Type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChangeType {
+    /// `ADDED`: the object is new (or listed by kube2nats at a start, `Kube-Synthesized: relist`).
     Added,
+    /// `MODIFIED`.
     Modified,
+    /// `DELETED`: the object is the last state kube2nats saw.
     Deleted,
 }
 
@@ -147,7 +150,9 @@ impl ChangeType {
 /// One change: a watch event (`type`, `object`) and its message, to acknowledge once handled.
 #[derive(Debug)]
 pub struct Change<K> {
+    /// What the change did.
     pub change_type: ChangeType,
+    /// The object after the change (before it, for a deletion).
     pub object: K,
     message: jetstream::Message,
 }
@@ -171,6 +176,22 @@ impl<K> Change<K> {
 /// The changes of `K` from kube2nats' event stream, through the durable consumer `config` names.
 /// Errors are items of the stream, each followed by a pause and a fresh start; the stream ends
 /// only when it is dropped.
+///
+/// ```no_run
+/// # async fn run(client: async_nats::Client) -> Result<(), kube2nats_client::Error> {
+/// use futures_util::StreamExt;
+/// use k8s_openapi::api::core::v1::Pod;
+/// use kube2nats_client::{events, EventsConfig};
+///
+/// let mut changes = events::<Pod>(client, EventsConfig::new("pod-auditor")).boxed();
+/// while let Some(change) = changes.next().await {
+///     let change = change?;
+///     println!("{} {:?}", change.change_type.as_str(), change.object.metadata.name);
+///     change.ack().await?;
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub fn events<K>(
     client: async_nats::Client,
     config: EventsConfig,

@@ -11,11 +11,22 @@
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
 
 /// `token` escaped by the key rule.
+///
+/// ```
+/// use kube2nats_client::key::{escape_key_token, unescape_key_token};
+/// assert_eq!(escape_key_token("system:node:w1"), "system=3Anode=3Aw1");
+/// assert_eq!(escape_key_token("kube-root-ca.crt"), "kube-root-ca_crt");
+/// assert_eq!(unescape_key_token("my=5Fname").as_deref(), Some("my_name"));
+/// ```
 pub fn escape_key_token(token: &str) -> String {
     escape(token, b'=', |b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
 /// `token` escaped by the subject rule: as the key rule, with `%` for `=`, and `:` kept.
+///
+/// ```
+/// assert_eq!(kube2nats_client::key::escape_subject_token("my_name.v1"), "my%5Fname_v1");
+/// ```
 pub fn escape_subject_token(token: &str) -> String {
     escape(token, b'%', |b| {
         b.is_ascii_alphanumeric() || b == b'-' || b == b':'
@@ -140,12 +151,21 @@ fn group_token(group: &str, escape: fn(&str) -> String) -> String {
 /// An object's identity in the mirror: its namespace (`None`: cluster-scoped) and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectId {
+    /// `None` for a cluster-scoped object.
     pub namespace: Option<String>,
+    /// The object's name.
     pub name: String,
 }
 
 /// The object a key names, from its last two tokens; `None` for a key with fewer than five
 /// tokens or tokens no escaping produces.
+///
+/// ```
+/// use kube2nats_client::key::{object_id, ObjectId};
+/// let key = "rbac_authorization_k8s_io.v1.clusterroles._.system=3Acontroller=3Afoo_bar";
+/// let id = ObjectId { namespace: None, name: "system:controller:foo.bar".into() };
+/// assert_eq!(object_id(key), Some(id));
+/// ```
 pub fn object_id(key: &str) -> Option<ObjectId> {
     let mut tokens = key.rsplit('.');
     let name = unescape_key_token(tokens.next()?)?;

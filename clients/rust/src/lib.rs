@@ -13,7 +13,9 @@
 //! Which to read: docs/subscribers.md in the kube2nats repository, "Read the bucket, or follow
 //! the stream?".
 
+#![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod backoff;
 mod cache;
