@@ -69,6 +69,64 @@ pub fn pod(name: &str, image: &str) -> Value {
     })
 }
 
+/// A pod the size of a production one (~2.5 KB of JSON: labels, annotations, two containers with
+/// environment, resources, probes and mounts, status with conditions).
+pub fn bench_pod(i: usize) -> Value {
+    let env: Vec<Value> = (0..8)
+        .map(|e| json!({"name": format!("SETTING_{e}"), "value": format!("value-{i}-{e}-abcdefghij")}))
+        .collect();
+    let container = |name: &str| {
+        json!({
+            "name": name,
+            "image": format!("registry.example.com/team/{name}:1.{}.{}", i % 50, i % 7),
+            "env": env,
+            "ports": [{"containerPort": 8080, "protocol": "TCP"}],
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+            "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}, "periodSeconds": 10},
+            "volumeMounts": [{"name": "config", "mountPath": "/etc/app"}],
+        })
+    };
+    json!({
+        "metadata": {
+            "name": format!("app-{i:06}"),
+            "labels": {"app": "bench", "shard": format!("s{}", i % 16), "pod-template-hash": "7d4b9c8f6d"},
+            "annotations": {"example.com/revision": format!("{i}"), "example.com/owner": "team-bench"},
+        },
+        "spec": {
+            "containers": [container("app"), container("sidecar")],
+            "volumes": [{"name": "config", "configMap": {"name": "app-config"}}],
+            "nodeName": format!("node-{}", i % 40),
+            "serviceAccountName": "app",
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255),
+            "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                {"type": "ContainersReady", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            ],
+        },
+    })
+}
+
+/// What the API server served for pods: lists and watches (their requests) and response bytes
+/// of all requests, as a test counts what subscribers cost it.
+pub fn pod_requests(api: &ApiServer) -> Value {
+    let requests = api.requests();
+    let pods = |watch: bool| {
+        requests
+            .iter()
+            .filter(|r| r.path.ends_with("/pods") && r.is_watch() == watch)
+            .count()
+    };
+    json!({
+        "pod_lists": pods(false),
+        "pod_watches": pods(true),
+        "requests": requests.len(),
+        "response_bytes": api.response_bytes(),
+    })
+}
+
 /// `namespace/name rv`, as subscribers print an object.
 pub fn id(obj: &Value) -> String {
     let m = &obj["metadata"];
@@ -98,8 +156,17 @@ impl MirrorCluster {
     /// pods subscriber leaves out; `kube2nats` (the binary) started, and the bucket equal to the
     /// API server.
     pub async fn start(kube2nats: &Path) -> anyhow::Result<MirrorCluster> {
+        MirrorCluster::start_with(kube2nats, 0).await
+    }
+
+    /// As [`MirrorCluster::start`], with `bench_pods` more pods of a production size (~2.5 KB:
+    /// [`bench_pod`]) in namespace `bench`, for measuring subscribers.
+    pub async fn start_with(kube2nats: &Path, bench_pods: usize) -> anyhow::Result<MirrorCluster> {
         let nats = NatsServer::start().await?;
         let api = ApiServer::start(ApiServerOptions::default()).await?;
+        for i in 0..bench_pods {
+            api.create("pods", Some("bench"), bench_pod(i));
+        }
         for i in 0..12 {
             api.create("pods", Some("shop"), pod(&format!("web-{i}"), "nginx:1.27"));
         }
@@ -256,9 +323,11 @@ impl MirrorCluster {
     /// delete marker is left in it either (every marker and the server's marker after it
     /// expired: nothing in the bucket says the deleted objects were there).
     pub async fn converged(&self, markers_gone: bool) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + CONVERGE;
+        let mut want = self.api_keys();
+        // A millisecond more per object: a large bench cluster takes its time to list and write.
+        let wait = CONVERGE + Duration::from_millis(want.len() as u64);
+        let deadline = tokio::time::Instant::now() + wait;
         loop {
-            let want = self.api_keys();
             let have = self.bucket().await;
             if let Some((keys, messages)) = &have {
                 if *keys == want && (!markers_gone || *messages == want.len() as u64) {
@@ -266,12 +335,22 @@ impl MirrorCluster {
                 }
             }
             if tokio::time::Instant::now() > deadline {
+                let (keys, messages) = have.unwrap_or_default();
+                let differ: Vec<_> = want
+                    .iter()
+                    .filter(|(k, v)| keys.get(*k) != Some(*v))
+                    .chain(keys.iter().filter(|(k, _)| !want.contains_key(*k)))
+                    .take(20)
+                    .collect();
                 bail!(
-                    "the bucket (keys, messages) does not equal the API server within {CONVERGE:?}:\nbucket {have:?}\napi    {want:?}\nkube2nats:\n{}",
+                    "the bucket does not equal the API server within {wait:?}: {} keys in the bucket ({messages} messages), {} on the API server; the first that differ (key, API server's version): {differ:?}\nkube2nats:\n{}",
+                    keys.len(),
+                    want.len(),
                     self.daemon_log()
                 );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
+            want = self.api_keys();
         }
     }
 }

@@ -539,8 +539,15 @@ fn list(
             (revision, None)
         }
     };
-    let state = store.state_at(rt, revision);
-    drop(store);
+    // At the current revision (most lists) the objects are read in place; an older revision's
+    // state is rebuilt from the history.
+    let past;
+    let state: Vec<(&Key, &Value)> = if revision == current {
+        store.objects_of(rt).collect()
+    } else {
+        past = store.state_at(rt, revision);
+        past.iter().collect()
+    };
 
     let scope_ok = |obj: &Value| {
         namespace
@@ -559,15 +566,16 @@ fn list(
     for (key, obj) in matching.by_ref() {
         // Items of a PartialObjectMetadataList keep their type fields; a full list's do not.
         items.push(match partial {
-            true => partial::cut(&obj),
-            false => strip_type_meta(obj),
+            true => partial::cut(obj),
+            false => strip_type_meta(obj.clone()),
         });
-        last_key = Some(key);
+        last_key = Some(key.clone());
         if limit > 0 && items.len() == limit {
             break;
         }
     }
     let remaining = matching.count();
+    drop(store);
     let mut metadata = json!({ "resourceVersion": revision.to_string() });
     if remaining > 0 {
         if let Some(last) = &last_key {

@@ -478,6 +478,14 @@ impl Store {
         Ok(obj)
     }
 
+    /// Objects of `rt` now, in key order, borrowed: a page of a list at the current revision
+    /// clones only what it returns.
+    pub fn objects_of(&self, rt: &'static ResourceType) -> impl Iterator<Item = (&Key, &Value)> {
+        self.objects
+            .range((rt.plural, String::new(), String::new())..)
+            .take_while(move |(k, _)| k.0 == rt.plural)
+    }
+
     /// Objects of `rt` as they were at `revision`, in key order. The caller checks that
     /// `history_start() <= revision <= revision()`.
     pub fn state_at(&self, rt: &'static ResourceType, revision: u64) -> BTreeMap<Key, Value> {

@@ -2,7 +2,9 @@
 //! pytest and `node --test` suites run their informers against the real kube2nats through it.
 //!
 //! ```text
-//! sim-cluster [--kube2nats PATH]     (default: kube2nats beside this binary, e.g. target/debug/)
+//! sim-cluster [--kube2nats PATH] [--pods N]
+//!     --kube2nats  the binary (default: kube2nats beside this one, e.g. target/debug/)
+//!     --pods       N more pods of a production size in namespace `bench` (for measurements)
 //! ```
 //!
 //! Once the bucket equals the API server it prints one JSON line,
@@ -19,6 +21,7 @@
 //! | `converged markers` | the same, and once no delete marker is left in the bucket |
 //! | `kill` / `start` | kube2nats killed with SIGKILL / started again, `{"ok":true}` |
 //! | `cut` / `restore` | subscribers' NATS connections cut off (and refused) / let through |
+//! | `requests` | `{"pod_lists","pod_watches","requests","response_bytes"}`: what the API server served |
 //!
 //! A command that fails answers `{"error":"…"}`. End of input stops everything.
 
@@ -26,7 +29,8 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
 use kube2nats_harness::apiserver::INITIAL_TOKEN;
-use kube2nats_harness::cluster::{MirrorCluster, BUCKET};
+use anyhow::Context as _;
+use kube2nats_harness::cluster::{pod_requests, MirrorCluster, BUCKET};
 use serde_json::{json, Value};
 
 #[tokio::main]
@@ -38,18 +42,24 @@ async fn main() {
 }
 
 async fn run() -> anyhow::Result<()> {
+    const USAGE: &str = "usage: sim-cluster [--kube2nats PATH] [--pods N]";
+    let mut kube2nats = std::env::current_exe()?.with_file_name("kube2nats");
+    let mut bench_pods = 0;
     let mut args = std::env::args().skip(1);
-    let kube2nats = match (args.next().as_deref(), args.next()) {
-        (Some("--kube2nats"), Some(path)) => PathBuf::from(path),
-        (None, _) => std::env::current_exe()?.with_file_name("kube2nats"),
-        _ => anyhow::bail!("usage: sim-cluster [--kube2nats PATH]"),
-    };
+    while let Some(arg) = args.next() {
+        let value = args.next().context(USAGE)?;
+        match arg.as_str() {
+            "--kube2nats" => kube2nats = PathBuf::from(value),
+            "--pods" => bench_pods = value.parse().context(USAGE)?,
+            _ => anyhow::bail!(USAGE),
+        }
+    }
     anyhow::ensure!(
         kube2nats.is_file(),
         "{} is not there: build it (cargo build) or name it with --kube2nats",
         kube2nats.display()
     );
-    let mut cluster = MirrorCluster::start(&kube2nats).await?;
+    let mut cluster = MirrorCluster::start_with(&kube2nats, bench_pods).await?;
     say(&json!({
         "api_url": cluster.api.url(),
         "api_token": INITIAL_TOKEN,
@@ -109,6 +119,7 @@ async fn answer(cluster: &mut MirrorCluster, command: &str) -> anyhow::Result<Va
             cluster.gate.open();
             ok
         }
+        ["requests"] => pod_requests(&cluster.api),
         _ => anyhow::bail!("unknown command {command:?} (see sim-cluster's doc)"),
     })
 }
