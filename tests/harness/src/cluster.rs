@@ -269,53 +269,69 @@ impl MirrorCluster {
 
     /// The API server's pods: `namespace/name` → resourceVersion.
     pub fn pods(&self) -> BTreeMap<String, String> {
-        self.api
-            .list("pods")
-            .iter()
-            .map(|obj| {
-                let (key, rv) = id(obj)
-                    .rsplit_once(' ')
-                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                    .unwrap_or_default();
-                (key, rv)
-            })
-            .collect()
+        let mut pods = BTreeMap::new();
+        self.api.each("pods", |obj| {
+            if let Some((key, rv)) = id(obj).rsplit_once(' ') {
+                pods.insert(key.to_owned(), rv.to_owned());
+            }
+        });
+        pods
     }
 
     /// What the API server holds, as the bucket's keys should: key → resourceVersion.
     fn api_keys(&self) -> BTreeMap<String, String> {
         let mut out = BTreeMap::new();
         for resource in ["pods", "configmaps"] {
-            for obj in self.api.list(resource) {
-                let rv = obj["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap_or_default();
-                out.insert(core_key(resource, &obj), rv.to_owned());
-            }
+            self.api.each(resource, |obj| {
+                let rv = obj["metadata"]["resourceVersion"].as_str().unwrap_or_default();
+                out.insert(core_key(resource, obj), rv.to_owned());
+            });
         }
         out
     }
 
-    /// The bucket's live keys → the resourceVersion of their value, and the number of messages
-    /// its stream holds (live values and delete markers); `None` while NATS does not answer.
+    /// The bucket's live keys → the `Kube-Resource-Version` of their value, and the number of
+    /// messages its stream holds (live values and delete markers); `None` while NATS does not
+    /// answer. Read as kube2nats' repair reads it: the last message of every key, headers only.
     async fn bucket(&self) -> Option<(BTreeMap<String, String>, u64)> {
+        use async_nats::jetstream::consumer::{push, DeliverPolicy};
         let client = async_nats::connect(self.nats.url()).await.ok()?;
-        let js = async_nats::jetstream::new(client);
-        let store = js.get_key_value(BUCKET).await.ok()?;
-        let mut out = BTreeMap::new();
-        let mut keys = store.keys().await.ok()?;
-        while let Some(key) = keys.next().await {
-            let key = key.ok()?;
-            if let Some(value) = store.get(&key).await.ok()? {
-                let obj: Value = serde_json::from_slice(&value).ok()?;
-                let rv = obj["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap_or_default();
-                out.insert(key, rv.to_owned());
-            }
-        }
+        let js = async_nats::jetstream::new(client.clone());
         let mut stream = js.get_stream(format!("KV_{BUCKET}")).await.ok()?;
         let messages = stream.info().await.ok()?.state.messages;
+        let consumer = stream
+            .create_consumer(push::OrderedConfig {
+                deliver_subject: client.new_inbox(),
+                filter_subject: format!("$KV.{BUCKET}.>"),
+                deliver_policy: DeliverPolicy::LastPerSubject,
+                headers_only: true,
+                ..Default::default()
+            })
+            .await
+            .ok()?;
+        let mut pending = consumer.cached_info().num_pending;
+        let mut entries = consumer.messages().await.ok()?;
+        let prefix = format!("$KV.{BUCKET}.");
+        let mut out = BTreeMap::new();
+        while pending > 0 {
+            let message = tokio::time::timeout(Duration::from_secs(5), entries.next())
+                .await
+                .ok()??
+                .ok()?;
+            pending = message.info().ok()?.pending;
+            let header = |name: &str| {
+                message
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get(name))
+                    .map(|v| v.as_str().to_owned())
+            };
+            let deleted = header("KV-Operation").is_some() || header("Nats-Marker-Reason").is_some();
+            if !deleted {
+                let key = message.subject.strip_prefix(prefix.as_str())?.to_owned();
+                out.insert(key, header("Kube-Resource-Version").unwrap_or_default());
+            }
+        }
         Some((out, messages))
     }
 

@@ -23,7 +23,8 @@
 //! | `cut` / `restore` | subscribers' NATS connections cut off (and refused) / let through |
 //! | `requests` | `{"pod_lists","pod_watches","requests","response_bytes"}`: what the API server served |
 //!
-//! A command that fails answers `{"error":"…"}`. End of input stops everything.
+//! A command that fails answers `{"error":"…"}`. End of input, SIGTERM or SIGINT stops everything
+//! (kube2nats and nats-server included).
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -32,6 +33,7 @@ use kube2nats_harness::apiserver::INITIAL_TOKEN;
 use anyhow::Context as _;
 use kube2nats_harness::cluster::{pod_requests, MirrorCluster, BUCKET};
 use serde_json::{json, Value};
+use tokio::signal::unix::{signal, SignalKind};
 
 #[tokio::main]
 async fn main() {
@@ -74,14 +76,24 @@ async fn run() -> anyhow::Result<()> {
             }
         }
     });
-    while let Some(command) = commands.recv().await {
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    loop {
+        let command = tokio::select! {
+            command = commands.recv() => command,
+            _ = terminate.recv() => None,
+            _ = interrupt.recv() => None,
+        };
+        let Some(command) = command else {
+            // Dropping the cluster stops kube2nats and nats-server.
+            return Ok(());
+        };
         let answer = match answer(&mut cluster, &command).await {
             Ok(answer) => answer,
             Err(e) => json!({"error": format!("{e:#}")}),
         };
         say(&answer);
     }
-    Ok(())
 }
 
 async fn answer(cluster: &mut MirrorCluster, command: &str) -> anyhow::Result<Value> {
