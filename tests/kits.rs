@@ -384,3 +384,55 @@ async fn a_controller_on_the_kit_reconciles_every_change() {
     every_version_reconciled(cluster.pods()).await;
     task.abort();
 }
+
+/// Twenty services reading pods through the kit cost the API server nothing beyond kube2nats' own
+/// list and watch: no list, no watch and no request more than before they started, while they
+/// sync and follow changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_kit_informers_cost_the_api_server_nothing_more() {
+    const SERVICES: usize = 20;
+    let cluster = start_cluster().await;
+    let before = kube2nats_harness::cluster::pod_requests(&cluster.api);
+    let mut stores = Vec::new();
+    let mut tasks = Vec::new();
+    for _ in 0..SERVICES {
+        let (reader, writer) = reflector::store::<Pod>();
+        let kit = kube2nats_client::watcher::<Pod>(
+            nats_client(&cluster).await,
+            kube2nats_client::Config::default(),
+        );
+        tasks.push(tokio::spawn(reflector(writer, kit).for_each(|_| async {})));
+        stores.push(reader);
+    }
+    for i in 0..5 {
+        cluster.update("shop", &format!("web-{i}"), "nginx:1.29");
+    }
+    delete(&cluster, "shop", "web-5");
+    cluster.create("default", "db.v2-30");
+    let want = cluster.pods();
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    for store in &stores {
+        loop {
+            let have: Store = store.state().iter().map(|p| key_and_rv(p)).collect();
+            if have == want {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "a service's store {have:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let after = kube2nats_harness::cluster::pod_requests(&cluster.api);
+    println!("{SERVICES} kit informers: the API server before {before}, after {after}");
+    for count in ["pod_lists", "pod_watches"] {
+        assert_eq!(
+            after[count], before[count],
+            "{count}: before {before}, after {after}"
+        );
+    }
+    for task in tasks {
+        task.abort();
+    }
+}
