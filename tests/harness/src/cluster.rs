@@ -283,7 +283,9 @@ impl MirrorCluster {
         let mut out = BTreeMap::new();
         for resource in ["pods", "configmaps"] {
             self.api.each(resource, |obj| {
-                let rv = obj["metadata"]["resourceVersion"].as_str().unwrap_or_default();
+                let rv = obj["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default();
                 out.insert(core_key(resource, obj), rv.to_owned());
             });
         }
@@ -326,7 +328,8 @@ impl MirrorCluster {
                     .and_then(|h| h.get(name))
                     .map(|v| v.as_str().to_owned())
             };
-            let deleted = header("KV-Operation").is_some() || header("Nats-Marker-Reason").is_some();
+            let deleted =
+                header("KV-Operation").is_some() || header("Nats-Marker-Reason").is_some();
             if !deleted {
                 let key = message.subject.strip_prefix(prefix.as_str())?.to_owned();
                 out.insert(key, header("Kube-Resource-Version").unwrap_or_default());

@@ -29,8 +29,8 @@
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
-use kube2nats_harness::apiserver::INITIAL_TOKEN;
 use anyhow::Context as _;
+use kube2nats_harness::apiserver::INITIAL_TOKEN;
 use kube2nats_harness::cluster::{pod_requests, MirrorCluster, BUCKET};
 use serde_json::{json, Value};
 use tokio::signal::unix::{signal, SignalKind};
