@@ -100,18 +100,7 @@ pub struct Scope {
 impl Scope {
     /// The key filter of the watch: `[{cluster}.]{group}.{version|*}.{plural}.{namespace|*}.*`.
     pub fn key_filter(&self) -> String {
-        let mut tokens = Vec::with_capacity(6);
-        if let Some(cluster) = &self.cluster {
-            tokens.push(escape_key_token(cluster));
-        }
-        tokens.push(group_token(&self.group, escape_key_token));
-        tokens.push(self.version.as_deref().map_or("*".into(), escape_key_token));
-        tokens.push(escape_key_token(&self.plural));
-        tokens.push(
-            self.namespace
-                .as_deref()
-                .map_or("*".into(), escape_key_token),
-        );
+        let mut tokens = self.tokens(escape_key_token);
         tokens.push("*".into());
         tokens.join(".")
     }
@@ -120,23 +109,21 @@ impl Scope {
     /// `{prefix}.[{cluster}.]{group}.{version|*}.{plural}.{namespace|*}.*.*` (name, event type).
     pub fn subject_filter(&self, prefix: &str) -> String {
         let mut tokens = vec![prefix.to_owned()];
-        if let Some(cluster) = &self.cluster {
-            tokens.push(escape_subject_token(cluster));
-        }
-        tokens.push(group_token(&self.group, escape_subject_token));
-        tokens.push(
-            self.version
-                .as_deref()
-                .map_or("*".into(), escape_subject_token),
-        );
-        tokens.push(escape_subject_token(&self.plural));
-        tokens.push(
-            self.namespace
-                .as_deref()
-                .map_or("*".into(), escape_subject_token),
-        );
+        tokens.extend(self.tokens(escape_subject_token));
         tokens.push("*.*".into());
         tokens.join(".")
+    }
+
+    /// `[{cluster}.]{group}.{version|*}.{plural}.{namespace|*}`, each escaped by `escape`.
+    fn tokens(&self, escape: fn(&str) -> String) -> Vec<String> {
+        let any = || "*".to_owned();
+        let mut tokens = Vec::with_capacity(7);
+        tokens.extend(self.cluster.as_deref().map(escape));
+        tokens.push(group_token(&self.group, escape));
+        tokens.push(self.version.as_deref().map_or_else(any, escape));
+        tokens.push(escape(&self.plural));
+        tokens.push(self.namespace.as_deref().map_or_else(any, escape));
+        tokens
     }
 }
 
