@@ -11,8 +11,6 @@
 //! once the store is synced. docs/subscribers.md has the figures and the command that drives it
 //! against `sim-cluster --pods N`.
 
-use std::time::Instant;
-
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::{reflector, watcher, WatchStreamExt};
@@ -40,7 +38,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         _ => return Err("usage: sync_bench direct API_URL TOKEN | nats NATS_URL BUCKET".into()),
     };
     let before = rss_kib();
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     let follow = reflector(writer, events)
         .default_backoff()
         .for_each(|_| async {});
