@@ -109,12 +109,17 @@ impl Cache {
         Ok(Change::Deleted(object))
     }
 
-    /// The objects held, each decoded from its value.
-    pub(crate) fn objects<K: DeserializeOwned>(&self) -> impl Iterator<Item = K> + '_ {
-        // Each value parsed as a K when it was applied.
+    /// The objects held, each taken from `parsed` (the objects as applied, by key) where it is
+    /// there under the object's current key, else decoded from its value again.
+    pub(crate) fn objects<K: DeserializeOwned>(&self, mut parsed: HashMap<String, K>) -> Vec<K> {
         self.objects
             .values()
-            .filter_map(|held| serde_json::from_slice(&held.value).ok())
+            .filter_map(|held| match parsed.remove(&held.key) {
+                Some(object) => Some(object),
+                // Each value parsed as a K when it was applied.
+                None => serde_json::from_slice(&held.value).ok(),
+            })
+            .collect()
     }
 }
 

@@ -12,7 +12,7 @@
 //! desync: a deletion whose delete marker expired while the client was away leaves no message
 //! to see, so only a relist shows it (a reflector's store drops what the relist does not hold).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -267,6 +267,7 @@ where
             .map_err(|e| Error::open(&self.stream, e))?;
         self.cache = Cache::new(&self.kind);
         let mut undecodable = Vec::new();
+        let mut parsed = HashMap::new();
         while pending > 0 {
             let message = match tokio::time::timeout(INITIAL_VALUE_WAIT, messages.next()).await {
                 Ok(Some(Ok(message))) => message,
@@ -278,25 +279,36 @@ where
                 .info()
                 .map_err(|e| Error::open(&self.stream, e.to_string()))?
                 .pending;
-            if let Err(e) = self.apply(&message) {
-                undecodable.push(Err(e));
+            // Each object is parsed once: the InitApply events hand on what was applied.
+            match self.apply(&message) {
+                Ok(Change::Added(object) | Change::Modified(object)) => {
+                    parsed.insert(self.key(&message).to_owned(), object);
+                }
+                Ok(Change::Deleted(_) | Change::Nothing) => {}
+                Err(e) => undecodable.push(Err(e)),
             }
         }
         self.pending.push_back(Ok(Event::Init));
-        let objects = self.cache.objects::<K>().map(|o| Ok(Event::InitApply(o)));
-        self.pending.extend(objects);
+        let objects = self.cache.objects::<K>(parsed).into_iter();
+        self.pending
+            .extend(objects.map(|o| Ok(Event::InitApply(o))));
         self.pending.push_back(Ok(Event::InitDone));
         // Values that are not the resource are left out of the cache, and reported after it.
         self.pending.extend(undecodable);
         Ok(messages)
     }
 
-    fn apply(&mut self, message: &jetstream::Message) -> Result<Change<K>, Error> {
-        let key = message
+    /// The KV key of a message of the bucket's stream.
+    fn key<'m>(&self, message: &'m jetstream::Message) -> &'m str {
+        message
             .subject
             .strip_prefix(self.prefix.as_str())
-            .unwrap_or(&message.subject);
+            .unwrap_or(&message.subject)
+    }
+
+    fn apply(&mut self, message: &jetstream::Message) -> Result<Change<K>, Error> {
         let entry = Entry::of(message.headers.as_ref(), &message.payload);
+        let key = self.key(message);
         self.cache.apply(key, entry)
     }
 }
