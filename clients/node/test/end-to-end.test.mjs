@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import * as k8s from "@kubernetes/client-node";
 import { makeNatsInformer } from "../dist/index.js";
 import { connectNats, waitFor, sleep } from "./helpers.mjs";
-import { startSimCluster, equalToPods, sortedStore, SETTLE_MS } from "./sim-cluster.mjs";
+import { startSimCluster, equalToPods, sortedStore, directInformer, SETTLE_MS } from "./sim-cluster.mjs";
 
 const oneLine = (err) => String(err?.message ?? err ?? "unknown error").replace(/\s+/g, " ").trim();
 const id = (obj) => `${obj.metadata?.namespace ?? ""}/${obj.metadata?.name}`;
@@ -89,24 +89,11 @@ class Handler {
   }
 }
 
-/** client-node's informer of every namespace's pods on the API server: plain HTTP, a bearer token. */
-function directInformer(info) {
-  const kc = new k8s.KubeConfig();
-  kc.loadFromOptions({
-    clusters: [{ name: "sim", server: info.api_url, skipTLSVerify: true }],
-    users: [{ name: "sim", token: info.api_token }],
-    contexts: [{ name: "sim", cluster: "sim", user: "sim" }],
-    currentContext: "sim",
-  });
-  const core = kc.makeApiClient(k8s.CoreV1Api);
-  return k8s.makeInformer(kc, "/api/v1/pods", () => core.listPodForAllNamespaces());
-}
-
 /** The pair of handlers, `direct` and `nats`, started. */
 async function startPair(info) {
   const lines = [];
   const nc = await connectNats(info.nats_url, { reconnectTimeWait: 250, pingInterval: 5000 });
-  const direct = new Handler("direct", directInformer(info), lines);
+  const direct = new Handler("direct", directInformer(k8s, info), lines);
   const nats = new Handler("nats", makeNatsInformer(nc, { bucket: info.bucket, group: "", version: "v1", plural: "pods" }), lines);
   direct.start();
   nats.start();

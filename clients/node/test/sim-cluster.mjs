@@ -166,3 +166,21 @@ export async function equalToPods(cluster, stores, when, transcript = () => "") 
 export function sortedStore(entries) {
   return Object.fromEntries([...entries].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
 }
+
+/**
+ * client-node's own informer of every namespace's pods on the simulated API server (plain HTTP,
+ * a bearer token), the direct side the kit is compared with. `k8s` is the
+ * `@kubernetes/client-node` module.
+ */
+export function directInformer(k8s, info) {
+  const kc = new k8s.KubeConfig();
+  kc.loadFromOptions({
+    // client-node refuses a plain http:// server unless TLS verification is "skipped".
+    clusters: [{ name: "sim", server: info.api_url, skipTLSVerify: true }],
+    users: [{ name: "sim", token: info.api_token }],
+    contexts: [{ name: "sim", cluster: "sim", user: "sim" }],
+    currentContext: "sim",
+  });
+  const core = kc.makeApiClient(k8s.CoreV1Api);
+  return k8s.makeInformer(kc, "/api/v1/pods", () => core.listPodForAllNamespaces());
+}
