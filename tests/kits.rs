@@ -34,17 +34,8 @@ async fn start_cluster() -> Cluster {
         .expect("the mirror cluster starts")
 }
 
-/// A pair of informers of all pods running one handler: `direct` on the API server, `nats` on
-/// the kit.
-trait Pair {
-    /// `(direct, nats)`, once both have synced.
-    async fn stores(&mut self) -> (Store, Store);
-    /// Every line the handlers printed, `{side} {line}`.
-    fn lines(&self) -> Vec<String>;
-}
-
 /// The subscriber's run: synced, churn, kube2nats killed and restarted, the subscriber cut off.
-async fn kit_equals_its_direct_informer(cluster: &mut Cluster, pair: &mut impl Pair) {
+async fn kit_equals_its_direct_informer(cluster: &mut Cluster, pair: &mut Pair) {
     equal(cluster, pair, "at start").await;
 
     let mut deleted = Vec::new();
@@ -91,7 +82,7 @@ fn delete(cluster: &Cluster, ns: &str, name: &str) -> String {
 }
 
 /// Waits until both stores equal the API server's pods.
-async fn equal(cluster: &Cluster, pair: &mut impl Pair, when: &str) {
+async fn equal(cluster: &Cluster, pair: &mut Pair, when: &str) {
     let deadline = tokio::time::Instant::now() + SETTLE;
     loop {
         let want = cluster.pods();
@@ -111,7 +102,7 @@ async fn equal(cluster: &Cluster, pair: &mut impl Pair, when: &str) {
 }
 
 /// Each deletion (`DELETED ns/name rv`, the last version) was reported by the kit's handler.
-fn reported(pair: &impl Pair, deleted: &[String], when: &str) {
+fn reported(pair: &Pair, deleted: &[String], when: &str) {
     let lines = pair.lines();
     for deletion in deleted {
         let line = format!("nats {deletion}");
@@ -245,14 +236,16 @@ async fn nats_client(cluster: &Cluster) -> async_nats::Client {
         .expect("the subscriber connects to NATS")
 }
 
-struct RustPair {
+/// A pair of informers of all pods running one handler: `direct` on the API server, `nats` on
+/// the kit.
+struct Pair {
     direct: Arc<Mutex<Seen>>,
     nats: Arc<Mutex<Seen>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
-impl RustPair {
-    async fn start(cluster: &Cluster) -> RustPair {
+impl Pair {
+    async fn start(cluster: &Cluster) -> Pair {
         let api = kube::Api::<Pod>::all(kube_client(&cluster.api));
         let direct = watcher(api, watcher::Config::default()).default_backoff();
         let (direct, direct_task) = run_handler("direct", direct);
@@ -261,23 +254,14 @@ impl RustPair {
             kube2nats_client::Config::default(),
         );
         let (nats, nats_task) = run_handler("nats", kit);
-        RustPair {
+        Pair {
             direct,
             nats,
             tasks: vec![direct_task, nats_task],
         }
     }
-}
 
-impl Drop for RustPair {
-    fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
-    }
-}
-
-impl Pair for RustPair {
+    /// `(direct, nats)`, once both have synced.
     async fn stores(&mut self) -> (Store, Store) {
         let deadline = tokio::time::Instant::now() + SETTLE;
         loop {
@@ -299,6 +283,7 @@ impl Pair for RustPair {
         }
     }
 
+    /// Every line the handlers printed, `{side} {line}`.
     fn lines(&self) -> Vec<String> {
         let mut lines = self.direct.lock().expect("direct").lines.clone();
         lines.extend(self.nats.lock().expect("nats").lines.clone());
@@ -306,10 +291,18 @@ impl Pair for RustPair {
     }
 }
 
+impl Drop for Pair {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rust_kit_equals_kube_rs_watcher() {
     let mut cluster = start_cluster().await;
-    let mut pair = RustPair::start(&cluster).await;
+    let mut pair = Pair::start(&cluster).await;
     kit_equals_its_direct_informer(&mut cluster, &mut pair).await;
 }
 
@@ -355,13 +348,11 @@ async fn a_controller_on_the_kit_reconciles_every_change() {
         async move {
             let deadline = tokio::time::Instant::now() + SETTLE;
             loop {
-                let missing: Vec<_> = {
+                let missing: Vec<String> = {
                     let done = reconciled.lock().expect("reconciled");
                     want.iter()
                         .filter(|(key, rv)| !done.get(*key).is_some_and(|rvs| rvs.contains(*rv)))
-                        .collect::<Vec<_>>()
-                        .into_iter()
-                        .map(|(k, v)| format!("{k} {v}"))
+                        .map(|(key, rv)| format!("{key} {rv}"))
                         .collect()
                 };
                 let store: Store = reader.state().iter().map(|p| key_and_rv(p)).collect();

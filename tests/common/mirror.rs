@@ -172,6 +172,8 @@ fn informer_command(language: Language) -> Command {
     }
 }
 
+/// Builds the Rust kit's example informer (the kit is a member of this workspace) if needed; its
+/// path.
 fn rust_informer() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT
@@ -193,6 +195,8 @@ fn rust_informer() -> PathBuf {
                 status.success(),
                 "building the Rust kit's example informer failed"
             );
+            // This test runs from target/<profile>/deps/; the example is in
+            // target/<profile>/examples/.
             let exe = std::env::current_exe().expect("the test's own path");
             let profile_dir: &Path = exe
                 .parent()
@@ -203,6 +207,7 @@ fn rust_informer() -> PathBuf {
         .clone()
 }
 
+/// A running example informer, its output collected line by line.
 pub struct Informer {
     language: Language,
     child: Child,
@@ -217,8 +222,8 @@ pub struct Informer {
 pub const INFORMER_WAIT: Duration = Duration::from_secs(30);
 
 impl Informer {
-    /// Starts the informer of `language` on `key_filter` of the bucket at `nats_url`.
-    /// An informer of `resource` (a core-group plural) in every namespace.
+    /// Starts the example informer of `language` on `resource` (a core-group plural, every
+    /// namespace) of the bucket at `nats_url`.
     pub fn start(language: Language, nats_url: &str, resource: &str) -> Informer {
         let mut child = informer_command(language)
             .args([nats_url, BUCKET, resource])
