@@ -61,7 +61,7 @@ async fn informer_follows_the_cluster(language: Language) {
         .await
         .expect("the bucket converges");
 
-    let (pods, _) = api_objects(&cluster.api.url(), "pods").await;
+    let pods = api_objects(&cluster.api.url(), "pods").await;
     let informer = Informer::start(language, &cluster.nats.url(), RESOURCE);
     let synced = informer
         .wait_for(&format!("synced {} objects", pods.len()))
@@ -124,7 +124,7 @@ async fn informer_follows_the_cluster(language: Language) {
     let sentinel = cluster.update("shop", "web-2", "nginx:1.34");
     informer.wait_for(&sentinel).await;
 
-    let (want, _) = api_objects(&cluster.api.url(), "pods").await;
+    let want = api_objects(&cluster.api.url(), "pods").await;
     let transcript = informer.transcript();
     let cache = informer.terminate().await;
     assert_eq!(
@@ -146,7 +146,7 @@ async fn informer_follows_the_cluster(language: Language) {
         .converged(false)
         .await
         .expect("the bucket converges");
-    let (want, _) = api_objects(&cluster.api.url(), "pods").await;
+    let want = api_objects(&cluster.api.url(), "pods").await;
     let late = Informer::start(language, &cluster.nats.url(), RESOURCE);
     late.wait_for(&format!("synced {} objects", want.len()))
         .await;
@@ -203,7 +203,7 @@ async fn informers_take_a_purge_as_a_deletion() {
     let gone = api.delete("pods", Some("shop"), "web-0").expect("deleted");
     mirror.purge("pods", &gone).await;
     let line = format!("DELETED {}", id(&before));
-    let (want, _) = api_objects(&api.url(), "pods").await;
+    let want = api_objects(&api.url(), "pods").await;
     for informer in informers {
         let synced = informer.wait_for("synced 3 objects").await;
         informer.wait_for(&line).await;

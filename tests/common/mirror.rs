@@ -106,7 +106,7 @@ impl Mirror {
 pub type Objects = Vec<(String, String, String)>;
 
 /// The objects of `resource` in every namespace, as the API server lists them.
-pub async fn api_objects(api_url: &str, resource: &str) -> (Objects, Vec<Value>) {
+pub async fn api_objects(api_url: &str, resource: &str) -> Objects {
     let body = reqwest::Client::new()
         .get(format!("{api_url}/api/v1/{resource}"))
         .bearer_auth(kube2nats_harness::apiserver::INITIAL_TOKEN)
@@ -117,7 +117,10 @@ pub async fn api_objects(api_url: &str, resource: &str) -> (Objects, Vec<Value>)
         .await
         .expect("reading the list");
     let list: Value = serde_json::from_slice(&body).expect("the list is JSON");
-    let items = list["items"].as_array().cloned().unwrap_or_default();
+    let items = list["items"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
     let mut objects: Objects = items
         .iter()
         .map(|o| {
@@ -127,7 +130,7 @@ pub async fn api_objects(api_url: &str, resource: &str) -> (Objects, Vec<Value>)
         })
         .collect();
     objects.sort();
-    (objects, items)
+    objects
 }
 
 /// Which example informer.

@@ -1,5 +1,5 @@
-//! What a watch knows of the bucket: every live key under its filter, and for each object the key
-//! it is under now, its resourceVersion and its value. The value is kept as the bucket's JSON
+//! What a watch knows of the bucket: for each object, the key it is under now, its resourceVersion
+//! and its value. The value is kept as the bucket's JSON
 //! bytes, read back only to report a deletion with the last object (a delete marker has no
 //! value); a parsed object is usually larger than its JSON.
 //!
@@ -40,8 +40,6 @@ struct Held {
 pub(crate) struct Cache {
     /// The resource's kind, for errors.
     kind: String,
-    /// Every live key under the watch's filter, and the object it names.
-    keys: HashMap<String, ObjectId>,
     objects: HashMap<ObjectId, Held>,
 }
 
@@ -74,29 +72,27 @@ impl Cache {
             source,
         })?;
         let resource_version = object.meta().resource_version.clone().unwrap_or_default();
-        self.keys.insert(key.to_owned(), id.clone());
+        let change = match self.objects.get(&id) {
+            None => Change::Added(object),
+            Some(before) if before.resource_version == resource_version => Change::Nothing,
+            Some(_) => Change::Modified(object),
+        };
         let held = Held {
             key: key.to_owned(),
             resource_version,
             value: Bytes::copy_from_slice(value),
         };
-        Ok(match self.objects.insert(id, held) {
-            None => Change::Added(object),
-            Some(before) if before.resource_version == object_resource_version(&object) => {
-                Change::Nothing
-            }
-            Some(_) => Change::Modified(object),
-        })
+        self.objects.insert(id, held);
+        Ok(change)
     }
 
     fn delete<K>(&mut self, key: &str, id: &ObjectId) -> Result<Change<K>, Error>
     where
         K: Resource + DeserializeOwned,
     {
-        self.keys.remove(key);
-        match self.objects.get(id) {
-            Some(held) if held.key == key => {}
-            _ => return Ok(Change::Nothing),
+        // A key the object has left (or never had) names nothing the watch holds.
+        if self.objects.get(id).is_none_or(|held| held.key != key) {
+            return Ok(Change::Nothing);
         }
         let Some(held) = self.objects.remove(id) else {
             return Ok(Change::Nothing);
@@ -121,10 +117,6 @@ impl Cache {
             })
             .collect()
     }
-}
-
-fn object_resource_version<K: Resource>(object: &K) -> String {
-    object.meta().resource_version.clone().unwrap_or_default()
 }
 
 #[cfg(test)]

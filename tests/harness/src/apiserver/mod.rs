@@ -637,13 +637,6 @@ impl ApiServer {
         self.shared.store().get(rt, namespace, name)
     }
 
-    /// Every object of a resource now, in all namespaces, in key order (namespace, name).
-    pub fn list(&self, resource_name: &str) -> Vec<Value> {
-        let mut objects = Vec::new();
-        self.each(resource_name, |obj| objects.push(obj.clone()));
-        objects
-    }
-
     /// Calls `f` with every object of a resource now, in key order, without copying them.
     pub fn each(&self, resource_name: &str, mut f: impl FnMut(&Value)) {
         let rt = resource(resource_name);
