@@ -27,6 +27,16 @@ class Missing(RuntimeError):
     """sim-cluster, kube2nats or nats-server is not there (the message says what to do)."""
 
 
+def terminate(proc: subprocess.Popen, grace: float = 10) -> None:
+    """SIGTERM, then SIGKILL if ``proc`` has not exited within ``grace`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def sim_cluster_bin() -> str:
     """``K2N_SIM_CLUSTER``, else ``<repo>/target/debug/sim-cluster``, with kube2nats beside it."""
     path = os.environ.get("K2N_SIM_CLUSTER") or str(REPO / "target" / "debug" / "sim-cluster")
@@ -110,12 +120,7 @@ class SimCluster:
                 self.proc.stdin.close()
                 self.proc.wait(20)
             except (OSError, subprocess.TimeoutExpired):
-                self.proc.terminate()
-                try:
-                    self.proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait()
+                terminate(self.proc)
         self.log.close()
 
 

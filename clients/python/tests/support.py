@@ -87,12 +87,7 @@ class NatsServer:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            sim_cluster.terminate(self.proc)
         self.proc = None
 
     def cleanup(self) -> None:
