@@ -163,7 +163,8 @@ impl TaskFactory {
             self.publish_metrics.clone(),
             self.gauges.clone(),
         )
-        .with_budget(self.budget.clone());
+        .with_budget(self.budget.clone())
+        .with_term(self.term.clone());
         WatchTask::new(WatchParts {
             machine,
             outbox,

@@ -76,6 +76,14 @@ impl TermClock {
         }
     }
 
+    /// [`wait_in_force`](Self::wait_in_force), saying so in the log when `watch` has to wait.
+    pub(crate) async fn hold(&self, watch: &str) {
+        if !self.in_force() {
+            tracing::warn!(watch, "the Lease's renew deadline has passed: not publishing until the term is renewed or ends");
+            self.wait_in_force().await;
+        }
+    }
+
     fn nanos_now(&self) -> u64 {
         let nanos = Instant::now()
             .saturating_duration_since(self.0.base)

@@ -627,10 +627,7 @@ impl WatchTask {
     /// elector's timer has not run yet: the process was paused), waits until the task is
     /// stopped, so that nothing goes out beside the next holder's messages.
     async fn in_term(&mut self) {
-        if !self.term.in_force() {
-            tracing::warn!(watch = %self.metrics.watch, "the Lease's renew deadline has passed: not publishing until the term is renewed or ends");
-            self.term.wait_in_force().await;
-        }
+        self.term.hold(&self.metrics.watch).await;
     }
 
     /// The object's message, built as published, for the mirror alone: its event is not

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use tokio::time::Instant;
 
 use crate::budget::{Budget, Charge};
+use crate::leader::TermClock;
 use crate::publish::message::OutMessage;
 use crate::publish::metrics::PublishMetrics;
 use crate::telemetry::target::TargetGauges;
@@ -39,6 +40,9 @@ pub(crate) struct Batch {
     /// Messages published so far.
     pub(crate) published: u64,
     pub(crate) budget: Budget,
+    /// The replica's term: a message is handed to the client only while it is in force
+    /// ([`Batch::in_term`]).
+    pub(crate) term: TermClock,
     pub(crate) metrics: PublishMetrics,
     /// Where `publish_queue_depth` gets this target's share.
     gauges: TargetGauges,
@@ -52,9 +56,19 @@ impl Batch {
             held_bytes: 0,
             published: 0,
             budget,
+            term: TermClock::unbounded(),
             metrics,
             gauges,
         }
+    }
+
+    /// Returns once the replica's term is in force. Checked at every hand-over to the client,
+    /// the last step a message takes inside the process: a holder paused with a batch held
+    /// (docs/replicas.md, "A paused holder") resumes past its renew deadline, and its idle
+    /// flush would otherwise hand the batch over beside the next holder's messages before the
+    /// elector's timer has run. Cancel-safe: the batch keeps every message while it waits.
+    pub(crate) async fn in_term(&self) {
+        self.term.hold(&self.metrics.watch).await;
     }
 
     /// Takes a message in as published: it waits until the outbox places it.

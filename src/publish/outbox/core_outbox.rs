@@ -17,6 +17,7 @@ use async_nats::client::{FlushError, PublishErrorKind};
 use super::batch::{Batch, BatchedMessage};
 use super::link::CoreLink;
 use crate::budget::{Budget, Charge};
+use crate::leader::TermClock;
 use crate::publish::message::OutMessage;
 use crate::publish::metrics::PublishMetrics;
 use crate::telemetry::target::TargetGauges;
@@ -71,6 +72,11 @@ impl<C: CoreLink> CoreOutbox<C> {
     pub(crate) fn set_budget(&mut self, budget: Budget) {
         self.unflushed = budget.charge(0);
         self.batch.budget = budget;
+    }
+
+    /// Hands messages to the client only while `term` is in force (before the first publish).
+    pub(crate) fn set_term(&mut self, term: TermClock) {
+        self.batch.term = term;
     }
 
     pub(crate) fn link(&self) -> &C {
@@ -196,6 +202,7 @@ impl<C: CoreLink> CoreOutbox<C> {
         if self.batch.held.is_empty() {
             return;
         }
+        self.batch.in_term().await;
         while let Some(front) = self.batch.held.front() {
             let handed = self.link.publish(&front.msg).await;
             let Some(held) = self.batch.pop_held() else {

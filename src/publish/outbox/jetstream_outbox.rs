@@ -25,6 +25,7 @@ use super::batch::Batch;
 use super::link::{Ack, JetStreamLink};
 use crate::backoff::{Backoff, NATS_WRITE_RETRY};
 use crate::budget::{Budget, Charge};
+use crate::leader::TermClock;
 use crate::publish::message::OutMessage;
 use crate::publish::metrics::PublishMetrics;
 use crate::telemetry::target::TargetGauges;
@@ -76,6 +77,11 @@ impl<J: JetStreamLink> JetStreamOutbox<J> {
     /// Holds every message's bytes against `budget` (before the first publish).
     pub(crate) fn set_budget(&mut self, budget: Budget) {
         self.batch.budget = budget;
+    }
+
+    /// Hands messages to the client only while `term` is in force (before the first publish).
+    pub(crate) fn set_term(&mut self, term: TermClock) {
+        self.batch.term = term;
     }
 
     pub(crate) fn link(&self) -> &J {
@@ -260,6 +266,7 @@ impl<J: JetStreamLink> JetStreamOutbox<J> {
     async fn send(&mut self, msg: &OutMessage) -> Option<Ack> {
         loop {
             self.pause().await;
+            self.batch.in_term().await;
             match self.link.send(msg).await {
                 Ok(ack) => return Some(ack),
                 Err(e) if e.kind() == PublishErrorKind::MaxPayloadExceeded => {

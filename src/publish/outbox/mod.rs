@@ -54,6 +54,10 @@
 //! - O7: core: `settled()` moves only by a flush that began after the hand-over
 //!   (`core_settles_after_a_flush_begun_after_the_hand_over`; mutation: a flush settles what was
 //!   handed over when it returned).
+//! - O8: with leader election, nothing is handed to the client once the replica's term has
+//!   lapsed by the clock, also what was held or sent before (`core_hands_nothing_over_past_the_term`,
+//!   `jetstream_sends_nothing_past_the_term`; mutations: the check left out of the core
+//!   hand-over, of the JetStream send).
 
 mod batch;
 mod core_outbox;
@@ -65,6 +69,7 @@ mod tests;
 use async_nats::{jetstream, Client};
 
 use crate::budget::{Budget, Charge};
+use crate::leader::TermClock;
 use crate::publish::message::OutMessage;
 use crate::publish::metrics::PublishMetrics;
 use crate::telemetry::target::TargetGauges;
@@ -134,6 +139,12 @@ impl Outbox {
     /// first publish.)
     pub(crate) fn with_budget(mut self, budget: Budget) -> Outbox {
         each_mode!(&mut self.0, outbox => outbox.set_budget(budget));
+        self
+    }
+
+    /// Hands messages to the client only while `term` is in force (leader election).
+    pub(crate) fn with_term(mut self, term: TermClock) -> Outbox {
+        each_mode!(&mut self.0, outbox => outbox.set_term(term));
         self
     }
 

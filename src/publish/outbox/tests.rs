@@ -21,6 +21,7 @@ use super::link::{Ack, CoreLink, JetStreamLink};
 use super::{CoreOutbox, JetStreamOutbox};
 use crate::budget::Budget;
 use crate::event::EventType;
+use crate::leader::TermClock;
 use crate::publish::message::OutMessage;
 use crate::publish::metrics::PublishFamilies;
 use crate::telemetry::metrics::WatchSync;
@@ -525,4 +526,48 @@ async fn core_dropped_publish_keeps_its_message() {
     assert_eq!(core.state().handed, tags(&["m0", "m1", "m2"]));
     assert_eq!(outbox.settled(), 3);
     assert_eq!(budget.used(), 0);
+}
+
+/// A term of two seconds from now, for the outbox's batch to be handed over in.
+fn term_of_two_seconds() -> TermClock {
+    let term = TermClock::ended();
+    term.hold_until(tokio::time::Instant::now() + Duration::from_secs(2));
+    term
+}
+
+// Core: a batch held when the term lapses (the holder was paused) is not handed to the client
+// until the term is renewed.
+#[tokio::test(start_paused = true)]
+async fn core_hands_nothing_over_past_the_term() {
+    let (mut outbox, core, _) = core();
+    let term = term_of_two_seconds();
+    outbox.set_term(term.clone());
+    publish_core(&mut outbox, "m0").await;
+    tokio::time::advance(Duration::from_secs(3)).await;
+    drop_waiting(outbox.flush_idle()).await;
+    drop_waiting(outbox.settle()).await;
+    assert!(core.state().handed.is_empty(), "handed over past the term");
+    term.hold_until(tokio::time::Instant::now() + Duration::from_secs(60));
+    drop_waiting(outbox.flush_idle()).await;
+    assert_eq!(core.state().handed, tags(&["m0"]), "renewed");
+}
+
+// JetStream: a message held, or to be sent again, when the term lapses is not sent until the
+// term is renewed.
+#[tokio::test(start_paused = true)]
+async fn jetstream_sends_nothing_past_the_term() {
+    let (mut outbox, js, _) = jetstream(10);
+    let term = term_of_two_seconds();
+    outbox.set_term(term.clone());
+    publish_js(&mut outbox, "m0", 0).await;
+    drop_waiting(outbox.flush_idle()).await;
+    publish_js(&mut outbox, "m1", 1).await;
+    js.fail(0);
+    tokio::time::advance(Duration::from_secs(3)).await;
+    drop_waiting(outbox.flush_idle()).await;
+    drop_waiting(outbox.settle()).await;
+    assert_eq!(js.tags(), tags(&["m0"]), "sent past the term");
+    term.hold_until(tokio::time::Instant::now() + Duration::from_secs(60));
+    drop_waiting(outbox.settle()).await;
+    assert_eq!(js.tags(), tags(&["m0", "m1", "m0", "m1"]), "renewed");
 }
