@@ -127,6 +127,21 @@ fn kinds(seen: &[Seen]) -> Vec<(String, String)> {
 /// down, the restarts announce exactly those two deletions and nothing else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_sidecars_sharing_the_bucket_keep_their_own_state() {
+    two_deployments_keep_their_own_state(["team-a", "team-b"]).await;
+}
+
+/// Two deployments in one namespace without `state.instance` (two Helm releases with their own
+/// values, or hand-written manifests), each with a watch named `pods` on another namespace:
+/// they share the owner prefix, and neither start may remove the other's state as a target its
+/// configuration does not watch (it is written within `state.forget_unwatched_after`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_deployments_in_one_namespace_keep_their_own_state() {
+    two_deployments_keep_their_own_state(["ops", "ops"]).await;
+}
+
+/// Two kube2nats watching `pods` in `team-a` and `team-b`, running in the pod namespaces
+/// `pod_namespaces`: each keeps its own state over the other's start and a kill -9.
+async fn two_deployments_keep_their_own_state(pod_namespaces: [&str; 2]) {
     let cluster = Cluster::start(Mode::Core, 10_000).await;
     let sim = &cluster.sim;
     let spaces = ["team-a", "team-b"];
@@ -144,7 +159,8 @@ async fn two_sidecars_sharing_the_bucket_keep_their_own_state() {
             &format!("127.0.0.1:{}\"", free_port()),
         )
     });
-    let run = |i: usize| Process::spawn_env(&configs[i], &[], &[("POD_NAMESPACE", spaces[i])]);
+    let run =
+        |i: usize| Process::spawn_env(&configs[i], &[], &[("POD_NAMESPACE", pod_namespaces[i])]);
     let rv = sim.resource_version();
     let wait_saved = |ns: &'static str| saved_at_least(&cluster, format!("pods.{ns}"), rv);
     let a = run(0);
@@ -607,4 +623,49 @@ async fn eventually_metric(cluster: &Cluster, name: &str) {
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+}
+
+/// A namespace dropped from a watch: its saved state is kept while it is younger than
+/// `state.forget_unwatched_after` (another deployment sharing the owner may be writing it), and
+/// forgotten by the first start after that, each with a log line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_of_a_dropped_namespace_is_forgotten_once_unwritten_for_the_set_time() {
+    use futures_util::TryStreamExt;
+    let cluster = Cluster::start(Mode::Core, 10_000).await;
+    for ns in ["team-a", "team-b"] {
+        cluster.sim.create("pods", Some(ns), pod_named("p0", 0));
+    }
+    let watch = |namespaces: &str| {
+        let watch = format!(
+            "[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [{namespaces}]\n"
+        );
+        cluster.config(&watch, "forget_unwatched_after = \"4s\"")
+    };
+    let both = Process::spawn(&watch("\"team-a\", \"team-b\""));
+    let rv = cluster.sim.resource_version();
+    saved_at_least(&cluster, "pods.team-b".into(), rv).await;
+    drop(both);
+    let dropped = cluster.owned("pods.team-b");
+    let kv = cluster.kv().await;
+    let keys_of_team_b = || async {
+        let keys: Vec<String> = kv.keys().await.unwrap().try_collect().await.unwrap();
+        keys.into_iter()
+            .filter(|k| k.starts_with(&format!("{dropped}.")))
+            .count()
+    };
+    assert!(keys_of_team_b().await > 0, "team-b's state was saved");
+
+    let young = Process::spawn(&watch("\"team-a\""));
+    young.line_with(&["kept the saved state of a target", "pods.team-b"]);
+    assert!(keys_of_team_b().await > 0, "young state is kept");
+    drop(young);
+
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    let old = Process::spawn(&watch("\"team-a\""));
+    old.line_with(&["forgot the saved state of a target", "pods.team-b"]);
+    assert_eq!(
+        keys_of_team_b().await,
+        0,
+        "state unwritten for 4 s is forgotten"
+    );
 }

@@ -176,7 +176,12 @@ impl Watches<'_> {
             term.wait_for(self.metrics, watch);
         }
         self.readiness.set_watches(term.syncs());
-        tokio::spawn(self.shared.state.clone().purge_removed(current.targets()));
+        tokio::spawn(
+            self.shared
+                .state
+                .clone()
+                .forget_unwatched(current.targets()),
+        );
         let mut reloading = true;
         loop {
             tokio::select! {
@@ -268,7 +273,7 @@ impl Watches<'_> {
         waiting.add(&arrived.waiting);
         self.readiness.set_watches(term.syncs());
         let targets = self.current().targets();
-        tokio::spawn(self.shared.state.clone().purge_removed(targets));
+        tokio::spawn(self.shared.state.clone().forget_unwatched(targets));
     }
 
     /// Makes `desired` the watches in force: the unchanged keep their plans, the added and

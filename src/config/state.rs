@@ -19,6 +19,12 @@ pub(super) const DEFAULT_CHECKPOINT_INTERVAL: &str = "5s";
 /// shipped manifests limit the container to 128 MiB, of which `nats.max_buffered_bytes` takes 32
 /// MiB and the process ~15 MiB; a watch's objects take ~62 bytes each once loaded.
 pub(super) const DEFAULT_MAX_LOAD_BYTES: usize = 64 * 1024 * 1024;
+/// `state.forget_unwatched_after`: a week. State of a target no configuration here watches is
+/// removed at a start only once nothing has written it for this long: it may belong to another
+/// deployment that shares the owner prefix, or to this one before a rollback.
+pub(super) const DEFAULT_FORGET_UNWATCHED_AFTER: &str = "7d";
+/// The smallest `state.forget_unwatched_after` accepted.
+const MIN_FORGET_UNWATCHED_AFTER: Duration = Duration::from_secs(1);
 /// The smallest `state.max_load_bytes` accepted.
 const MIN_MAX_LOAD_BYTES: usize = 1024 * 1024;
 /// The shortest `state.checkpoint_interval` accepted.
@@ -41,6 +47,9 @@ pub(crate) struct StateConfig {
     /// The most one target's saved state may take in memory when loaded; larger state is
     /// refused (the target starts fresh), so forged or runaway state cannot OOM every start.
     pub(crate) max_load_bytes: usize,
+    /// How long the state of a target this configuration does not watch stays unwritten before
+    /// a start removes it.
+    pub(crate) forget_unwatched_after: Duration,
 }
 
 /// `[state]`
@@ -61,6 +70,8 @@ pub(crate) struct RawState {
     pub(crate) instance: String,
     /// Bytes, >= 1 MiB. Default [`DEFAULT_MAX_LOAD_BYTES`].
     pub(crate) max_load_bytes: usize,
+    /// Duration, >= 1s. Default [`DEFAULT_FORGET_UNWATCHED_AFTER`].
+    pub(crate) forget_unwatched_after: String,
 }
 
 impl Default for RawState {
@@ -73,6 +84,7 @@ impl Default for RawState {
             cluster_id: String::new(),
             instance: String::new(),
             max_load_bytes: DEFAULT_MAX_LOAD_BYTES,
+            forget_unwatched_after: s(DEFAULT_FORGET_UNWATCHED_AFTER),
         }
     }
 }
@@ -93,6 +105,11 @@ pub(super) fn check_state(c: &mut Checker, raw: &RawState) -> Option<StateConfig
         MIN_MAX_LOAD_BYTES,
         None,
     );
+    let forget_unwatched_after = c.duration_min(
+        "state.forget_unwatched_after",
+        &raw.forget_unwatched_after,
+        MIN_FORGET_UNWATCHED_AFTER,
+    );
     Some(StateConfig {
         enabled: raw.enabled,
         bucket: bucket?,
@@ -101,6 +118,7 @@ pub(super) fn check_state(c: &mut Checker, raw: &RawState) -> Option<StateConfig
         cluster_id: cluster_id?,
         instance: instance?,
         max_load_bytes: max_load_bytes?,
+        forget_unwatched_after: forget_unwatched_after?,
     })
 }
 
@@ -143,6 +161,7 @@ mod tests {
                 cluster_id: None,
                 instance: None,
                 max_load_bytes: 64 * 1024 * 1024,
+                forget_unwatched_after: Duration::from_secs(7 * 24 * 3600),
             }
         );
     }

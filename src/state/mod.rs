@@ -121,6 +121,8 @@ pub(crate) struct StateStore {
     checkpoint_interval: Duration,
     /// `state.max_load_bytes`.
     max_load_bytes: usize,
+    /// `state.forget_unwatched_after`.
+    forget_unwatched_after: Duration,
 }
 
 #[derive(Clone)]
@@ -169,6 +171,7 @@ impl StateStore {
             metrics,
             checkpoint_interval: config.checkpoint_interval,
             max_load_bytes: config.max_load_bytes,
+            forget_unwatched_after: config.forget_unwatched_after,
         }))
     }
 
@@ -241,13 +244,14 @@ impl StateStore {
         }
     }
 
-    /// Removes the state of targets that this configuration's watches no longer have (a
-    /// namespace dropped from a watch), with a log line each; `targets` are the keys of the
-    /// configured targets ([`target_key`]). A watch name this configuration does not have is left
-    /// alone: another kube2nats sharing the bucket may own it (removed or renamed watches are
-    /// cleaned up by hand, see the README). Best effort: a failure is logged and retried at the
-    /// next start.
-    pub(crate) async fn purge_removed(self, targets: Vec<String>) {
+    /// Forgets the state of targets this configuration does not watch (a namespace dropped
+    /// from a watch, a watch removed or renamed) once nothing has written it for
+    /// `state.forget_unwatched_after`; younger state is left in place, with a log line each.
+    /// Another deployment may share this owner prefix (two releases in one namespace without
+    /// `state.instance`), or a rollback may bring the watch back: a start never removes state
+    /// that is still being written. `targets` are the keys of the configured targets
+    /// ([`target_key`]). Best effort: a failure is logged and looked at again at the next start.
+    pub(crate) async fn forget_unwatched(self, targets: Vec<String>) {
         let Backend::Durable(bucket) = &self.backend else {
             return;
         };
@@ -260,30 +264,41 @@ impl StateStore {
         };
         let keys = match tokio::time::timeout(4 * REQUEST_TIMEOUT, listing).await {
             Ok(Ok(keys)) => keys,
-            Ok(Err(e)) => return tracing::warn!(error = %e, "cannot list the state bucket to remove the state of removed targets"),
-            Err(_) => return tracing::warn!("listing the state bucket timed out; the state of removed targets stays until the next start"),
+            Ok(Err(e)) => return tracing::warn!(error = %e, "cannot list the state bucket to forget the state of targets no longer watched"),
+            Err(_) => return tracing::warn!("listing the state bucket timed out; the state of targets no longer watched is looked at again at the next start"),
         };
         let own = format!("{}.", self.prefix);
-        let keys: Vec<&str> = keys.iter().filter_map(|k| k.strip_prefix(&own)).collect();
         let configured: std::collections::HashSet<&str> =
             targets.iter().map(String::as_str).collect();
-        let watches: std::collections::HashSet<&str> =
-            targets.iter().filter_map(|t| t.split('.').next()).collect();
-        let removed: std::collections::BTreeSet<&str> = keys
-            .iter()
-            .filter_map(|key| {
-                // `{watch}.{namespace}.…`: neither part holds a dot.
-                let target_len = key.match_indices('.').nth(1)?.0;
-                let target = &key[..target_len];
-                let watch = target.split('.').next()?;
-                (watches.contains(watch) && !configured.contains(target)).then_some(target)
-            })
-            .collect();
-        for target in removed {
+        let mut unwatched: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+        for key in &keys {
+            let Some(owned) = key.strip_prefix(&own) else {
+                continue;
+            };
+            // `{watch}.{namespace}.…`: neither part holds a dot.
+            let Some((dot, _)) = owned.match_indices('.').nth(1) else {
+                continue;
+            };
+            let (target, rest) = (&owned[..dot], &owned[dot + 1..]);
+            // The manifest and the journal are what a running deployment writes.
+            if !configured.contains(target) && (rest == "manifest" || rest.starts_with("j.")) {
+                unwatched.entry(target).or_default().push(key);
+            }
+        }
+        let after = self.forget_unwatched_after;
+        for (target, written) in unwatched {
+            let Some(age) = unwritten_for(&bucket.store, &written).await else {
+                continue;
+            };
+            let unwritten_for = humantime::format_duration(whole_seconds(age));
+            if age < after {
+                tracing::info!(key = %target, %unwritten_for, forget_after = %humantime::format_duration(after), "kept the saved state of a target this configuration does not watch: another deployment sharing this owner may write it; it is forgotten once unwritten for state.forget_unwatched_after");
+                continue;
+            }
             let subjects = format!("{}{own}{target}.>", bucket.store.prefix);
             match purge(&bucket.store, &subjects, None).await {
                 Ok(()) => {
-                    tracing::info!(key = %target, "removed the saved state of a target this configuration no longer watches")
+                    tracing::info!(key = %target, %unwritten_for, "forgot the saved state of a target this configuration does not watch (unwritten for longer than state.forget_unwatched_after)")
                 }
                 Err(e) => {
                     tracing::warn!(key = %target, error = %e, "cannot remove the saved state of a target no longer watched")
@@ -712,4 +727,34 @@ pub(crate) struct Loaded {
     pub(crate) start: Start,
     pub(crate) checkpoints: Checkpoints,
     pub(crate) journal: Option<Journal>,
+}
+
+/// How long ago the newest of `keys` was written; `None` when one cannot be read (logged: the
+/// target is looked at again at the next start).
+async fn unwritten_for(store: &kv::Store, keys: &[&str]) -> Option<Duration> {
+    let mut newest: Option<i128> = None;
+    for key in keys {
+        match store.entry(*key).await {
+            Ok(Some(entry)) => {
+                let written = entry.created.unix_timestamp_nanos();
+                newest = Some(newest.map_or(written, |n| n.max(written)));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(key, error = %e, "cannot read a saved state key to tell its age");
+                return None;
+            }
+        }
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_nanos();
+    let age = i128::try_from(now).ok()?.saturating_sub(newest?);
+    Some(Duration::from_nanos(u64::try_from(age).unwrap_or(0)))
+}
+
+/// `duration` without its fraction of a second, for a log line a person reads.
+fn whole_seconds(duration: Duration) -> Duration {
+    Duration::from_secs(duration.as_secs())
 }
