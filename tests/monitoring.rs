@@ -63,7 +63,7 @@ fn alert_rules_pass_promtool_check_and_unit_tests() {
     )
     .unwrap();
     let report = promtool(&["check", "rules", "kube2nats.rules.yaml"], dir.path());
-    assert!(report.contains("SUCCESS: 12 rules found"), "{report}");
+    assert!(report.contains("SUCCESS: 13 rules found"), "{report}");
     promtool(&["test", "rules", "prometheusrule.test.yaml"], dir.path());
 
     // Every alert has a unit test.

@@ -669,3 +669,52 @@ async fn state_of_a_dropped_namespace_is_forgotten_once_unwritten_for_the_set_ti
         "state unwritten for 4 s is forgotten"
     );
 }
+
+/// Each checkpoint reports how much of `state.max_load_bytes` loading it takes
+/// (`kube2nats_state_load_ratio`), and one past 80% warns, naming the target and the key, while
+/// a start would still load it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_near_max_load_bytes_warns() {
+    let cluster = Cluster::start(Mode::Core, 10_000).await;
+    cluster.sim.create("pods", Some(NS), pod_named("p0", 0));
+    let daemon = Process::spawn(&cluster.config(PODS_WATCH, "max_load_bytes = 1048576\n"));
+    let ratio = || async {
+        metric(
+            &cluster.metrics().await,
+            "kube2nats_state_load_ratio",
+            &[("watch", "pods")],
+        )
+    };
+    cluster
+        .checkpoint_at_least(PODS_KEY, cluster.sim.resource_version())
+        .await;
+    let small = ratio()
+        .await
+        .expect("kube2nats_state_load_ratio is exported");
+    assert!(small > 0.0 && small < 0.01, "one pod: {small}");
+    // Pods until a checkpoint passes 80% (an object takes ~100 bytes of the estimate).
+    let mut created = 1;
+    while ratio().await.unwrap_or(0.0) < 0.8 {
+        assert!(created < 20_000, "20,000 pods never came to 80% of 1 MiB");
+        for _ in 0..1_000 {
+            cluster
+                .sim
+                .create("pods", Some(NS), pod_named(&format!("p{created}"), 0));
+            created += 1;
+        }
+        cluster
+            .checkpoint_at_least(PODS_KEY, cluster.sim.resource_version())
+            .await;
+    }
+    let line = daemon.line_with(&["nears state.max_load_bytes"]);
+    assert!(line.contains("WARN"), "{line}");
+    assert!(
+        line.contains(&cluster.owned(PODS_KEY)),
+        "names the target: {line}"
+    );
+    let share = ratio().await.unwrap_or(0.0);
+    assert!(
+        share < 1.0,
+        "{created} pods went past the limit at once: {share}"
+    );
+}

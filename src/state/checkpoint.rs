@@ -267,9 +267,27 @@ pub(super) struct Writer {
     pub(super) journal_purged: u64,
     pub(super) mailbox: Arc<Mailbox>,
     pub(super) metrics: TargetMetrics,
+    /// `state.max_load_bytes`: each checkpoint says how close the next start comes to it.
+    pub(super) max_load_bytes: usize,
+    /// Whether the last checkpoint was past [`super::load::WARN_SHARE`] of it (warned once per
+    /// crossing).
+    pub(super) near_load_limit: bool,
 }
 
 impl Writer {
+    /// Reports how much of `state.max_load_bytes` loading the checkpoint would take, and warns
+    /// when it passes [`super::load::WARN_SHARE`]: past the limit the next start refuses the
+    /// state and starts fresh, announcing every object again.
+    fn check_load_share(&mut self, manifest: &Manifest) {
+        let share = super::load::load_share(manifest, self.max_load_bytes);
+        self.metrics.load_share(share);
+        let near = share >= super::load::WARN_SHARE;
+        if near && !self.near_load_limit {
+            tracing::warn!(key = %self.key, objects = manifest.objects, load_share = format!("{:.0}%", share * 100.0), max_load_bytes = self.max_load_bytes, "the saved state nears state.max_load_bytes: past it, the next start refuses it and starts fresh (raise state.max_load_bytes, and the pod's memory limit with it)");
+        }
+        self.near_load_limit = near;
+    }
+
     pub(super) async fn run(mut self) {
         let mut backoff = Backoff::new(NATS_SETUP_RETRY);
         let mut store = self.bucket.store.clone();
@@ -422,6 +440,7 @@ impl Writer {
             Err(e) => return Err(WriteError::Failed(e.to_string())),
         };
         self.metrics.stored(manifest.bytes);
+        self.check_load_share(&manifest);
         let stored = &mut self.stored_chunks[manifest.slot as usize];
         for index in manifest.chunks..*stored {
             // Best effort: a leftover that stays is never read (the manifest counts the chunks).

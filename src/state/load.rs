@@ -114,6 +114,16 @@ impl LoadMeter {
     }
 }
 
+/// The share of `state.max_load_bytes` at which a checkpoint warns that a start will soon
+/// refuse the state (`kube2nats_state_load_ratio`, the `Kube2natsStateNearLoadLimit` alert).
+pub(super) const WARN_SHARE: f64 = 0.8;
+
+/// What loading the checkpoint `manifest` would take, as a share of `limit` (its journal
+/// records since come on top, and are folded into the next checkpoint).
+pub(super) fn load_share(manifest: &Manifest, limit: usize) -> f64 {
+    estimate(manifest.bytes, manifest.objects) as f64 / limit.max(1) as f64
+}
+
 fn estimate(bytes: u64, objects: u64) -> u64 {
     bytes.saturating_add(objects.saturating_mul(LOAD_BYTES_PER_OBJECT))
 }

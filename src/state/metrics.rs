@@ -23,6 +23,7 @@ pub(crate) struct StateMetrics {
     stored_bytes: IntGaugeVec,
     journal_records: prometheus::HistogramVec,
     ages: CheckpointAges,
+    load_ratios: LoadRatios,
     degraded: Degraded,
 }
 
@@ -86,6 +87,8 @@ impl StateMetrics {
         registry.register(Box::new(journal_records.clone()))?;
         let ages = CheckpointAges::new()?;
         registry.register(Box::new(ages.clone()))?;
+        let load_ratios = LoadRatios::new()?;
+        registry.register(Box::new(load_ratios.clone()))?;
         let degraded = Degraded::new()?;
         registry.register(Box::new(degraded.clone()))?;
         Ok(StateMetrics {
@@ -97,6 +100,7 @@ impl StateMetrics {
             stored_bytes,
             journal_records,
             ages,
+            load_ratios,
             degraded,
         })
     }
@@ -110,6 +114,8 @@ impl StateMetrics {
     pub(crate) fn for_target(&self, watch: &str) -> TargetMetrics {
         let started = Arc::new(AtomicU64::new(unix_millis()));
         self.ages.add(watch, &started);
+        let load_share = Arc::new(AtomicU64::new(0f64.to_bits()));
+        self.load_ratios.add(watch, &load_share);
         let durability = Arc::new(TargetDurability::default());
         self.degraded.add(watch, &durability);
         TargetMetrics {
@@ -122,6 +128,7 @@ impl StateMetrics {
             journal_records: self.journal_records.with_label_values(&[watch]),
             last_current: started,
             stored: Arc::new(AtomicU64::new(0)),
+            load_share,
             durability,
         }
     }
@@ -142,6 +149,8 @@ pub(crate) struct TargetMetrics {
     last_current: Arc<AtomicU64>,
     /// This target's share of `stored_bytes`.
     stored: Arc<AtomicU64>,
+    /// The share of `state.max_load_bytes` loading its last checkpoint takes (`f64` bits).
+    load_share: Arc<AtomicU64>,
     /// Whether the saved state keeps up ([`super::durability`]).
     pub(crate) durability: Arc<TargetDurability>,
 }
@@ -157,6 +166,11 @@ impl TargetMetrics {
     /// The saved state matches what was published, as of now.
     pub(crate) fn current(&self) {
         self.last_current.store(unix_millis(), Ordering::Relaxed);
+    }
+
+    /// Loading the last checkpoint takes `share` of `state.max_load_bytes`.
+    pub(crate) fn load_share(&self, share: f64) {
+        self.load_share.store(share.to_bits(), Ordering::Relaxed);
     }
 
     pub(crate) fn stored(&self, bytes: u64) {
@@ -179,12 +193,13 @@ fn unix_millis() -> u64 {
 #[derive(Clone)]
 struct CheckpointAges {
     gauge: prometheus::GaugeVec,
-    targets: Arc<Mutex<Vec<TargetAge>>>,
+    targets: Arc<Mutex<Vec<TargetReading>>>,
 }
 
-/// A watch's name and the time (unix millis) one of its targets was last checkpointed; the
-/// target's [`TargetMetrics`] hold the time, so it goes away with them.
-type TargetAge = (Arc<str>, Weak<AtomicU64>);
+/// A watch's name and a reading of one of its targets (the time it was last checkpointed, in unix
+/// millis; its load share, as `f64` bits); the target's [`TargetMetrics`] hold the reading, so it
+/// goes away with them.
+type TargetReading = (Arc<str>, Weak<AtomicU64>);
 
 impl CheckpointAges {
     fn new() -> prometheus::Result<CheckpointAges> {
@@ -231,6 +246,60 @@ impl Collector for CheckpointAges {
             for (watch, last) in oldest {
                 let age = now.saturating_sub(last) as f64 / 1000.0;
                 self.gauge.with_label_values(&[watch]).set(age);
+            }
+        }
+        self.gauge.collect()
+    }
+}
+
+/// `kube2nats_state_load_ratio{watch}`: the share of `state.max_load_bytes` that loading the
+/// last checkpoint would take, for the watch's target nearest the limit. Computed when scraped,
+/// over running targets only, as [`CheckpointAges`] is.
+#[derive(Clone)]
+struct LoadRatios {
+    gauge: prometheus::GaugeVec,
+    targets: Arc<Mutex<Vec<TargetReading>>>,
+}
+
+impl LoadRatios {
+    fn new() -> prometheus::Result<LoadRatios> {
+        let gauge = prometheus::GaugeVec::new(
+            opts(
+                "state_load_ratio",
+                "Share of state.max_load_bytes that loading the last checkpoint takes (the watch's largest target); past 1 a start refuses the saved state and starts fresh.",
+            ),
+            &["watch"],
+        )?;
+        Ok(LoadRatios {
+            gauge,
+            targets: Arc::default(),
+        })
+    }
+
+    fn add(&self, watch: &str, share: &Arc<AtomicU64>) {
+        if let Ok(mut targets) = self.targets.lock() {
+            targets.retain(|(_, s)| s.strong_count() > 0);
+            targets.push((watch.into(), Arc::downgrade(share)));
+        }
+    }
+}
+
+impl Collector for LoadRatios {
+    fn desc(&self) -> Vec<&Desc> {
+        self.gauge.desc()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        self.gauge.reset();
+        if let Ok(mut targets) = self.targets.lock() {
+            targets.retain(|(_, s)| s.strong_count() > 0);
+            for (watch, share) in targets.iter() {
+                let Some(share) = share.upgrade() else {
+                    continue;
+                };
+                let share = f64::from_bits(share.load(Ordering::Relaxed));
+                let gauge = self.gauge.with_label_values(&[watch]);
+                gauge.set(gauge.get().max(share));
             }
         }
         self.gauge.collect()

@@ -669,6 +669,8 @@ impl TargetState {
                 journal_purged: 0,
                 mailbox: mailbox.clone(),
                 metrics: self.metrics.clone(),
+                max_load_bytes: self.max_load_bytes,
+                near_load_limit: false,
             };
             let task = tokio::spawn(writer.run());
             (mailbox, task)
