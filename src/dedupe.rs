@@ -614,6 +614,9 @@ pub struct SavedObject<'a> {
     pub namespace: Option<&'a str>,
     /// Known only from the journal: see [`Listed::Unconfirmed`].
     pub unconfirmed: bool,
+    /// With `unconfirmed`: the journal recorded its deletion, announced at this version (maybe
+    /// gone out before a crash); it is announced again the same, see [`Vanished::announced`].
+    pub deleted: bool,
     /// What `changes` compares; 0 = nothing.
     pub mark: u64,
 }
@@ -628,6 +631,7 @@ impl<'a> SavedObject<'a> {
             name: &meta.name,
             namespace: meta.namespace.as_deref(),
             unconfirmed: false,
+            deleted: false,
             mark: 0,
         }
     }
@@ -678,6 +682,7 @@ impl Dedupe {
                 .collect(),
             opaque_versions: self.opaque_versions.clone(),
             unconfirmed: self.unconfirmed.clone(),
+            deletions: self.deletions.clone(),
             tombstones: self.tombstones.order.iter().cloned().collect(),
             next: 0,
         }
@@ -698,6 +703,9 @@ impl Dedupe {
                     }
                 }
                 if unconfirmed || object.unconfirmed {
+                    if object.deleted {
+                        self.deletions.insert(key.clone());
+                    }
                     self.unconfirmed.insert(key);
                 }
                 self.restore(object);
@@ -744,6 +752,7 @@ pub(crate) struct Frozen {
     others: Vec<(Box<str>, Tracked)>,
     opaque_versions: HashMap<UidKey, Box<str>>,
     unconfirmed: FxHashSet<UidKey>,
+    deletions: FxHashSet<UidKey>,
     tombstones: Vec<UidKey>,
     /// The next part: a chunk of the dense entries, then the rest.
     next: usize,
@@ -823,6 +832,7 @@ impl Frozen {
                 .get(namespace as usize)
                 .and_then(Option::as_deref),
             unconfirmed: !self.unconfirmed.is_empty() && self.unconfirmed.contains(key),
+            deleted: !self.deletions.is_empty() && self.deletions.contains(key),
             mark,
         }
     }

@@ -424,6 +424,7 @@ async fn forge_journal(
                     name: &format!("forged-{position}-{i}"),
                     namespace: Some(NS),
                     unconfirmed: false,
+                    deleted: false,
                     mark: 0,
                 },
                 false,

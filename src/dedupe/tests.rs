@@ -516,3 +516,33 @@ fn journaled_objects_are_published_again_once() {
     d.begin_list();
     assert_eq!(d.listed(&meta(&uuid_of(3), "8", "c"), 0), Listed::Unchanged);
 }
+
+/// A deletion the journal recorded and nothing confirmed keeps its mark through a save (a
+/// checkpoint taken before a relist resolved it): after a later crash the relist announces it
+/// again at the recorded version, the same message (`Nats-Msg-Id`), not as a new deletion.
+#[test]
+fn a_journaled_deletion_survives_a_save() {
+    let mut d = Dedupe::new();
+    d.observe(&meta(A, "5", "a"), EventType::Added, 0);
+    d.observe(&meta(B, "6", "b"), EventType::Added, 0);
+    d.restore_journaled(SavedObject::of(&meta(A, "9", "a")), true);
+    d.restore_journaled(SavedObject::of(&meta(B, "7", "b")), false);
+    let mut saved = Dedupe::new();
+    d.for_each_saved(|o| saved.restore_saved(o, false));
+    saved.begin_list();
+    let mut vanished = saved.end_list();
+    vanished.sort_by(|x, y| x.meta.name.cmp(&y.meta.name));
+    assert_eq!(
+        vanished,
+        vec![
+            Vanished {
+                meta: meta(A, "9", "a"),
+                announced: true
+            },
+            Vanished {
+                meta: meta(B, "7", "b"),
+                announced: false
+            },
+        ]
+    );
+}

@@ -10,7 +10,8 @@
 //! chunk    = "K2NS" format:u8 generation:u64le index:u32le entry*
 //! journal  = "K2NJ" format:u8 sequence:u64le identity:u64le (entry | confirmed)*
 //! entry    = flags:u8 uid version namespace? name mark?   (mark: flags & MARK, 8 bytes)
-//!          | flags:u8 uid                       (flags & TOMBSTONE: a deleted uid)
+//!          | flags:u8 uid                       (flags & TOMBSTONE without UNCONFIRMED: a
+//!                                                 deleted uid)
 //! confirmed= flags:u8 uid version               (flags & CONFIRMED: the object's message at
 //!                                                 this version reached NATS; with TOMBSTONE,
 //!                                                 its deletion)
@@ -26,8 +27,10 @@
 //! ```
 //!
 //! `flags & UNCONFIRMED` marks an object known only from the journal, whose first message may or
-//! may not have been published before a crash; in a journal record, where every object is
-//! such, it marks a deletion. Confirmations (journal records only) name an
+//! may not have been published before a crash; in a chunk, `UNCONFIRMED | TOMBSTONE` marks such
+//! an object whose deletion the journal recorded (announced again at the same version after a
+//! later crash). In a journal record, where every object is unconfirmed, `UNCONFIRMED` alone
+//! marks a deletion. Confirmations (journal records only) name an
 //! object by uid and version alone, about 20 bytes: they follow a message, so its object is
 //! known already.
 //!
@@ -263,7 +266,11 @@ impl Encoder {
 fn encode_object(entry: &mut Vec<u8>, object: &SavedObject<'_>, namespace_index: Option<u32>) {
     entry.clear();
     entry.push(0);
-    let mut flags = if object.unconfirmed { UNCONFIRMED } else { 0 };
+    let mut flags = match (object.unconfirmed, object.deleted) {
+        (true, true) => UNCONFIRMED | TOMBSTONE,
+        (true, false) => UNCONFIRMED,
+        (false, _) => 0,
+    };
     flags |= put_uid(entry, object.uid);
     match object.version {
         SavedVersion::Number(n) => {
@@ -403,7 +410,7 @@ fn decode_entries<'a>(
             }
             continue;
         }
-        if flags & TOMBSTONE != 0 {
+        if flags & (TOMBSTONE | UNCONFIRMED) == TOMBSTONE {
             if !f(Decoded::Saved(Saved::Tombstone(uid))) {
                 return Err(at);
             }
@@ -432,6 +439,7 @@ fn decode_entries<'a>(
             name,
             namespace,
             unconfirmed: flags & UNCONFIRMED != 0,
+            deleted: flags & TOMBSTONE != 0,
             mark,
         };
         if !f(Decoded::Saved(Saved::Object(object))) {
@@ -586,6 +594,7 @@ mod tests {
                 name,
                 namespace: ns.as_deref(),
                 unconfirmed: name.ends_with('7'),
+                deleted: name.ends_with("17"),
                 mark: mark_of(i),
             });
         }
@@ -604,6 +613,7 @@ mod tests {
                     name,
                     namespace: ns.as_deref(),
                     unconfirmed: name.ends_with('7'),
+                    deleted: name.ends_with("17"),
                     mark: mark_of(i),
                 };
                 format!("{:?}", Saved::Object(o))
@@ -664,6 +674,7 @@ mod tests {
             name: "a",
             namespace: None,
             unconfirmed: false,
+            deleted: false,
             mark: 0,
         });
         let gone: Vec<[u8; 16]> = (0..20u8).map(|i| [i; 16]).collect();
@@ -703,6 +714,7 @@ mod tests {
                     name,
                     namespace: Some("default"),
                     unconfirmed: false,
+                    deleted: false,
                     mark,
                 });
             }

@@ -27,6 +27,7 @@ impl JournalBatch {
     pub fn push(&mut self, object: &SavedObject<'_>, deleted: bool) {
         let object = SavedObject {
             unconfirmed: deleted,
+            deleted: false,
             ..*object
         };
         encode_object(&mut self.entry, &object, None);
@@ -134,6 +135,7 @@ pub fn decode_journal<'a>(
             Decoded::Saved(Saved::Object(object)) => f(JournalEntry::Recorded {
                 object: SavedObject {
                     unconfirmed: false,
+                    deleted: false,
                     ..object
                 },
                 deleted: object.unconfirmed,
@@ -165,6 +167,7 @@ mod tests {
                 name: &name,
                 namespace: ns,
                 unconfirmed: false,
+                deleted: false,
                 mark: 0,
             };
             batch.push(&object, i == 3);
