@@ -719,3 +719,83 @@ async fn a_checkpoint_near_max_load_bytes_warns() {
         "{created} pods went past the limit at once: {share}"
     );
 }
+
+/// A journal record at a position another writer took (a deposed Lease holder writing late, a
+/// second deployment with the same owner and target) is never overwritten, as a manifest never
+/// is: the watch moves its journal past the foreign record and checkpoints, so its next start
+/// loads its own objects and not the foreign ones — a pod deleted while it was down is announced,
+/// and nothing of the foreign record is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_record_of_another_writer_is_never_overwritten_nor_loaded() {
+    let cluster = Cluster::start(Mode::Core, 10_000).await;
+    cluster.sim.create("pods", Some(NS), pod_named("p0", 0));
+    let recording = Recording::start(&cluster.nats.url()).await;
+    let slow = cluster.config(PODS_WATCH, "").replace(
+        "checkpoint_interval = \"150ms\"",
+        "checkpoint_interval = \"1h\"",
+    );
+    let (kv, identity) = journaled_identity(&cluster, &recording, &slow).await;
+    let config = cluster.config(PODS_WATCH, "");
+    let daemon = Process::spawn(&config);
+    daemon.line_with(&["watching from resourceVersion"]);
+    cluster
+        .checkpoint_at_least(PODS_KEY, cluster.sim.resource_version())
+        .await;
+    // The journal is quiet (every confirmation written): its next position is free.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let target = cluster.owned(PODS_KEY);
+    let mut next = cluster
+        .manifest_at(&target)
+        .await
+        .map_or(0, |m| m.journal_next);
+    while kv
+        .get(format!("{target}.j.{next}"))
+        .await
+        .unwrap()
+        .is_some()
+    {
+        next += 1;
+    }
+    forge_journal(&cluster, &kv, identity, next..next + 1, 1).await;
+    let foreign = kv.get(format!("{target}.j.{next}")).await.unwrap();
+
+    // p1 is the next object recorded: at the position the foreign record holds.
+    let p1 = cluster.sim.create("pods", Some(NS), pod_named("p1", 0));
+    eventually("p1 announced", || {
+        recording.all().iter().any(|s| s.name == "p1")
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        kv.get(format!("{target}.j.{next}")).await.unwrap(),
+        foreign,
+        "the foreign journal record was overwritten"
+    );
+    let line = daemon.line_with(&["written by another kube2nats"]);
+    assert!(line.contains(&format!("journal record {next}")), "{line}");
+    let p1_rv: u64 = rv(&p1).parse().unwrap();
+    cluster.checkpoint_at_least(PODS_KEY, p1_rv).await;
+    drop(daemon); // SIGKILL
+
+    let before = recording.mark().await;
+    let p1_uid = uid_in(&cluster.sim, NS, "p1");
+    cluster.sim.delete("pods", Some(NS), "p1").unwrap();
+    let daemon = Process::spawn(&config);
+    eventually("p1's deletion announced", || {
+        recording.all()[before..]
+            .iter()
+            .any(|s| s.deleted() && s.uid == p1_uid)
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let forged: Vec<String> = recording.all()[before..]
+        .iter()
+        .filter(|s| s.name.starts_with("forged-"))
+        .map(|s| format!("{} {}", s.kind, s.name))
+        .collect();
+    assert!(
+        forged.is_empty(),
+        "the foreign record was loaded: {forged:?}\n{}",
+        daemon.rest()
+    );
+}

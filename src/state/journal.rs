@@ -77,11 +77,20 @@ pub(super) struct JournalTarget {
 
 /// One record being written: resolves once it is stored (retrying until it is), with the
 /// bucket found again if it had to be.
-pub(super) type JournalWrite = std::pin::Pin<Box<dyn std::future::Future<Output = Stored> + Send>>;
+pub(super) type JournalWrite = std::pin::Pin<Box<dyn std::future::Future<Output = Written> + Send>>;
 
-pub(super) struct Stored {
-    pub(super) stream_sequence: u64,
-    pub(super) store: Arc<kv::Store>,
+/// How a record's write ended; both carry the bucket as the write last found it.
+pub(super) enum Written {
+    /// The record is stored at this stream sequence.
+    Stored {
+        stream_sequence: u64,
+        store: Arc<kv::Store>,
+    },
+    /// Another writer's record holds the position: a deposed Lease holder writing late, or a
+    /// second deployment with this owner and target. Records are written only where none is
+    /// (as manifests replace only the revision this process knows), so neither overwrites the
+    /// other's record.
+    Taken { store: Arc<kv::Store> },
 }
 
 impl Journal {
@@ -185,13 +194,38 @@ impl Journal {
             return std::future::pending().await;
         };
         let deadline = self.write_began + DEGRADE_AFTER;
-        let Ok(stored) = tokio::time::timeout_at(deadline, writing).await else {
+        let Ok(written) = tokio::time::timeout_at(deadline, writing).await else {
             return self.suspend();
         };
         self.writing = None;
-        self.store = stored.store;
-        self.last_stream_sequence = stored.stream_sequence;
+        match written {
+            Written::Stored {
+                stream_sequence,
+                store,
+            } => {
+                self.store = store;
+                self.last_stream_sequence = stream_sequence;
+                self.next += 1;
+            }
+            Written::Taken { store } => {
+                self.store = store;
+                self.taken();
+            }
+        }
+    }
+
+    /// Another writer's record holds the position being written. Its content is not this
+    /// memory's, and the next start would load it: the journal moves past it and is suspended
+    /// (what it held back goes out), so that the next checkpoint holds every object and, with
+    /// `journal_next` past the foreign record, makes it unread.
+    fn taken(&mut self) {
+        let reason = format!(
+            "journal record {} of this target was written by another kube2nats (a deposed Lease holder, or a second deployment with the same state.instance)",
+            self.next
+        );
+        self.target.metrics.durability.journal_failed(&reason);
         self.next += 1;
+        self.suspend();
     }
 
     /// Gives up the write under way and what was recorded: messages no longer wait for the
@@ -214,22 +248,36 @@ impl Journal {
     }
 }
 
-/// Stores one journal record, retrying (and finding the bucket again) until it is stored.
+/// Stores one journal record where no record is (`Nats-Expected-Last-Subject-Sequence: 0`),
+/// retrying (and finding the bucket again) until it is stored, or found to be another writer's.
 async fn write_record(
     target: Arc<JournalTarget>,
     mut store: Arc<kv::Store>,
     key: String,
     record: bytes::Bytes,
-) -> Stored {
+) -> Written {
     let mut backoff = Backoff::new(NATS_SETUP_RETRY);
     let mut failing = false;
     loop {
-        match store.put(&key, record.clone()).await {
+        let created = match store.create(&key, record.clone()).await {
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+                // A retry finds its own write stored (its acknowledgement was lost), or
+                // another writer's record.
+                match store.entry(&key).await {
+                    Ok(Some(entry)) if entry.value == record => Ok(entry.revision),
+                    Ok(Some(_)) => return Written::Taken { store },
+                    Ok(None) => Err(e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            other => other.map_err(|e| e.to_string()),
+        };
+        match created {
             Ok(stream_sequence) => {
                 if failing {
                     tracing::info!(watch = %target.metrics.watch, key = %target.key, "the journal is written again");
                 }
-                return Stored {
+                return Written::Stored {
                     stream_sequence,
                     store,
                 };
