@@ -483,21 +483,25 @@ async fn without_jetstream_state_is_memory_only_and_said_once() {
     );
 }
 
-/// A namespace dropped from a watch has its saved state removed (with a log line); the state of a
-/// watch name this configuration does not have — perhaps another kube2nats's, sharing the bucket —
-/// is left alone.
+/// Saved state this configuration does not watch — a namespace dropped from a watch, or a watch
+/// name it does not have (perhaps another kube2nats's with the same owner) — is kept while it is
+/// younger than `state.forget_unwatched_after`, and forgotten by the first start after that, each
+/// with a log line; the watched target's state is never touched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_state_of_a_dropped_namespace_is_removed_and_foreign_state_is_kept() {
+async fn unwatched_state_is_kept_while_young_and_forgotten_once_old() {
     use futures_util::TryStreamExt;
     let cluster = Cluster::start(Mode::Core, 10_000).await;
     for ns in ["a", "b"] {
         cluster.sim.create("pods", Some(ns), pod_named("p0", 0));
     }
-    let watch = |namespaces: &str| {
-        format!("[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [{namespaces}]\n")
+    let config = |namespaces: &str| {
+        let watch = format!(
+            "[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [{namespaces}]\n"
+        );
+        cluster.config(&watch, "forget_unwatched_after = \"4s\"")
     };
     let recording = Recording::start(&cluster.nats.url()).await;
-    let daemon = Process::spawn(&cluster.config(&watch("\"a\", \"b\""), ""));
+    let daemon = Process::spawn(&config("\"a\", \"b\""));
     eventually("both pods announced", || recording.all().len() >= 2).await;
     let rv = cluster.sim.resource_version();
     cluster.checkpoint_at_least("pods.a", rv).await;
@@ -506,19 +510,29 @@ async fn the_state_of_a_dropped_namespace_is_removed_and_foreign_state_is_kept()
     let kv = cluster.kv().await;
     let others = cluster.owned("others.b.manifest");
     kv.put(&others, "{}".into()).await.unwrap();
+    let (a, b) = (cluster.owned("pods.a.manifest"), cluster.owned("pods.b."));
+    let keys = || async {
+        let keys: Vec<String> = kv.keys().await.unwrap().try_collect().await.unwrap();
+        let held = |prefix: &str| keys.iter().any(|k| k.starts_with(prefix));
+        (held(&a), held(&b), held(&others))
+    };
 
-    let daemon = Process::spawn(&cluster.config(&watch("\"a\""), ""));
-    let line = daemon.line_with(&["removed the saved state"]);
-    assert!(line.contains("pods.b"), "{line}");
-    let keys: Vec<String> = kv.keys().await.unwrap().try_collect().await.unwrap();
-    let b = cluster.owned("pods.b.");
-    assert!(!keys.iter().any(|k| k.starts_with(&b)), "{keys:?}");
-    let a = cluster.owned("pods.a.manifest");
-    assert!(keys.contains(&a), "{keys:?}");
-    assert!(keys.contains(&others), "{keys:?}");
-    assert!(
-        !daemon.rest().contains("others.b"),
-        "a watch name not configured is not touched"
+    let young = Process::spawn(&config("\"a\""));
+    for target in ["others.b", "pods.b"] {
+        young.line_with(&["kept the saved state of a target", target]);
+    }
+    assert_eq!(keys().await, (true, true, true), "young state is kept");
+    drop(young);
+
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    let old = Process::spawn(&config("\"a\""));
+    for target in ["others.b", "pods.b"] {
+        old.line_with(&["forgot the saved state of a target", target]);
+    }
+    assert_eq!(
+        keys().await,
+        (true, false, false),
+        "state unwritten for 4 s is forgotten, the watched target's is kept"
     );
 }
 

@@ -349,6 +349,10 @@ pub(crate) enum Start {
     Saved {
         dedupe: Box<Dedupe>,
         version: ResourceVersion,
+        /// Whether a checkpoint was loaded; without one, the state is a journal alone, which
+        /// names only the objects published, not those a first list tracked silently
+        /// (`initial_state = "skip"`).
+        checkpointed: bool,
     },
     /// No snapshot, but a journal of objects published by a run that crashed before its first
     /// checkpoint: list, and diff against them (their deletions are announced).
@@ -414,6 +418,7 @@ impl TargetState {
                             let start = Start::Saved {
                                 version: ResourceVersion::new(position),
                                 dedupe: Box::new(read.dedupe),
+                                checkpointed: false,
                             };
                             return Some(self.loaded(start, bucket, None, revision));
                         }
@@ -434,6 +439,7 @@ impl TargetState {
                     let start = Start::Saved {
                         version: ResourceVersion::new(position),
                         dedupe: Box::new(read.dedupe),
+                        checkpointed: true,
                     };
                     return Some(self.loaded(start, bucket, Some(manifest), revision));
                 }

@@ -277,21 +277,42 @@ impl WatchTask {
         } = saved.load(shutdown).await?;
         self.delivery.set_journal(journal);
         match start {
-            Start::Saved { dedupe, version } if self.mirror.is_some() => {
+            Start::Saved {
+                dedupe,
+                checkpointed: false,
+                ..
+            } if self.initial_state == InitialState::Skip => {
+                // A journal alone (a crash before the first checkpoint) names the objects
+                // published, not those the first list tracked silently: resumed, a 410 relist
+                // would announce those as ADDED. So the start lists as a first start does,
+                // diffing the journaled objects and tracking the rest silently.
+                self.dedupe = *dedupe;
+                self.resuming = Some(self.dedupe.len());
+                self.report_tracked();
+                tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), objects = self.dedupe.len(), "loaded a journal without a checkpoint: listing as at a first start (initial_state = \"skip\")");
+                Some((self.machine.start(), checkpoints))
+            }
+            Start::Saved {
+                dedupe, version, ..
+            } if self.mirror.is_some() => {
                 self.dedupe = *dedupe;
                 self.listed_once = true;
                 self.report_tracked();
                 tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %version, objects = self.dedupe.len(), "loaded saved state: relisting to diff it and to repair the mirror");
                 Some((self.machine.list(ListReason::Mirror), checkpoints))
             }
-            Start::Saved { dedupe, version } if self.scope.is_limited() => {
+            Start::Saved {
+                dedupe, version, ..
+            } if self.scope.is_limited() => {
                 self.dedupe = *dedupe;
                 self.listed_once = true;
                 self.report_tracked();
                 tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %version, objects = self.dedupe.len(), "loaded saved state: relisting to diff it under the current namespace scope");
                 Some((self.machine.list(ListReason::NamespaceScope), checkpoints))
             }
-            Start::Saved { dedupe, version } => {
+            Start::Saved {
+                dedupe, version, ..
+            } => {
                 self.dedupe = *dedupe;
                 self.listed_once = true;
                 self.resuming = Some(self.dedupe.len());
