@@ -404,11 +404,12 @@ async fn discover(
     config: &Config,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Option<Discovery>> {
+    let resources: Vec<&str> = config.watches.iter().map(|w| w.resource.as_str()).collect();
     let mut backoff = Backoff::new(config.kubernetes.backoff);
     loop {
         let attempt = tokio::select! {
             _ = shutdown.cancelled() => return Ok(None),
-            attempt = Discovery::fetch(client) => attempt,
+            attempt = Discovery::fetch_for(client, &resources) => attempt,
         };
         match attempt {
             Ok(discovery) => return Ok(Some(discovery)),

@@ -257,3 +257,63 @@ async fn a_crd_deleted_while_stopped_is_caught_up_when_it_returns() {
     second.served_becomes("widgets", 1.0).await;
     widgets.quiet_for(QUIET).await;
 }
+
+/// The discovery requests kube2nats made of `sim` so far: `GET /api/v1`, `/apis`, `/apis/{group}`
+/// and `/apis/{group}/{version}` (never a resource's own path).
+fn discovery_requests(sim: &ApiServer) -> Vec<String> {
+    sim.requests()
+        .into_iter()
+        .filter(|r| r.method == "GET")
+        .map(|r| r.path)
+        .filter(|path| {
+            let segments = path.split('/').filter(|s| !s.is_empty()).count();
+            path == "/api/v1" || (path.starts_with("/apis") && segments <= 3)
+        })
+        .collect()
+}
+
+/// Discovery asks only what the watches need (docs/troubleshooting.md), on a server with
+/// aggregated discovery (Kubernetes 1.26+) and on one without: at start, `/api/v1` for the pods
+/// watch and `/apis` for the widgets watch, whose CRD is not installed (without aggregated
+/// discovery also the versions of its group, which another CRD keeps served; nothing of the
+/// other groups); the same for each retry while the widgets watch waits. Counted on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_asks_only_what_the_watches_need() {
+    for aggregated_discovery in [true, false] {
+        let sim = ApiServer::start(ApiServerOptions {
+            aggregated_discovery,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        sim.delete_crd("widgets");
+        let nats = NatsServer::start().await.unwrap();
+        let client = async_nats::connect(nats.url()).await.unwrap();
+        let mut widgets = Inbox::subscribe(&client, "kube.example_com.v1.widgets.>").await;
+        let dir = tempfile::tempdir().unwrap();
+        let daemon = Daemon::spawn(&sim, &nats, &dir);
+        daemon.process.line_with(&["resource not served yet"]);
+        let at_start = discovery_requests(&sim);
+        sim.clear_requests();
+        // Retries at 1, 2 and 4 s.
+        tokio::time::sleep(Duration::from_millis(7500)).await;
+        let waiting = discovery_requests(&sim);
+        sim.clear_requests();
+        sim.create_crd("widgets");
+        sim.create("widgets", Some("default"), widget("w1"));
+        assert_eq!(widgets.next().await.short(), "ADDED w1");
+        let arrived = discovery_requests(&sim);
+        eprintln!(
+            "aggregated discovery {aggregated_discovery}: at start {at_start:?}; while waiting {waiting:?}; once served {arrived:?}"
+        );
+        let per_retry: &[&str] = match aggregated_discovery {
+            true => &["/apis"],
+            false => &["/apis", "/apis/example.com/v1"],
+        };
+        assert_eq!(at_start, [&["/api/v1"], per_retry].concat());
+        let retries = waiting.len() / per_retry.len();
+        assert!((2..=4).contains(&retries), "{waiting:?}");
+        assert_eq!(waiting, per_retry.repeat(retries));
+        assert_eq!(arrived, per_retry);
+    }
+}

@@ -198,7 +198,8 @@ impl Waiting {
     pub(super) async fn resolved(&mut self, client: &ApiClient) -> Vec<WatchPlan> {
         loop {
             tokio::time::sleep(self.backoff.next_delay()).await;
-            let discovery = match Discovery::fetch(client).await {
+            let names: Vec<&str> = self.watches.iter().map(|w| w.resource.as_str()).collect();
+            let discovery = match Discovery::fetch_for(client, &names).await {
                 Ok(discovery) => discovery,
                 Err(e) => {
                     tracing::debug!(error = %e, "API discovery for the waiting watches failed; retrying");

@@ -285,7 +285,8 @@ impl Watches<'_> {
             return Plans::default();
         }
         let arriving = diff.arriving();
-        let arrived = match Discovery::fetch(self.shared.client).await {
+        let names: Vec<&str> = arriving.iter().map(|w| w.resource.as_str()).collect();
+        let arrived = match Discovery::fetch_for(self.shared.client, &names).await {
             Ok(discovery) => plan(&arriving, &discovery),
             Err(e) => {
                 tracing::warn!(error = %e, "API discovery for the reloaded watches failed; they wait for it");

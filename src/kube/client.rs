@@ -208,11 +208,16 @@ impl ApiClient {
 
     /// GET a JSON document (discovery), within the request timeout.
     pub(crate) async fn get(&self, path: &str) -> Result<Bytes, ApiError> {
+        self.get_as(path, ACCEPT_JSON).await
+    }
+
+    /// [`get`](Self::get), `accept` choosing the representation (aggregated discovery).
+    pub(crate) async fn get_as(&self, path: &str, accept: &'static str) -> Result<Bytes, ApiError> {
         let response = self
             .send(
                 Verb::Get,
                 path,
-                |h| h.get(self.url(path, &[])).header(ACCEPT, ACCEPT_JSON),
+                |h| h.get(self.url(path, &[])).header(ACCEPT, accept),
                 true,
             )
             .await?;

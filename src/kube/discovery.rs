@@ -105,19 +105,48 @@ pub(crate) struct Discovery {
 }
 
 impl Discovery {
-    /// Fetches `/api/v1`, `/apis` and every group's versions.
-    pub(crate) async fn fetch(client: &ApiClient) -> Result<Discovery, DiscoveryError> {
-        let mut served = vec![Served {
-            group: String::new(),
-            version: "v1".into(),
-            preferred: true,
-            resources: get::<ApiResourceList>(client, "/api/v1").await?.resources,
-        }];
-        let groups = get::<ApiGroupList>(client, "/apis").await?;
-        for group in groups.groups {
-            served.extend(group_versions(client, group).await);
+    /// Fetches what resolving `names` (as configured: `pods`, `deployments.apps`,
+    /// `widgets.v1.example.com`) needs, and no more (docs/configuration.md, "Resources"):
+    /// `/api/v1` when a name may be a core resource; `/apis`, as the aggregated discovery
+    /// document where the server offers it (Kubernetes 1.26+: every group's versions and
+    /// resources in one answer); else only the named groups' versions, or every group's for a
+    /// name without a group that the core group does not serve. A start with one `pods` watch
+    /// makes one request, a waiting CRD watch one per retry.
+    pub(crate) async fn fetch_for(
+        client: &ApiClient,
+        names: &[&str],
+    ) -> Result<Discovery, DiscoveryError> {
+        let mut discovery = Discovery { served: Vec::new() };
+        if names.iter().any(|name| may_be_core(name)) {
+            discovery.served.push(core(client).await?);
         }
-        Ok(Discovery { served })
+        let unresolved: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|name| discovery.resolve(name).is_err())
+            .collect();
+        if unresolved.is_empty() {
+            return Ok(discovery);
+        }
+        match groups(client).await? {
+            Groups::Aggregated(served) => discovery.served.extend(served),
+            Groups::Listed(list) => {
+                let every = unresolved.iter().any(|name| !name.contains('.'));
+                for group in list.groups {
+                    if every || unresolved.iter().any(|name| names_group(name, &group.name)) {
+                        discovery.served.extend(group_versions(client, group).await);
+                    }
+                }
+            }
+        }
+        Ok(discovery)
+    }
+
+    /// Fetches everything the server serves: the core group and every named group.
+    #[cfg(test)]
+    pub(crate) async fn fetch(client: &ApiClient) -> Result<Discovery, DiscoveryError> {
+        // A name no group serves: the core group and every group are fetched to look for it.
+        Discovery::fetch_for(client, &["no-such-resource"]).await
     }
 
     /// Fetches one named group's versions (`/apis/{group}` and each version's resources): what a
@@ -232,6 +261,149 @@ fn matches(r: &ApiResource, name: &str) -> bool {
             || r.singular_name == name
             || r.short_names.iter().any(|s| s == name)
             || r.kind.eq_ignore_ascii_case(name))
+}
+
+/// Whether `name` may name a resource of the core group: it names no group (`pods`), or what
+/// follows its resource is one word, a group or the core group's version (`pods.v1`).
+fn may_be_core(name: &str) -> bool {
+    name.split_once('.')
+        .is_none_or(|(_, rest)| !rest.contains('.'))
+}
+
+/// Whether `name` (`resource.group` or `resource.version.group`) names `group`.
+fn names_group(name: &str, group: &str) -> bool {
+    let Some((_, rest)) = name.split_once('.') else {
+        return false;
+    };
+    rest == group || rest.split_once('.').is_some_and(|(_, g)| g == group)
+}
+
+/// The core group's resources (`/api/v1`).
+async fn core(client: &ApiClient) -> Result<Served, DiscoveryError> {
+    Ok(Served {
+        group: String::new(),
+        version: "v1".into(),
+        preferred: true,
+        resources: get::<ApiResourceList>(client, "/api/v1").await?.resources,
+    })
+}
+
+/// `Accept` of `GET /apis`: the aggregated discovery document in either of its versions
+/// (apidiscovery.k8s.io v2 from Kubernetes 1.30, v2beta1 from 1.26), else the group list.
+const ACCEPT_GROUPS: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+
+/// What `GET /apis` answered.
+enum Groups {
+    /// The aggregated document: every group version with its resources.
+    Aggregated(Vec<Served>),
+    /// The group list of a server without aggregated discovery (before 1.26).
+    Listed(ApiGroupList),
+}
+
+async fn groups(client: &ApiClient) -> Result<Groups, DiscoveryError> {
+    let path = "/apis";
+    let body =
+        client
+            .get_as(path, ACCEPT_GROUPS)
+            .await
+            .map_err(|source| DiscoveryError::Request {
+                path: path.into(),
+                source,
+            })?;
+    let malformed = |source| DiscoveryError::Malformed {
+        path: path.into(),
+        source,
+    };
+    let kind: Kinded = serde_json::from_slice(&body).map_err(malformed)?;
+    if kind.kind.as_deref() != Some("APIGroupDiscoveryList") {
+        return serde_json::from_slice(&body)
+            .map(Groups::Listed)
+            .map_err(malformed);
+    }
+    let list: GroupDiscoveryList = serde_json::from_slice(&body).map_err(malformed)?;
+    Ok(Groups::Aggregated(list.served()))
+}
+
+#[derive(Deserialize)]
+struct Kinded {
+    kind: Option<String>,
+}
+
+/// `APIGroupDiscoveryList` (apidiscovery.k8s.io v2 and v2beta1 read alike here).
+#[derive(Deserialize)]
+struct GroupDiscoveryList {
+    items: Vec<GroupDiscovery>,
+}
+
+#[derive(Deserialize)]
+struct GroupDiscovery {
+    metadata: GroupName,
+    /// In priority order: the first is the preferred version.
+    versions: Vec<VersionDiscovery>,
+}
+
+#[derive(Deserialize)]
+struct GroupName {
+    #[serde(default)]
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct VersionDiscovery {
+    version: String,
+    #[serde(default)]
+    resources: Vec<ResourceDiscovery>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ResourceDiscovery {
+    resource: String,
+    #[serde(default)]
+    response_kind: Option<ResponseKind>,
+    #[serde(default)]
+    scope: String,
+    #[serde(default)]
+    singular_resource: String,
+    #[serde(default)]
+    verbs: Vec<String>,
+    #[serde(default)]
+    short_names: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct ResponseKind {
+    #[serde(default)]
+    kind: String,
+}
+
+impl GroupDiscoveryList {
+    fn served(self) -> Vec<Served> {
+        let mut served = Vec::new();
+        for group in self.items {
+            for (i, version) in group.versions.into_iter().enumerate() {
+                let resources = version
+                    .resources
+                    .into_iter()
+                    .map(|r| ApiResource {
+                        name: r.resource,
+                        singular_name: r.singular_resource,
+                        namespaced: r.scope == "Namespaced",
+                        kind: r.response_kind.map(|k| k.kind).unwrap_or_default(),
+                        verbs: r.verbs,
+                        short_names: r.short_names,
+                    })
+                    .collect();
+                served.push(Served {
+                    group: group.metadata.name.clone(),
+                    version: version.version,
+                    preferred: i == 0,
+                    resources,
+                });
+            }
+        }
+        served
+    }
 }
 
 /// The served versions of `group`, each with its resources, in the order the server lists
@@ -405,5 +577,21 @@ mod tests {
         assert!(err.contains("did you mean deployments.apps"), "{err}");
         let err = discovery().resolve("gizmos").unwrap_err().to_string();
         assert_eq!(err, "unknown resource \"gizmos\"");
+    }
+
+    #[test]
+    fn names_say_which_groups_they_may_be_in() {
+        assert!(may_be_core("pods"));
+        assert!(may_be_core("pods.v1"));
+        assert!(may_be_core("deployments.apps"), "apps may be a version");
+        assert!(!may_be_core("widgets.example.com"));
+        assert!(!may_be_core("deployments.v1.apps"));
+        assert!(names_group("deployments.apps", "apps"));
+        assert!(names_group("deployments.v1.apps", "apps"));
+        assert!(names_group("widgets.v1beta1.example.com", "example.com"));
+        assert!(names_group("widgets.example.com", "example.com"));
+        // Read as `resource.version.group`, as kubectl reads it when no group is `example.com`.
+        assert!(names_group("widgets.example.com", "com"));
+        assert!(!names_group("pods", "apps"));
     }
 }

@@ -127,6 +127,8 @@ fn bearer_token(headers: &HeaderMap) -> Option<String> {
 enum Route {
     /// A fixed discovery (or version) document.
     Document(Value),
+    /// `GET /apis`: the legacy group list, or the aggregated discovery document.
+    GroupList,
     /// `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`.
     SelfSubjectAccessReview,
     /// A collection or one object.
@@ -144,9 +146,7 @@ fn parse_route(shared: &Shared, path: &str) -> Result<Route, ApiError> {
         ["api"] => Ok(Route::Document(resources::api_versions(
             &shared.server_address,
         ))),
-        ["apis"] => Ok(Route::Document(resources::api_group_list(
-            shared.store().discovered(),
-        ))),
+        ["apis"] => Ok(Route::GroupList),
         ["version"] => Ok(Route::Document(json!({
             "major": "1", "minor": "33", "gitVersion": "v1.33.0-kube2nats-harness",
             "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
@@ -259,7 +259,9 @@ async fn serve(
         return Err(failure.to_error());
     }
     match route? {
+        Route::GroupList if method == Method::GET => Ok(group_list(shared, accept)),
         Route::Document(doc) if method == Method::GET => Ok(json_response(StatusCode::OK, &doc)),
+        Route::GroupList => Err(ApiError::method_not_allowed(method.as_str())),
         Route::Document(_) => Err(ApiError::method_not_allowed(method.as_str())),
         Route::SelfSubjectAccessReview if method == Method::POST => {
             let review = read_json(body).await?;
@@ -770,6 +772,32 @@ fn stalled_response() -> Response {
         HeaderValue::from_static("application/json"),
     );
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("200"));
+    response
+}
+
+/// `GET /apis`: the aggregated discovery document (`APIGroupDiscoveryList`) when the server
+/// offers it and `accept` asks for it (a client lists it before plain JSON, as kubectl does),
+/// else the legacy `APIGroupList`.
+fn group_list(shared: &Shared, accept: &str) -> Response {
+    let asks = accept
+        .split(',')
+        .next()
+        .is_some_and(|first| first.contains("as=APIGroupDiscoveryList") && first.contains("v=v2"));
+    let discovered = shared.store();
+    if !(shared.aggregated_discovery && asks) {
+        return json_response(
+            StatusCode::OK,
+            &resources::api_group_list(discovered.discovered()),
+        );
+    }
+    let doc = resources::api_group_discovery_list(discovered.discovered());
+    let mut response = json_response(StatusCode::OK, &doc);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+        ),
+    );
     response
 }
 

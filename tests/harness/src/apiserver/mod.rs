@@ -94,6 +94,10 @@ pub struct ApiServerOptions {
     /// Send a BOOKMARK this often to watches that allow bookmarks; `None`: only on
     /// [`ApiServer::send_bookmarks`] (real servers send them at no fixed interval, or not at all).
     pub bookmark_interval: Option<Duration>,
+    /// Answer `GET /apis` with the aggregated discovery document (`APIGroupDiscoveryList`,
+    /// apidiscovery.k8s.io/v2) when the client's `Accept` asks for it, as kube-apiserver does
+    /// from 1.30 (v2beta1 from 1.26); `false`: the per-group documents alone, as before 1.26.
+    pub aggregated_discovery: bool,
 }
 
 impl Default for ApiServerOptions {
@@ -103,6 +107,7 @@ impl Default for ApiServerOptions {
             auth: Auth::Tokens,
             history_limit: DEFAULT_HISTORY_LIMIT,
             bookmark_interval: None,
+            aggregated_discovery: true,
         }
     }
 }
@@ -300,6 +305,8 @@ struct Shared {
     /// The `kube-system` Namespace's uid: what tools use as the cluster's id, different for
     /// every simulator.
     cluster_uid: String,
+    /// [`ApiServerOptions::aggregated_discovery`].
+    aggregated_discovery: bool,
 }
 
 /// Locks a mutex, recovering from poisoning: a panicking test thread must not take the server
@@ -434,6 +441,7 @@ impl ApiServer {
             cut_off: partition::CutOff::default(),
             slow_lease_reads: leases::SlowReads::default(),
             cluster_uid: uuid::Uuid::new_v4().to_string(),
+            aggregated_discovery: opts.aggregated_discovery,
         });
 
         let serving = tokio::spawn(accept_loop(

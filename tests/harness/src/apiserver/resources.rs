@@ -293,6 +293,44 @@ pub fn api_group_list(crds: &Crds) -> Value {
     json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": groups })
 }
 
+/// `GET /apis` asked for aggregated discovery: every named group, each version (in priority
+/// order, the preferred first) with its resources, in one `APIGroupDiscoveryList`.
+pub fn api_group_discovery_list(crds: &Crds) -> Value {
+    let items: Vec<Value> = groups(crds)
+        .into_iter()
+        .map(|(group, versions)| {
+            let versions: Vec<Value> = versions
+                .iter()
+                .map(|version| {
+                    let resources: Vec<Value> = RESOURCES
+                        .iter()
+                        .filter(|r| r.group == group && crds.versions(r).contains(version))
+                        .map(|r| {
+                            let subresources: Vec<Value> = r
+                                .subresources
+                                .iter()
+                                .map(|(sub, verbs)| json!({ "subresource": sub, "verbs": verbs }))
+                                .collect();
+                            json!({
+                                "resource": r.plural,
+                                "responseKind": { "group": group, "version": version, "kind": r.kind },
+                                "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+                                "singularResource": r.singular,
+                                "verbs": ALL_VERBS,
+                                "shortNames": r.short_names,
+                                "subresources": subresources,
+                            })
+                        })
+                        .collect();
+                    json!({ "version": version, "resources": resources, "freshness": "Current" })
+                })
+                .collect();
+            json!({ "metadata": { "name": group }, "versions": versions })
+        })
+        .collect();
+    json!({ "kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items })
+}
+
 /// `GET /apis/{group}`: one APIGroup.
 pub fn api_group(group: &str, crds: &Crds) -> Option<Value> {
     let (name, versions) = groups(crds).into_iter().find(|(g, _)| *g == group)?;
