@@ -587,8 +587,8 @@ async fn sigterm_during_a_busy_stream_exits_0_within_the_grace_period() {
     );
 }
 
-/// Past the grace period (NATS down, JetStream acknowledgements pending) kube2nats exits non-zero
-/// and says what it abandoned.
+/// Past the grace period (NATS down, messages pending: held back until the journal records their
+/// objects, which needs NATS) kube2nats exits non-zero and says what it abandoned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grace_period_exceeded_exits_nonzero_and_names_what_was_abandoned() {
     let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
@@ -610,7 +610,76 @@ async fn grace_period_exceeded_exits_nonzero_and_names_what_was_abandoned() {
     let log = process.rest();
     assert_eq!(code, Some(1), "log:\n{log}");
     assert!(took < Duration::from_secs(3), "took {took:?}");
-    assert!(log.contains("abandoned"), "log:\n{log}");
+    assert!(log.contains("abandoned 5 message(s)"), "log:\n{log}");
+}
+
+/// With NATS gone and no message unconfirmed, a shutdown has nothing to lose: kube2nats exits 0
+/// at once, instead of waiting out the grace period for a server that is not there.
+async fn sigterm_with_nats_gone_and_nothing_pending_exits_0_at_once(mode: &str) {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    for i in 0..3 {
+        sim.create("pods", Some("default"), pod(&format!("calm-{i}")));
+    }
+    let mut nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let js_section = match mode {
+        "jetstream" => "mode = \"jetstream\"\n[nats.jetstream.stream]\n",
+        _ => "",
+    };
+    let text = config_text(
+        &sim,
+        &nats,
+        &dir,
+        &format!("{js_section}[state]\ncheckpoint_interval = \"200ms\"\n{PODS_WATCH}"),
+    );
+    let mut process = Process::spawn_with(&text, &["--log-format", "json"]);
+    process.http_url();
+    process.line_with(&["synced"]);
+    // Everything published is checkpointed: nothing is left for a shutdown to save.
+    let checkpointed = |text: &str| {
+        metric(
+            text,
+            "kube2nats_state_checkpoints_total",
+            &[("watch", "pods")],
+        )
+        .unwrap_or(0.0)
+    };
+    let mut quiet_since = checkpointed(&process.metrics().await);
+    loop {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let now = checkpointed(&process.metrics().await);
+        if now >= 1.0 && now == quiet_since {
+            break;
+        }
+        quiet_since = now;
+    }
+    nats.stop().await;
+    process.line_with(&["disconnected from NATS"]);
+    // A bookmark moves the watch's version while NATS is away, as the API server's do every
+    // minute: the checkpoints (and a last one at shutdown) have a version to write, and writing
+    // it needs NATS; nothing is lost without it.
+    sim.create("pods", Some("elsewhere"), pod("moves-the-version"));
+    sim.send_bookmarks();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    process.terminate();
+    let (code, took) = process.wait_exit(Duration::from_secs(10));
+    let log = process.rest();
+    assert_eq!(code, Some(0), "mode {mode}; log:\n{log}");
+    assert!(
+        took < Duration::from_secs(1),
+        "mode {mode}: took {took:?} (grace period 5s); log:\n{log}"
+    );
+    assert!(!log.contains("abandoned"), "mode {mode}; log:\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_nats_gone_and_nothing_pending_exits_0_at_once_core() {
+    sigterm_with_nats_gone_and_nothing_pending_exits_0_at_once("core").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_nats_gone_and_nothing_pending_exits_0_at_once_jetstream() {
+    sigterm_with_nats_gone_and_nothing_pending_exits_0_at_once("jetstream").await;
 }
 
 /// Tokens never appear in the logs, even at debug level and through a 401 and a rotation; and

@@ -209,6 +209,8 @@ impl WatchTask {
                 tokio::pin!(step);
                 loop {
                     self.delivery.confirm_settled();
+                    // What a shutdown now would abandon, with what the outbox reports.
+                    self.gauges.set_held_back(self.delivery.held_back());
                     let due = checkpoints.due();
                     let idle = self.delivery.idle_state();
                     let confirm_due = idle.confirmations_due;
