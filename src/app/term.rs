@@ -31,6 +31,7 @@ use crate::publish::Nats;
 use crate::scope;
 use crate::state::target_key;
 use crate::telemetry::http::Readiness;
+use crate::telemetry::logging::human;
 use crate::telemetry::metrics::WatchSync;
 use crate::telemetry::target::TargetGauges;
 use crate::watcher::machine::Machine;
@@ -141,7 +142,7 @@ impl Term {
             .map(|g| std::mem::take(&mut g.tasks))
             .collect();
         if let Err(abandoned) = join_within(&mut sets, grace_period, &targets).await {
-            tracing::warn!(grace_period = ?grace_period, abandoned, "watches stopped by the reload did not drain within the grace period; their unconfirmed messages are re-announced when they start again");
+            tracing::warn!(grace_period = human(grace_period), abandoned, "watches stopped by the reload did not drain within the grace period; their unconfirmed messages are re-announced when they start again");
         }
         for group in &stopping {
             group.clear_metrics();
@@ -549,7 +550,7 @@ pub(super) async fn drain(
     nats: &Nats,
 ) -> anyhow::Result<()> {
     tracing::info!(
-        grace_period = ?grace_period,
+        grace_period = human(grace_period),
         "shutting down: stopping watches and publishing what is in flight"
     );
     let tasks: usize = sets.iter().map(JoinSet::len).sum();
