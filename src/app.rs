@@ -39,6 +39,7 @@ use crate::leader::{Candidate, Elector};
 use crate::publish::{connect, Nats};
 use crate::state::StateStore;
 use crate::telemetry::http::{self, Readiness};
+use crate::telemetry::logging::human;
 use crate::telemetry::metrics::Metrics;
 use crate::watcher::ListSlots;
 pub use plan::MirrorsOverlap;
@@ -242,7 +243,7 @@ async fn drain_nats(nats: &Nats) {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::debug!(error = %e, "draining the NATS connection failed"),
         Err(_) => {
-            tracing::warn!(timeout = ?NATS_DRAIN_TIMEOUT, "NATS connection not drained in time (NATS unreachable?); messages still in the client's buffer are lost")
+            tracing::warn!(timeout = human(NATS_DRAIN_TIMEOUT), "NATS connection not drained in time (NATS unreachable?); messages still in the client's buffer are lost")
         }
     }
 }
@@ -379,7 +380,7 @@ async fn ensure_stream(config: &Config, nats: &Nats, shutdown: &CancellationToke
         };
         let Err(e) = attempt else { return true };
         let delay = backoff.next_delay();
-        tracing::warn!(stream = %stream.name, error = %e, retry_in = ?delay, "cannot create or check the JetStream stream yet; retrying");
+        tracing::warn!(stream = %stream.name, error = %e, retry_in = human(delay), "cannot create or check the JetStream stream yet; retrying");
         tokio::select! {
             _ = shutdown.cancelled() => return false,
             () = tokio::time::sleep(delay) => {}
@@ -415,7 +416,7 @@ async fn discover(
             Ok(discovery) => return Ok(Some(discovery)),
             Err(e) if e.is_retryable() => {
                 let delay = backoff.next_delay();
-                tracing::warn!(error = %e, retry_in = ?delay, "API discovery failed; retrying");
+                tracing::warn!(error = %e, retry_in = human(delay), "API discovery failed; retrying");
                 tokio::select! {
                     _ = shutdown.cancelled() => return Ok(None),
                     () = tokio::time::sleep(delay) => {}

@@ -314,6 +314,92 @@ async fn relist_after_410_publishes_the_difference() {
     );
 }
 
+/// docs/messages.md names the resourceVersion a relist's DELETED carries twice: in the header
+/// table (`Kube-Resource-Version`) and in the paragraph on the payload (the minimal object's
+/// `metadata.resourceVersion`). A real relist's DELETED carries what each statement names.
+#[tokio::test]
+async fn relist_deleted_carries_the_versions_docs_messages_names() {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/messages.md"),
+    )
+    .expect("docs/messages.md");
+    let header_says = relist_deleted_in_header_table(&doc);
+    let payload_says = relist_deleted_in_payload_paragraph(&doc);
+
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    sim.create("pods", Some("default"), pod("a"));
+    let c = sim.create("pods", Some("default"), pod("c"));
+    let nats = NatsServer::start().await.unwrap();
+    let nc = async_nats::connect(nats.url()).await.unwrap();
+    let mut inbox = Inbox::subscribe(&nc, "kube.>").await;
+    let env = Env::start_with(sim, nats, "", PODS_WATCH).await;
+    assert_eq!(inbox.take(2).await.len(), 2);
+    env.wait_ready().await;
+    // c goes while the watch is cut off, and the history forgets it: only a relist learns it.
+    env.sim
+        .fail_next_matching(3, RequestFilter::Watch, Failure::Internal);
+    env.sim.drop_watches();
+    env.sim.delete("pods", Some("default"), "c");
+    env.sim.create("pods", Some("default"), pod("d"));
+    env.sim.compact();
+    let list_version = env.sim.resource_version().to_string();
+    let deleted = loop {
+        let m = inbox.next().await;
+        if m.short() == "DELETED c" {
+            break m;
+        }
+    };
+    assert_eq!(deleted.header("Kube-Synthesized"), Some("relist"));
+    let named = |statement: &str| -> String {
+        let list = statement.contains("the list's resourceVersion");
+        let last = statement.contains("last published resourceVersion");
+        match (list, last) {
+            (true, false) => list_version.clone(),
+            (false, true) => rv(&c),
+            _ => panic!(
+                "docs/messages.md names no one resourceVersion this test knows (the list's, or the last published): {statement:?}"
+            ),
+        }
+    };
+    assert_ne!(list_version, rv(&c), "the two versions differ");
+    assert_eq!(
+        deleted.header("Kube-Resource-Version").unwrap_or_default(),
+        named(&header_says),
+        "the header, as the table says: {header_says:?}"
+    );
+    assert_eq!(
+        deleted.payload["object"]["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default(),
+        named(&payload_says),
+        "the payload, as its paragraph says: {payload_says:?}"
+    );
+}
+
+/// What the `Kube-Resource-Version` row of docs/messages.md says after "relist's DELETED".
+fn relist_deleted_in_header_table(doc: &str) -> String {
+    let row = doc
+        .lines()
+        .find(|l| l.starts_with("| `Kube-Resource-Version` |"))
+        .expect("docs/messages.md has a Kube-Resource-Version row");
+    row.split_once("relist's DELETED")
+        .expect("the row says what a relist's DELETED carries")
+        .1
+        .to_owned()
+}
+
+/// The sentence of docs/messages.md on the payload of a DELETED synthesized by a relist, its
+/// lines joined.
+fn relist_deleted_in_payload_paragraph(doc: &str) -> String {
+    let text = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+    let from = text
+        .find("A DELETED synthesized by a relist carries")
+        .expect("docs/messages.md says what a relist's DELETED payload carries");
+    let sentence = &text[from..];
+    let end = sentence.find("). ").map_or(sentence.len(), |i| i + 2);
+    sentence[..end].to_owned()
+}
+
 /// `initial_state = "skip"` publishes only changes after start.
 #[tokio::test]
 async fn initial_state_skip_publishes_only_later_changes() {

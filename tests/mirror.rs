@@ -264,6 +264,37 @@ async fn kill_9_with_changes_while_down_converges_in_jetstream_mode() {
     kill_and_restart_converge("jetstream").await;
 }
 
+/// A restart of a mirrored watch from saved state lists (to repair the bucket) and says what
+/// that list found against the saved objects, with the counts docs/durable-state.md shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirrored_restart_logs_the_diff_against_the_saved_objects() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&sim, &nats, dir.path(), "core");
+    for name in ["kept", "changed", "gone"] {
+        sim.create("pods", Some(NS), pod(name));
+    }
+    let mut daemon = Process::spawn_with(&config, &["--log-format", "json"]);
+    daemon.line_with(&["mirror repaired"]);
+    daemon.terminate();
+    assert_eq!(daemon.wait_exit(WAIT).0, Some(0), "{}", daemon.rest());
+    sim.update("pods", Some(NS), "changed", |o| {
+        o["metadata"]["labels"]["v"] = "2".into()
+    });
+    sim.delete("pods", Some(NS), "gone");
+    sim.create("pods", Some(NS), pod("new"));
+    let daemon = Process::spawn_with(&config, &["--log-format", "json"]);
+    daemon.line_with(&["loaded saved state"]);
+    let line = daemon.line_with(&["relisted and diffed against the saved objects"]);
+    let entry: Value = serde_json::from_str(&line).expect("a JSON log line");
+    let counts: Vec<_> = ["saved_objects", "added", "modified", "deleted"]
+        .iter()
+        .map(|field| entry[*field].as_u64())
+        .collect();
+    assert_eq!(counts, [Some(3), Some(1), Some(1), Some(1)], "{line}");
+}
+
 /// A key written by another writer at a newer resourceVersion (a new leader, while this replica
 /// still believes its own revision current) is not overwritten by an older one: the write is
 /// refused by its expected revision, the key is read, and the older write is given up.

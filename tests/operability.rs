@@ -587,8 +587,8 @@ async fn sigterm_during_a_busy_stream_exits_0_within_the_grace_period() {
     );
 }
 
-/// Past the grace period (NATS down, JetStream acknowledgements pending) kube2nats exits non-zero
-/// and says what it abandoned.
+/// Past the grace period (NATS down, messages pending: held back until the journal records their
+/// objects, which needs NATS) kube2nats exits non-zero and says what it abandoned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grace_period_exceeded_exits_nonzero_and_names_what_was_abandoned() {
     let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
@@ -610,7 +610,76 @@ async fn grace_period_exceeded_exits_nonzero_and_names_what_was_abandoned() {
     let log = process.rest();
     assert_eq!(code, Some(1), "log:\n{log}");
     assert!(took < Duration::from_secs(3), "took {took:?}");
-    assert!(log.contains("abandoned"), "log:\n{log}");
+    assert!(log.contains("abandoned 5 message(s)"), "log:\n{log}");
+}
+
+/// With NATS gone and no message unconfirmed, a shutdown has nothing to lose: kube2nats exits 0
+/// at once, instead of waiting out the grace period for a server that is not there.
+async fn sigterm_with_nats_gone_and_nothing_pending_exits_0_at_once(mode: &str) {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    for i in 0..3 {
+        sim.create("pods", Some("default"), pod(&format!("calm-{i}")));
+    }
+    let mut nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let js_section = match mode {
+        "jetstream" => "mode = \"jetstream\"\n[nats.jetstream.stream]\n",
+        _ => "",
+    };
+    let text = config_text(
+        &sim,
+        &nats,
+        &dir,
+        &format!("{js_section}[state]\ncheckpoint_interval = \"200ms\"\n{PODS_WATCH}"),
+    );
+    let mut process = Process::spawn_with(&text, &["--log-format", "json"]);
+    process.http_url();
+    process.line_with(&["synced"]);
+    // Everything published is checkpointed: nothing is left for a shutdown to save.
+    let checkpointed = |text: &str| {
+        metric(
+            text,
+            "kube2nats_state_checkpoints_total",
+            &[("watch", "pods")],
+        )
+        .unwrap_or(0.0)
+    };
+    let mut quiet_since = checkpointed(&process.metrics().await);
+    loop {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let now = checkpointed(&process.metrics().await);
+        if now >= 1.0 && now == quiet_since {
+            break;
+        }
+        quiet_since = now;
+    }
+    nats.stop().await;
+    process.line_with(&["disconnected from NATS"]);
+    // A bookmark moves the watch's version while NATS is away, as the API server's do every
+    // minute: the checkpoints (and a last one at shutdown) have a version to write, and writing
+    // it needs NATS; nothing is lost without it.
+    sim.create("pods", Some("elsewhere"), pod("moves-the-version"));
+    sim.send_bookmarks();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    process.terminate();
+    let (code, took) = process.wait_exit(Duration::from_secs(10));
+    let log = process.rest();
+    assert_eq!(code, Some(0), "mode {mode}; log:\n{log}");
+    assert!(
+        took < Duration::from_secs(1),
+        "mode {mode}: took {took:?} (grace period 5s); log:\n{log}"
+    );
+    assert!(!log.contains("abandoned"), "mode {mode}; log:\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_nats_gone_and_nothing_pending_exits_0_at_once_core() {
+    sigterm_with_nats_gone_and_nothing_pending_exits_0_at_once("core").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_nats_gone_and_nothing_pending_exits_0_at_once_jetstream() {
+    sigterm_with_nats_gone_and_nothing_pending_exits_0_at_once("jetstream").await;
 }
 
 /// Tokens never appear in the logs, even at debug level and through a 401 and a rotation; and
@@ -672,6 +741,125 @@ async fn logs_never_show_a_token_and_name_the_watch() {
     assert_eq!(entry["watch"], "pods");
     assert_eq!(entry["span"]["resource"], "pods");
     assert_eq!(entry["span"]["namespace"], "default");
+}
+
+/// The lines of `process` (started with `--log-format json`) up to the first whose message
+/// contains every one of `needles`, that one last, as JSON.
+fn entries_until(process: &Process, needles: &[&str]) -> Vec<serde_json::Value> {
+    let mut entries = Vec::new();
+    loop {
+        let line = process.line_within(&[""], WAIT);
+        let entry: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
+        let message = entry["message"].as_str().unwrap_or_default().to_owned();
+        entries.push(entry);
+        if needles.iter().all(|n| message.contains(n)) {
+            return entries;
+        }
+    }
+}
+
+/// A watch connection that breaks is logged with the request that broke (`verb`) and the pause
+/// before the retry as a person writes it (`retry_in`: `50ms`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_watch_is_logged_with_its_verb_and_a_readable_retry() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let text = config_text(&sim, &nats, &dir, PODS_WATCH);
+    let process = Process::spawn_with(&text, &["--log-format", "json"]);
+    process.line_with(&["watching from resourceVersion"]);
+    sim.drop_watches();
+    let line = process.line_with(&["backing off"]);
+    let entry: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
+    assert_eq!(entry["verb"], "watch", "{line}");
+    let retry_in = entry["retry_in"].as_str().unwrap_or_default();
+    assert_eq!(
+        humantime::parse_duration(retry_in).ok(),
+        Some(Duration::from_millis(50)),
+        "the first pause of the test's backoff: {line}"
+    );
+}
+
+/// A refusal (403) that ends within moments, as a restarted API server's while its authorizer
+/// loads, is a warning that kube2nats retries, not an error asking for a rule that exists; one
+/// that persists for five seconds is the error that names the rule to add.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_brief_refusal_is_a_warning_and_a_persisting_one_names_the_rule() {
+    let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
+    let nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let text = config_text(&sim, &nats, &dir, PODS_WATCH);
+    let process = Process::spawn_with(&text, &["--log-format", "json"]);
+    process.line_with(&["watching from resourceVersion"]);
+    // Durable state read the cluster id at start: only pods are refused.
+    let refuse_pods = || {
+        sim.set_rules(
+            INITIAL_TOKEN,
+            vec![Rule::new(&["get"], &[""], &["namespaces"], &[]).named(&["kube-system"])],
+        )
+    };
+    let allow_pods = || {
+        sim.set_rules(
+            INITIAL_TOKEN,
+            vec![Rule::new(
+                &["get", "list", "watch"],
+                &[""],
+                &["pods"],
+                &["default"],
+            )],
+        )
+    };
+
+    refuse_pods();
+    sim.drop_watches();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    allow_pods();
+    let brief = entries_until(&process, &["watching from resourceVersion"]);
+    let refused: Vec<_> = brief
+        .iter()
+        .filter(|e| {
+            e["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("refused")
+        })
+        .collect();
+    assert_eq!(
+        refused.len(),
+        1,
+        "one line for the brief refusal: {brief:#?}"
+    );
+    assert_eq!(refused[0]["level"], "WARN", "{:#}", refused[0]);
+    assert_eq!(refused[0]["verb"], "watch", "{:#}", refused[0]);
+    let message = refused[0]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("retrying"), "{message}");
+    assert!(
+        refused[0]["rule"].is_null(),
+        "no rule to add yet: {:#}",
+        refused[0]
+    );
+
+    refuse_pods();
+    sim.drop_watches();
+    let persisting = entries_until(&process, &["add the rule"]);
+    let error = persisting.last().expect("the line found");
+    assert_eq!(error["level"], "ERROR", "{error:#}");
+    let refused_for = humantime::parse_duration(error["refused_for"].as_str().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("refused_for: {e}: {error:#}"));
+    assert!(refused_for >= Duration::from_secs(5), "{error:#}");
+    let rule = error["rule"].as_str().unwrap_or_default();
+    assert!(rule.contains(r#"resources: ["pods"]"#), "{error:#}");
+    let warnings = persisting
+        .iter()
+        .filter(|e| {
+            e["level"] == "WARN"
+                && e["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("refused")
+        })
+        .count();
+    assert_eq!(warnings, 1, "one warning before the error: {persisting:#?}");
 }
 
 /// With one list slot, a watch over four namespaces lists them one after another (a list that

@@ -9,8 +9,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use async_nats::connection::State;
 use tokio::sync::{watch, OnceCell};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -25,9 +27,11 @@ use crate::filter::Filter;
 use crate::kube::discovery::Discovery;
 use crate::mirror::MirrorBucket;
 use crate::publish::metrics::PublishMetrics;
+use crate::publish::Nats;
 use crate::scope;
 use crate::state::target_key;
 use crate::telemetry::http::Readiness;
+use crate::telemetry::logging::human;
 use crate::telemetry::metrics::WatchSync;
 use crate::telemetry::target::TargetGauges;
 use crate::watcher::machine::Machine;
@@ -138,7 +142,7 @@ impl Term {
             .map(|g| std::mem::take(&mut g.tasks))
             .collect();
         if let Err(abandoned) = join_within(&mut sets, grace_period, &targets).await {
-            tracing::warn!(grace_period = ?grace_period, abandoned, "watches stopped by the reload did not drain within the grace period; their unconfirmed messages are re-announced when they start again");
+            tracing::warn!(grace_period = human(grace_period), abandoned, "watches stopped by the reload did not drain within the grace period; their unconfirmed messages are re-announced when they start again");
         }
         for group in &stopping {
             group.clear_metrics();
@@ -194,7 +198,7 @@ impl Watches<'_> {
                     // which aborts every task.
                     tokio::select! {
                         _ = lost.cancelled() => break,
-                        drained = drain(sets, grace_period, &targets) => return drained,
+                        drained = drain(sets, grace_period, &targets, self.shared.nats) => return drained,
                     }
                 }
                 plans = waiting.resolved(self.shared.client), if !waiting.is_empty() => {
@@ -543,15 +547,31 @@ pub(super) struct QueuedAfterLostTerm {
 }
 
 /// Waits for the watch tasks, which publish what they hold and stop, within the grace period;
-/// past it, aborts them and says how much was abandoned.
+/// past it, aborts them and says how much was abandoned. With nothing left to lose by not
+/// waiting ([`nothing_to_lose`]), aborts them at once.
 pub(super) async fn drain(
     mut sets: Vec<JoinSet<()>>,
     grace_period: Duration,
     targets: &[TargetGauges],
+    nats: &Nats,
 ) -> anyhow::Result<()> {
-    tracing::info!(grace_period = ?grace_period, "shutting down: stopping watches and publishing what is in flight");
+    tracing::info!(
+        grace_period = human(grace_period),
+        "shutting down: stopping watches and publishing what is in flight"
+    );
     let tasks: usize = sets.iter().map(JoinSet::len).sum();
-    if let Err(abandoned) = join_within(&mut sets, grace_period, targets).await {
+    let joined = tokio::select! {
+        joined = join_within(&mut sets, grace_period, targets) => Some(joined),
+        () = nothing_to_lose(nats, targets) => None,
+    };
+    let Some(joined) = joined else {
+        for set in &mut sets {
+            set.abort_all();
+        }
+        tracing::info!("NATS unreachable and no message unconfirmed: stopped the watches without waiting for NATS; the next start resumes from the saved state");
+        return Ok(());
+    };
+    if let Err(abandoned) = joined {
         anyhow::bail!(
             "shutdown grace period of {:?} exceeded: abandoned {abandoned} message(s) not yet acknowledged or flushed by NATS, held by up to {tasks} watch task(s); the next start re-announces them (by its list, or from the checkpoint)",
             grace_period,
@@ -559,6 +579,34 @@ pub(super) async fn drain(
     }
     tracing::info!("all watches stopped; in-flight messages published");
     Ok(())
+}
+
+/// How long NATS must stay unreachable, with no message unconfirmed, before a shutdown stops
+/// waiting for it: a connection that is only reconnecting (a server restart, a blip) is back
+/// sooner, and the watches then finish writing their state.
+const NATS_AWAY_FOR: Duration = Duration::from_millis(250);
+
+/// Resolves once nothing is lost by not waiting for the watch tasks: NATS has been unreachable
+/// for [`NATS_AWAY_FOR`] and the `targets` hold no message NATS has not taken. What the tasks
+/// would still write (a last checkpoint, journal records, the mirror) needs NATS, and left
+/// undone costs nothing: the next start resumes from the saved state, as after a crash
+/// (docs/durable-state.md), and anything the tasks had read and not yet handed over is read
+/// again from there.
+async fn nothing_to_lose(nats: &Nats, targets: &[TargetGauges]) {
+    const LOOK_EVERY: Duration = Duration::from_millis(50);
+    let mut away_since = None;
+    loop {
+        let away = nats.client().connection_state() != State::Connected;
+        let unconfirmed: i64 = targets.iter().map(TargetGauges::unconfirmed).sum();
+        away_since = match away && unconfirmed == 0 {
+            true => Some(away_since.unwrap_or_else(Instant::now)),
+            false => None,
+        };
+        if away_since.is_some_and(|since| since.elapsed() >= NATS_AWAY_FOR) {
+            return;
+        }
+        tokio::time::sleep(LOOK_EVERY).await;
+    }
 }
 
 /// Waits for the tasks of `sets`, asked to stop, within `grace_period`; past it, aborts those

@@ -138,6 +138,11 @@ impl<S: Sink, L: Log> Delivery<S, L> {
             .submit(message, recorded, confirm, &mut self.out)
     }
 
+    /// Messages held back until the journal has stored their objects' records.
+    pub(crate) fn held_back(&self) -> usize {
+        self.staged.held_back()
+    }
+
     /// Writes and publishes what is held once as much is held as one write takes.
     pub(crate) async fn flush_if_full(&mut self) {
         if self.staged.full() {

@@ -202,6 +202,11 @@ impl<L: Log> Staged<L> {
         self.journal.as_ref().and_then(L::confirmations_due)
     }
 
+    /// Messages held back until the journal has stored their records.
+    pub(super) fn held_back(&self) -> usize {
+        self.held.len()
+    }
+
     pub(super) fn full(&self) -> bool {
         self.held.len() >= MAX_HELD
             || self

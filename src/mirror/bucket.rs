@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::{Backoff, NATS_SETUP_RETRY};
 use crate::config::MirrorConfig;
+use crate::telemetry::logging::human;
 
 /// JetStream API requests of the set-up.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -89,7 +90,7 @@ pub(crate) async fn open(
             Err(Setup::Unavailable(e)) => e,
         };
         let delay = backoff.next_delay();
-        tracing::warn!(bucket = %config.bucket, error, retry_in = ?delay, "cannot set up the mirror bucket yet; retrying");
+        tracing::warn!(bucket = %config.bucket, error, retry_in = human(delay), "cannot set up the mirror bucket yet; retrying");
         tokio::select! {
             _ = shutdown.cancelled() => return Ok(None),
             () = tokio::time::sleep(delay) => {}

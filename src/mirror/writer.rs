@@ -44,6 +44,7 @@ use super::metrics::MirrorMetrics;
 use crate::backoff::{Backoff, NATS_WRITE_RETRY};
 use crate::event::ResourceVersion;
 use crate::publish::message::header;
+use crate::telemetry::logging::human;
 
 const KV_OPERATION: HeaderName = HeaderName::from_static("KV-Operation");
 const NATS_TTL: HeaderName = HeaderName::from_static("Nats-TTL");
@@ -512,7 +513,7 @@ async fn read_keys(
 impl Writer {
     async fn pause(&mut self, what: &str, error: &(dyn std::error::Error + Send + Sync)) {
         let delay = self.retry.next_delay();
-        tracing::warn!(watch = %self.watch, error = %error, retry_in = ?delay, "{what}; retrying");
+        tracing::warn!(watch = %self.watch, error = %error, retry_in = human(delay), "{what}; retrying");
         tokio::time::sleep(delay).await;
     }
 }

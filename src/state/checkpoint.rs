@@ -21,6 +21,7 @@ use crate::backoff::Backoff;
 use crate::backoff::NATS_SETUP_RETRY;
 use crate::dedupe::{Dedupe, Frozen, Saved};
 use crate::event::ResourceVersion;
+use crate::telemetry::logging::human;
 
 pub(super) fn chunk_key(target: &str, slot: Slot, index: u32) -> String {
     format!("{target}.{}.{index}", slot.as_str())
@@ -339,9 +340,9 @@ impl Writer {
                     }
                     let delay = backoff.next_delay();
                     if first {
-                        tracing::warn!(watch = %self.metrics.watch, key = %self.key, error = %e, retry_in = ?delay, "writing a checkpoint failed; retrying");
+                        tracing::warn!(watch = %self.metrics.watch, key = %self.key, error = %e, retry_in = human(delay), "writing a checkpoint failed; retrying");
                     } else {
-                        tracing::debug!(watch = %self.metrics.watch, key = %self.key, error = %e, retry_in = ?delay, "writing a checkpoint failed again");
+                        tracing::debug!(watch = %self.metrics.watch, key = %self.key, error = %e, retry_in = human(delay), "writing a checkpoint failed again");
                     }
                     if spends_objects {
                         self.mailbox.lose();

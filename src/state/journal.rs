@@ -13,6 +13,7 @@ use super::metrics::TargetMetrics;
 use crate::backoff::Backoff;
 use crate::backoff::NATS_SETUP_RETRY;
 use crate::dedupe::{SavedObject, SavedUid, SavedVersion};
+use crate::telemetry::logging::human;
 
 /// Records objects before their first message is published, in batches, so that a crash before
 /// the next checkpoint cannot make kube2nats forget an object subscribers were told about (its
@@ -288,7 +289,7 @@ async fn write_record(
                 let delay = backoff.next_delay();
                 if !failing {
                     failing = true;
-                    tracing::warn!(watch = %target.metrics.watch, key = %target.key, error = %e, retry_in = ?delay, "writing the journal failed; new objects wait until it is written (10 s at most, then they go out without it)");
+                    tracing::warn!(watch = %target.metrics.watch, key = %target.key, error = %e, retry_in = human(delay), "writing the journal failed; new objects wait until it is written (10 s at most, then they go out without it)");
                 }
                 tokio::time::sleep(delay).await;
                 if let Ok(found) =

@@ -89,6 +89,7 @@ use crate::config::StateConfig;
 use crate::dedupe::{Dedupe, SavedVersion};
 use crate::event::ResourceVersion;
 use crate::target::Target;
+use crate::telemetry::logging::human;
 use bucket::{
     journal_key, journal_subjects, manifest_key, open_bucket, purge, Bucket, BucketError,
 };
@@ -236,7 +237,7 @@ impl StateStore {
                 Err(BucketError::Unavailable(e)) => e,
             };
             let delay = backoff.next_delay();
-            tracing::warn!(bucket = %config.bucket, error, retry_in = ?delay, "cannot set up the state bucket yet; retrying");
+            tracing::warn!(bucket = %config.bucket, error, retry_in = human(delay), "cannot set up the state bucket yet; retrying");
             tokio::select! {
                 _ = shutdown.cancelled() => return None,
                 () = tokio::time::sleep(delay) => {}
@@ -457,7 +458,11 @@ impl TargetState {
                 }
                 Err(LoadError::Unavailable(error)) => {
                     let delay = backoff.next_delay();
-                    tracing::warn!(error, retry_in = ?delay, "cannot read the saved state yet; retrying");
+                    tracing::warn!(
+                        error,
+                        retry_in = human(delay),
+                        "cannot read the saved state yet; retrying"
+                    );
                     tokio::select! {
                         _ = shutdown.cancelled() => return None,
                         () = tokio::time::sleep(delay) => {}

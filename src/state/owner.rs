@@ -18,6 +18,7 @@ use crate::config::is_key_token as is_token;
 use crate::config::Config;
 use crate::kube::client::ApiClient;
 use crate::kube::error::ApiError;
+use crate::telemetry::logging::human;
 use tokio_util::sync::CancellationToken;
 
 /// The Namespace whose uid names the cluster.
@@ -87,7 +88,7 @@ pub(crate) async fn cluster_id(
             Err(e) => e,
         };
         let delay: Duration = backoff.next_delay();
-        tracing::warn!(error = %error, retry_in = ?delay, "cannot read the cluster id (the kube-system Namespace's uid) yet; retrying");
+        tracing::warn!(error = %error, retry_in = human(delay), "cannot read the cluster id (the kube-system Namespace's uid) yet; retrying");
         tokio::select! {
             _ = shutdown.cancelled() => return Ok(None),
             () = tokio::time::sleep(delay) => {}

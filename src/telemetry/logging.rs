@@ -5,8 +5,10 @@
 //! editing the ConfigMap. Stdout stays free for command output such as `--check-config`.
 
 use std::io::IsTerminal as _;
+use std::time::Duration;
 
 use anyhow::Context as _;
+use tracing::field::DisplayValue;
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
@@ -44,6 +46,14 @@ pub fn init(filter: &str, format: LogFormat) -> anyhow::Result<()> {
         .context("installing the log subscriber")
 }
 
+/// A duration as a person reads it in a log line, to the millisecond: `retry_in = human(delay)`
+/// logs `10s 447ms`, not `10.447332254s`. For an optional one, `retry_in = delay.map(human)`
+/// leaves the field out when there is none.
+pub(crate) fn human(duration: Duration) -> DisplayValue<humantime::FormattedDuration> {
+    let millis = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+    tracing::field::display(humantime::format_duration(Duration::from_millis(millis)))
+}
+
 /// `rust_log` when set and not empty, else the configured filter.
 fn effective_filter(configured: &str, rust_log: Option<&str>) -> anyhow::Result<EnvFilter> {
     match rust_log.filter(|v| !v.trim().is_empty()) {
@@ -68,6 +78,15 @@ mod tests {
         assert_eq!(f.to_string(), "warn");
         let f = effective_filter("warn", Some("  ")).unwrap();
         assert_eq!(f.to_string(), "warn");
+    }
+
+    #[test]
+    fn durations_read_as_a_person_writes_them() {
+        let text = |d: Duration| human(d).to_string();
+        assert_eq!(text(Duration::from_nanos(10_447_332_254)), "10s 447ms");
+        assert_eq!(text(Duration::from_millis(50)), "50ms");
+        assert_eq!(text(Duration::from_secs(90)), "1m 30s");
+        assert_eq!(text(Duration::from_micros(400)), "0s");
     }
 
     #[test]

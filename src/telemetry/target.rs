@@ -28,9 +28,11 @@ struct Shares {
     synced: AtomicBool,
     tracked: AtomicI64,
     queued: AtomicI64,
-    /// Messages not yet taken by NATS (unacknowledged, unflushed or being sent): what a
-    /// shutdown past its grace period abandons.
+    /// Messages not yet taken by NATS (unacknowledged, unflushed or being sent): with
+    /// `held_back`, what a shutdown past its grace period abandons.
     unconfirmed: AtomicI64,
+    /// Messages held back until the journal has recorded their objects.
+    held_back: AtomicI64,
 }
 
 impl TargetGauges {
@@ -48,6 +50,7 @@ impl TargetGauges {
             tracked: AtomicI64::new(0),
             queued: AtomicI64::new(0),
             unconfirmed: AtomicI64::new(0),
+            held_back: AtomicI64::new(0),
         }))
     }
 
@@ -78,9 +81,17 @@ impl TargetGauges {
         self.0.unconfirmed.store(now, Ordering::SeqCst);
     }
 
-    /// What this target last reported as not taken by NATS.
+    /// Messages this target holds back until the journal has recorded their objects.
+    pub(crate) fn set_held_back(&self, messages: usize) {
+        let now = i64::try_from(messages).unwrap_or(i64::MAX);
+        self.0.held_back.store(now, Ordering::SeqCst);
+    }
+
+    /// What this target last reported as not taken by NATS: in its outbox, or held back for
+    /// the journal.
     pub(crate) fn unconfirmed(&self) -> i64 {
-        self.0.unconfirmed.load(Ordering::SeqCst)
+        let outbox = self.0.unconfirmed.load(Ordering::SeqCst);
+        outbox.saturating_add(self.0.held_back.load(Ordering::SeqCst))
     }
 
     /// Takes this target's share out of every gauge: its task is gone.
@@ -89,6 +100,7 @@ impl TargetGauges {
         self.set_tracked(0);
         self.set_queued(0);
         self.set_unconfirmed(0);
+        self.set_held_back(0);
     }
 }
 
@@ -126,5 +138,19 @@ mod tests {
         a.withdraw();
         a.set_synced(true);
         assert!(sync.is_synced(), "no double count after a second withdraw");
+    }
+
+    /// What a shutdown abandons counts the messages held back for the journal with the
+    /// outbox's: either alone is lost the same way.
+    #[test]
+    fn unconfirmed_counts_the_outbox_and_the_messages_held_back() {
+        let gauge = |name: &str| IntGauge::new(name, name).unwrap();
+        let sync = WatchSync::new("pods".into(), gauge("s"), 1);
+        let target = TargetGauges::new(sync, gauge("t"), gauge("q"));
+        target.set_unconfirmed(2);
+        target.set_held_back(5);
+        assert_eq!(target.unconfirmed(), 7);
+        target.withdraw();
+        assert_eq!(target.unconfirmed(), 0);
     }
 }

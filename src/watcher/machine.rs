@@ -344,13 +344,7 @@ impl Machine {
                     reason,
                     continue_token,
                 };
-                return self.back_off(
-                    RestartReason::DecodeError,
-                    Some(Verb::List),
-                    error,
-                    None,
-                    retry,
-                );
+                return self.back_off(RestartReason::DecodeError, Verb::List, error, None, retry);
             }
         };
         let started = continue_token.is_none().then_some(reason);
@@ -416,7 +410,7 @@ impl Machine {
     ) -> (Outcome, State) {
         let restart = Restart {
             reason,
-            verb: Some(verb),
+            verb,
             error: Some(error),
             retry_in: None,
         };
@@ -638,7 +632,7 @@ impl Machine {
             Read::Ended => self.streaming_unsupported(StreamingRefusal::EndedEarly),
             Read::Lost(restart, error) => {
                 let relist = self.list(reason);
-                self.back_off(restart, None, error, None, relist)
+                self.back_off(restart, Verb::Watch, error, None, relist)
             }
         }
     }
@@ -689,14 +683,15 @@ impl Machine {
                 self.resume_after_budget = true;
                 let restart = Restart {
                     reason,
-                    verb: None,
+                    verb: Verb::Watch,
                     error: Some(error),
                     retry_in: None,
                 };
                 (Outcome::Restart(restart), State::Connecting { rv: w.rv })
             }
             Read::Lost(reason, error) => {
-                self.back_off(reason, None, error, None, State::Connecting { rv: w.rv })
+                let then = State::Connecting { rv: w.rv };
+                self.back_off(reason, Verb::Watch, error, None, then)
             }
         }
     }
@@ -725,7 +720,7 @@ impl Machine {
             )
         } else {
             let error = RestartError::ErrorEvent(status);
-            self.back_off(RestartReason::ErrorEvent, None, error, None, then)
+            self.back_off(RestartReason::ErrorEvent, Verb::Watch, error, None, then)
         }
     }
 
@@ -736,7 +731,7 @@ impl Machine {
             let then = State::Connecting { rv: w.rv };
             return self.back_off(
                 RestartReason::VeryShortWatch,
-                None,
+                Verb::Watch,
                 RestartError::VeryShortWatch,
                 None,
                 then,
@@ -744,13 +739,15 @@ impl Machine {
         }
         let restart = Restart {
             reason: RestartReason::StreamEnded,
-            verb: None,
+            verb: Verb::Watch,
             error: None,
             retry_in: None,
         };
         (Outcome::Restart(restart), State::Connecting { rv: w.rv })
     }
 
+    /// The watch cannot go on from its version (outside the history, ahead of the server, or a
+    /// line too long to name its object): a list, after a pause.
     fn relist(
         &mut self,
         reason: RestartReason,
@@ -758,20 +755,20 @@ impl Machine {
         error: RestartError,
     ) -> (Outcome, State) {
         let then = self.list(list_reason);
-        self.back_off(reason, None, error, None, then)
+        self.back_off(reason, Verb::Watch, error, None, then)
     }
 
     /// Maps a failed request to the next state: a relist for an outdated watch version, else
     /// `retry` after a pause (the server's `Retry-After`, where it sent one).
     async fn failed(&mut self, verb: Verb, error: ApiError, retry: State) -> (Outcome, State) {
         if let ApiError::NotFound { .. } = error {
-            return self.not_found(error, retry).await;
+            return self.not_found(verb, error, retry).await;
         }
         if self.metadata_only && matches!(error, ApiError::Status { code: 406, .. }) {
             self.metadata_only = false;
             let restart = Restart {
                 reason: RestartReason::UnexpectedResponse,
-                verb: Some(verb),
+                verb,
                 error: Some(RestartError::MetadataRefused(error)),
                 retry_in: None,
             };
@@ -804,14 +801,10 @@ impl Machine {
                 self.relist(reason, ListReason::TooLargeResourceVersion, error)
             }
             // A list does not ask for a version, so neither can be outdated there.
-            (RestartReason::Expired | RestartReason::TooLargeResourceVersion, _) => self.back_off(
-                RestartReason::UnexpectedResponse,
-                Some(verb),
-                error,
-                None,
-                retry,
-            ),
-            _ => self.back_off(reason, Some(verb), error, retry_after, retry),
+            (RestartReason::Expired | RestartReason::TooLargeResourceVersion, _) => {
+                self.back_off(RestartReason::UnexpectedResponse, verb, error, None, retry)
+            }
+            _ => self.back_off(reason, verb, error, retry_after, retry),
         }
     }
 
@@ -856,7 +849,7 @@ impl Machine {
     fn back_off(
         &mut self,
         reason: RestartReason,
-        verb: Option<Verb>,
+        verb: Verb,
         error: RestartError,
         retry_after: Option<Duration>,
         then: State,

@@ -22,6 +22,7 @@ pub(crate) mod list_slots;
 pub(crate) mod machine;
 pub(crate) mod metrics;
 pub(crate) mod namespaces;
+mod refused;
 pub(crate) mod restart;
 mod served;
 pub(crate) mod supervise;
@@ -40,12 +41,13 @@ use crate::mirror::Mirror;
 use crate::noise::NoiseControl;
 use crate::publish::message::BuildError;
 use crate::publish::{MessageBuilder, OutMessage, Outbox};
-use crate::rbac;
 use crate::scope::Scope;
 use crate::state::{Checkpoints, Journal, Loaded, Start, TargetState};
+use crate::telemetry::logging::human;
 use crate::telemetry::target::TargetGauges;
 use machine::{Machine, Outcome, Restart, RestartError, RestartReason, State};
 use metrics::WatchMetrics;
+use refused::Refusals;
 
 pub(crate) use list_slots::ListSlots;
 pub(crate) use machine::ListReason;
@@ -77,7 +79,8 @@ pub(crate) struct WatchTask {
     /// Whether a list has completed or state was loaded; until then `initial_state` applies.
     listed_once: bool,
     /// Objects loaded from saved state, until the resumed watch delivers something (the saved
-    /// version was still available) or a list completes (it was not; the diff is reported).
+    /// version was still available) or a list completes (the saved version was too old, or the
+    /// start lists anyway: the mirror, a namespace scope); then the diff is reported.
     resuming: Option<usize>,
     /// Objects a list found new, changed and vanished: reported after a list that followed a load.
     diff: [usize; 3],
@@ -95,6 +98,8 @@ pub(crate) struct WatchTask {
     /// The replica's term: nothing is published once it is over by the clock
     /// ([`crate::leader::clock`]).
     term: TermClock,
+    /// Since when the API server refuses this target's requests (403).
+    refusals: Refusals,
 }
 
 /// How waiting for one step ended.
@@ -155,6 +160,7 @@ impl WatchTask {
             mirror: None,
             filter: None,
             term: TermClock::unbounded(),
+            refusals: Refusals::default(),
         }
     }
 
@@ -209,6 +215,8 @@ impl WatchTask {
                 tokio::pin!(step);
                 loop {
                     self.delivery.confirm_settled();
+                    // What a shutdown now would abandon, with what the outbox reports.
+                    self.gauges.set_held_back(self.delivery.held_back());
                     let due = checkpoints.due();
                     let idle = self.delivery.idle_state();
                     let confirm_due = idle.confirmations_due;
@@ -297,6 +305,7 @@ impl WatchTask {
             } if self.mirror.is_some() => {
                 self.dedupe = *dedupe;
                 self.listed_once = true;
+                self.resuming = Some(self.dedupe.len());
                 self.report_tracked();
                 tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %version, objects = self.dedupe.len(), "loaded saved state: relisting to diff it and to repair the mirror");
                 Some((self.machine.list(ListReason::Mirror), checkpoints))
@@ -306,6 +315,7 @@ impl WatchTask {
             } if self.scope.is_limited() => {
                 self.dedupe = *dedupe;
                 self.listed_once = true;
+                self.resuming = Some(self.dedupe.len());
                 self.report_tracked();
                 tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %version, objects = self.dedupe.len(), "loaded saved state: relisting to diff it under the current namespace scope");
                 Some((self.machine.list(ListReason::NamespaceScope), checkpoints))
@@ -341,6 +351,7 @@ impl WatchTask {
                 items,
                 complete,
             } => {
+                self.refusals.served();
                 if let Some(reason) = started {
                     checkpoints.list_started();
                     self.list_started(reason, size_hint);
@@ -383,6 +394,7 @@ impl WatchTask {
                 tracing::trace!(watch = %self.metrics.watch, resource_version = %rv, "bookmark");
             }
             Outcome::WatchOpened(rv) => {
+                self.refusals.served();
                 tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %rv, "watching from resourceVersion");
                 if self.listed_once {
                     self.gauges.set_synced(true);
@@ -482,7 +494,7 @@ impl WatchTask {
         self.gauges.set_synced(true);
         if let Some(saved) = self.resuming.take() {
             let [added, modified, deleted] = self.diff;
-            tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %rv, saved_objects = saved, added, modified, deleted, "the saved resourceVersion was too old: relisted and diffed against the saved objects");
+            tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %rv, saved_objects = saved, added, modified, deleted, "relisted and diffed against the saved objects");
         }
         tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), resource_version = %rv, objects = self.dedupe.len(), "synced");
     }
@@ -774,20 +786,21 @@ impl WatchTask {
             retry_in,
         } = restart;
         self.metrics.restart(reason.as_str());
-        if reason == RestartReason::Forbidden {
-            self.gauges.set_synced(false);
-        }
         if let Some(refused @ RestartError::MetadataRefused(_)) = &error {
             // The one line of this fallback; the full objects that follow are cut silently.
             self.metadata_fallback_logged = true;
             tracing::warn!(watch = %self.metrics.watch, namespace = self.namespace(), error = %refused, "asking for full objects instead; kube2nats cuts them to their metadata (payloads unchanged, no bandwidth saved)");
             return;
         }
+        let error = error.as_ref().map(ToString::to_string).unwrap_or_default();
+        if reason == RestartReason::Forbidden {
+            self.gauges.set_synced(false);
+            return self.refused(verb, retry_in, error);
+        }
         let watch = &*self.metrics.watch;
         let namespace = self.namespace();
-        let error = error.as_ref().map(ToString::to_string).unwrap_or_default();
-        let list_failed = verb == Some(Verb::List);
-        let verb = verb.map_or("", Verb::as_str);
+        let list_failed = verb == Verb::List;
+        let verb = verb.as_str();
         match reason {
             RestartReason::StreamEnded => {
                 tracing::debug!(watch, namespace, "watch ended by the server; resuming")
@@ -795,28 +808,34 @@ impl WatchTask {
             RestartReason::BufferFull => {
                 tracing::debug!(watch, namespace, error, "reopening the watch from its last resourceVersion once NATS has taken buffered data")
             }
-            RestartReason::Forbidden => {
-                let rule = rbac::rule_to_add(
-                    &self.machine.target().resource,
-                    self.machine.target().namespace.as_deref(),
-                );
-                tracing::error!(watch, namespace, verb, resource = %self.machine.target().resource.plural, retry_in = ?retry_in, error, rule = %rule, "RBAC refused the request; add the rule");
-            }
             RestartReason::Unauthorized => {
-                tracing::warn!(watch, namespace, verb, retry_in = ?retry_in, "the API server rejected the token (401); re-reading the token file and retrying");
+                tracing::warn!(watch, namespace, verb, retry_in = retry_in.map(human), "the API server rejected the token (401); re-reading the token file and retrying");
             }
             // A list page that does not parse is retried as a list, not "resumed": say so.
             RestartReason::DecodeError if list_failed => {
                 self.metrics.decode_errors.inc();
-                tracing::warn!(watch, namespace, verb, retry_in = ?retry_in, error, "malformed list response; retrying the list");
+                tracing::warn!(
+                    watch,
+                    namespace,
+                    verb,
+                    retry_in = retry_in.map(human),
+                    error,
+                    "malformed list response; retrying the list"
+                );
             }
             RestartReason::LineTooLong => {
                 self.metrics.decode_errors.inc();
-                tracing::warn!(watch, namespace, reason = reason.as_str(), retry_in = ?retry_in, error, "relisting to learn which object changed (raise kubernetes.max_line_bytes to receive such objects whole)");
+                tracing::warn!(watch, namespace, reason = reason.as_str(), retry_in = retry_in.map(human), error, "relisting to learn which object changed (raise kubernetes.max_line_bytes to receive such objects whole)");
             }
             RestartReason::DecodeError => {
                 self.metrics.decode_errors.inc();
-                tracing::warn!(watch, namespace, retry_in = ?retry_in, error, "malformed watch data; resuming from the last good resourceVersion");
+                tracing::warn!(
+                    watch,
+                    namespace,
+                    retry_in = retry_in.map(human),
+                    error,
+                    "malformed watch data; resuming from the last good resourceVersion"
+                );
             }
             RestartReason::Expired | RestartReason::TooLargeResourceVersion => {
                 tracing::info!(
@@ -828,7 +847,15 @@ impl WatchTask {
                 );
             }
             _ => {
-                tracing::info!(watch, namespace, verb, reason = reason.as_str(), retry_in = ?retry_in, error, "backing off")
+                tracing::info!(
+                    watch,
+                    namespace,
+                    verb,
+                    reason = reason.as_str(),
+                    retry_in = retry_in.map(human),
+                    error,
+                    "backing off"
+                )
             }
         }
     }

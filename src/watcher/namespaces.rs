@@ -9,10 +9,12 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::machine::{Machine, Outcome, Restart, Target};
+use super::machine::{Machine, Outcome, Restart, RestartReason, Target};
+use super::refused::{Refusal, Refusals};
 
 use crate::event::EventType;
 use crate::scope::{namespaces_resource, Selected};
+use crate::telemetry::logging::human;
 
 /// Lists and watches the namespaces matching one selector and publishes the matching set.
 pub(crate) struct NamespaceWatcher {
@@ -21,6 +23,8 @@ pub(crate) struct NamespaceWatcher {
     updates: watch::Sender<Selected>,
     /// The set being listed, between a list's first and last page.
     listing: Option<BTreeSet<String>>,
+    /// Since when the API server refuses the watcher's requests (403).
+    refusals: Refusals,
 }
 
 impl NamespaceWatcher {
@@ -39,6 +43,7 @@ impl NamespaceWatcher {
             machine,
             updates,
             listing: None,
+            refusals: Refusals::default(),
         }
     }
 
@@ -77,6 +82,7 @@ impl NamespaceWatcher {
                 complete,
                 ..
             } => {
+                self.refusals.served();
                 let listing = match (started, self.listing.take()) {
                     (Some(_), _) | (None, None) => self.listing.insert(BTreeSet::new()),
                     (None, Some(partial)) => self.listing.insert(partial),
@@ -100,8 +106,8 @@ impl NamespaceWatcher {
                 });
             }
             Outcome::Restart(restart) => self.restarted(&restart),
+            Outcome::WatchOpened(_) => self.refusals.served(),
             Outcome::Bookmark(_)
-            | Outcome::WatchOpened(_)
             | Outcome::Unserved(_)
             | Outcome::VersionMoved(_)
             | Outcome::Idle => {}
@@ -134,18 +140,32 @@ impl NamespaceWatcher {
         });
     }
 
-    fn restarted(&self, restart: &Restart) {
+    /// Logs a restart; a refusal (403) names the rule to add once it persists, as a watch's does
+    /// ([`super::refused`]).
+    fn restarted(&mut self, restart: &Restart) {
         let error = restart
             .error
             .as_ref()
             .map(ToString::to_string)
             .unwrap_or_default();
         let reason = restart.reason.as_str();
-        if restart.reason == crate::watcher::machine::RestartReason::Forbidden {
-            let rule = crate::rbac::rule_to_add(&namespaces_resource(), None);
-            tracing::error!(namespace_selector = %self.selector, error, rule = %rule, "RBAC refused listing or watching namespaces; add the rule");
-        } else {
-            tracing::info!(namespace_selector = %self.selector, reason, retry_in = ?restart.retry_in, error, "namespace watch restarting");
+        let retry_in = restart.retry_in.map(human);
+        let selector = &self.selector;
+        if restart.reason != RestartReason::Forbidden {
+            tracing::info!(namespace_selector = %selector, reason, retry_in, error, "namespace watch restarting");
+            return;
+        }
+        match self.refusals.refused() {
+            Refusal::First => {
+                tracing::warn!(namespace_selector = %selector, retry_in, error, "the API server refused listing or watching namespaces (403); retrying (the rule to add is named if the refusal persists)")
+            }
+            Refusal::Again => {
+                tracing::debug!(namespace_selector = %selector, retry_in, error, "the API server refused listing or watching namespaces again (403); retrying")
+            }
+            Refusal::Persisting(refused_for) => {
+                let rule = crate::rbac::rule_to_add(&namespaces_resource(), None);
+                tracing::error!(namespace_selector = %selector, refused_for = human(refused_for), retry_in, error, rule = %rule, "RBAC refused listing or watching namespaces; add the rule");
+            }
         }
     }
 }

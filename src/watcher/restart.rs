@@ -120,8 +120,8 @@ impl RestartReason {
 #[derive(Debug)]
 pub(crate) struct Restart {
     pub(crate) reason: RestartReason,
-    /// The request that failed, where one did.
-    pub(crate) verb: Option<Verb>,
+    /// The request that failed or ended: a list page, or the watch (a streaming list's too).
+    pub(crate) verb: Verb,
     /// What went wrong; `None` for a watch the server ended cleanly.
     pub(crate) error: Option<RestartError>,
     /// The pause before the next attempt.

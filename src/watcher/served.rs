@@ -14,6 +14,7 @@ use super::WatchTask;
 use crate::event::ResourceVersion;
 use crate::publish::message::{SYNTHESIZED_RELIST, SYNTHESIZED_UNSERVED};
 use crate::state::Checkpoints;
+use crate::telemetry::logging::human;
 
 impl WatchTask {
     /// The collection answered 404 (reported once, until a request on it succeeds again).
@@ -39,7 +40,7 @@ impl WatchTask {
             checkpoints.objects_changed();
         }
         let resource = &self.machine.target().resource;
-        tracing::warn!(watch = %self.metrics.watch, namespace = self.namespace(), group = %resource.group, version = %resource.version, resource = %resource.plural, deleted, retry_in = ?retry_in, error = %error, "resource no longer served (CRD deleted?): published DELETED for the objects left; waiting for it to return");
+        tracing::warn!(watch = %self.metrics.watch, namespace = self.namespace(), group = %resource.group, version = %resource.version, resource = %resource.plural, deleted, retry_in = human(retry_in), error = %error, "resource no longer served (CRD deleted?): published DELETED for the objects left; waiting for it to return");
     }
 
     /// The resource moved to another version: the messages (and mirror keys) name it from now on.

@@ -28,6 +28,7 @@ use crate::budget::{Budget, Charge};
 use crate::leader::TermClock;
 use crate::publish::message::OutMessage;
 use crate::publish::metrics::PublishMetrics;
+use crate::telemetry::logging::human;
 use crate::telemetry::target::TargetGauges;
 
 /// A message in the window: sent and unacknowledged, or to be sent again.
@@ -347,7 +348,7 @@ impl<J: JetStreamLink> JetStreamOutbox<J> {
         self.batch.metrics.publish_errors.inc();
         let delay = self.retry.next_delay();
         let error = error.to_string();
-        tracing::warn!(watch = %self.batch.metrics.watch, subject = %msg.subject, error, retry_in = ?delay, "publish to NATS failed; retrying with the same Nats-Msg-Id");
+        tracing::warn!(watch = %self.batch.metrics.watch, subject = %msg.subject, error, retry_in = human(delay), "publish to NATS failed; retrying with the same Nats-Msg-Id");
         self.paused_until = Some(Instant::now() + delay);
     }
 

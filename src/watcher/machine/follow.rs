@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use super::{ListReason, Machine, Outcome, RestartError, RestartReason, State, VersionMove};
 use crate::event::{ResourceInfo, ResourceVersion};
-use crate::kube::client::collection_path;
+use crate::kube::client::{collection_path, Verb};
 use crate::kube::discovery::{Discovery, DiscoveryError};
 use crate::kube::ApiError;
 
@@ -44,8 +44,13 @@ impl Machine {
         self.relist_on_move = true;
     }
 
-    /// The collection answered 404: the version moved, or the resource is not served.
-    pub(super) async fn not_found(&mut self, error: ApiError, retry: State) -> (Outcome, State) {
+    /// The collection answered 404 to `verb`: the version moved, or the resource is not served.
+    pub(super) async fn not_found(
+        &mut self,
+        verb: Verb,
+        error: ApiError,
+        retry: State,
+    ) -> (Outcome, State) {
         match self.where_served().await {
             Ok(Served::Elsewhere(to)) => self.moved(to, retry),
             // kube-apiserver's handler and its discovery follow a CRD's changes each on its own:
@@ -56,7 +61,7 @@ impl Machine {
                 let delay = DISCOVERY_LAG_PAUSE * self.discovery_lag;
                 self.back_off(
                     RestartReason::UnexpectedResponse,
-                    None,
+                    verb,
                     RestartError::DiscoveryBehind(error),
                     Some(delay),
                     retry,
@@ -72,7 +77,7 @@ impl Machine {
                     } => RestartReason::Transport,
                     _ => RestartReason::ServerError,
                 };
-                self.back_off(reason, None, RestartError::Discovery(e), None, retry)
+                self.back_off(reason, verb, RestartError::Discovery(e), None, retry)
             }
         }
     }
