@@ -19,6 +19,7 @@
 
 mod filtered;
 pub(crate) mod list_slots;
+mod logged;
 pub(crate) mod machine;
 pub(crate) mod metrics;
 pub(crate) mod namespaces;
@@ -34,7 +35,6 @@ use crate::dedupe::{Dedupe, Listed, Vanished, Verdict};
 use crate::delivery::{written, Delivery, Sink};
 use crate::event::{EventType, ObjectEvent, ResourceVersion};
 use crate::filter::Filter;
-use crate::kube::client::Verb;
 use crate::kube::metadata;
 use crate::leader::TermClock;
 use crate::mirror::Mirror;
@@ -43,9 +43,8 @@ use crate::publish::message::BuildError;
 use crate::publish::{MessageBuilder, OutMessage, Outbox};
 use crate::scope::Scope;
 use crate::state::{Checkpoints, Journal, Loaded, Start, TargetState};
-use crate::telemetry::logging::human;
 use crate::telemetry::target::TargetGauges;
-use machine::{Machine, Outcome, Restart, RestartError, RestartReason, State};
+use machine::{Machine, Outcome, State};
 use metrics::WatchMetrics;
 use refused::Refusals;
 
@@ -776,88 +775,6 @@ impl WatchTask {
             Err(_) => event.object = self.messages.vanished_object(&event.meta),
         }
         event.watch_line = None;
-    }
-
-    fn restarted(&mut self, restart: Restart) {
-        let Restart {
-            reason,
-            verb,
-            error,
-            retry_in,
-        } = restart;
-        self.metrics.restart(reason.as_str());
-        if let Some(refused @ RestartError::MetadataRefused(_)) = &error {
-            // The one line of this fallback; the full objects that follow are cut silently.
-            self.metadata_fallback_logged = true;
-            tracing::warn!(watch = %self.metrics.watch, namespace = self.namespace(), error = %refused, "asking for full objects instead; kube2nats cuts them to their metadata (payloads unchanged, no bandwidth saved)");
-            return;
-        }
-        let error = error.as_ref().map(ToString::to_string).unwrap_or_default();
-        if reason == RestartReason::Forbidden {
-            self.gauges.set_synced(false);
-            return self.refused(verb, retry_in, error);
-        }
-        let watch = &*self.metrics.watch;
-        let namespace = self.namespace();
-        let list_failed = verb == Verb::List;
-        let verb = verb.as_str();
-        match reason {
-            RestartReason::StreamEnded => {
-                tracing::debug!(watch, namespace, "watch ended by the server; resuming")
-            }
-            RestartReason::BufferFull => {
-                tracing::debug!(watch, namespace, error, "reopening the watch from its last resourceVersion once NATS has taken buffered data")
-            }
-            RestartReason::Unauthorized => {
-                tracing::warn!(watch, namespace, verb, retry_in = retry_in.map(human), "the API server rejected the token (401); re-reading the token file and retrying");
-            }
-            // A list page that does not parse is retried as a list, not "resumed": say so.
-            RestartReason::DecodeError if list_failed => {
-                self.metrics.decode_errors.inc();
-                tracing::warn!(
-                    watch,
-                    namespace,
-                    verb,
-                    retry_in = retry_in.map(human),
-                    error,
-                    "malformed list response; retrying the list"
-                );
-            }
-            RestartReason::LineTooLong => {
-                self.metrics.decode_errors.inc();
-                tracing::warn!(watch, namespace, reason = reason.as_str(), retry_in = retry_in.map(human), error, "relisting to learn which object changed (raise kubernetes.max_line_bytes to receive such objects whole)");
-            }
-            RestartReason::DecodeError => {
-                self.metrics.decode_errors.inc();
-                tracing::warn!(
-                    watch,
-                    namespace,
-                    retry_in = retry_in.map(human),
-                    error,
-                    "malformed watch data; resuming from the last good resourceVersion"
-                );
-            }
-            RestartReason::Expired | RestartReason::TooLargeResourceVersion => {
-                tracing::info!(
-                    watch,
-                    namespace,
-                    reason = reason.as_str(),
-                    error,
-                    "relisting"
-                );
-            }
-            _ => {
-                tracing::info!(
-                    watch,
-                    namespace,
-                    verb,
-                    reason = reason.as_str(),
-                    retry_in = retry_in.map(human),
-                    error,
-                    "backing off"
-                )
-            }
-        }
     }
 
     fn report_tracked(&mut self) {

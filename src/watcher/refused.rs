@@ -9,11 +9,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::WatchTask;
-use crate::kube::client::Verb;
-use crate::rbac;
-use crate::telemetry::logging::human;
-
 /// How long a target's requests may be refused, with no success between, before the refusal is
 /// taken for a missing RBAC rule: longer than a restarted kube-apiserver takes to load its
 /// authorizer (about a second), short enough that a missing rule is named after a few retries
@@ -55,31 +50,6 @@ impl Refusals {
     /// A list page or a watch was served: the next refusal is a first one again.
     pub(crate) fn served(&mut self) {
         self.since = None;
-    }
-}
-
-impl WatchTask {
-    /// Logs a refused request (the task retries it after `retry_in`), naming the rule to add once
-    /// the refusal persists.
-    pub(super) fn refused(&mut self, verb: Verb, retry_in: Option<Duration>, error: String) {
-        let refusal = self.refusals.refused();
-        let target = self.machine.target();
-        let watch = &*self.metrics.watch;
-        let namespace = self.namespace();
-        let (verb, resource) = (verb.as_str(), &target.resource.plural);
-        let retry_in = retry_in.map(human);
-        match refusal {
-            Refusal::First => {
-                tracing::warn!(watch, namespace, verb, resource = %resource, retry_in, error, "the API server refused the request (403); retrying (an API server that has just started refuses for a moment; the rule to add is named if the refusal persists)")
-            }
-            Refusal::Again => {
-                tracing::debug!(watch, namespace, verb, resource = %resource, retry_in, error, "the API server refused the request again (403); retrying")
-            }
-            Refusal::Persisting(refused_for) => {
-                let rule = rbac::rule_to_add(&target.resource, target.namespace.as_deref());
-                tracing::error!(watch, namespace, verb, resource = %resource, refused_for = human(refused_for), retry_in, error, rule = %rule, "RBAC refused the request; add the rule")
-            }
-        }
     }
 }
 
