@@ -3,8 +3,9 @@
 //! nats-server (JetStream on a file store): the test changes pods on the simulated API server,
 //! the real kube2nats (durable state and the mirror on) writes the bucket, and each informer,
 //! started after kube2nats has synced, ends with a cache equal to the API server's objects after
-//! churn, a nats-server restart, and a `kill -9` of kube2nats with changes made while it is down;
-//! a second informer started after more changes does too.
+//! churn, a disconnection of the informer alone while a deletion's markers expire, a nats-server
+//! restart, and a `kill -9` of kube2nats with changes made while it is down; a second informer
+//! started after more changes does too.
 //!
 //! Needs nats-server, and the kits' runtimes: `scripts/install-test-tools nats-server kits`.
 
