@@ -152,7 +152,7 @@ async fn a_version_added_and_preferred_is_followed_publishing_nothing_again() {
     assert!(sim.wait_for_watches(1, WAIT).await, "watch not reopened");
     widgets.quiet_for(QUIET).await;
     changes_are_published_once_at_v1(&sim, &mut widgets).await;
-    let log = daemon.rest();
+    let log = daemon.log();
     assert!(!log.contains("no longer served"), "{log}");
 
     // kill -9 once the changes are checkpointed (quiet for far longer than the interval), then
@@ -204,7 +204,7 @@ async fn a_version_replaced_at_once_is_followed_publishing_nothing_again() {
         "{text}"
     );
     changes_are_published_once_at_v1(&sim, &mut widgets).await;
-    let log = daemon.rest();
+    let log = daemon.log();
     assert!(!log.contains("no longer served"), "{log}");
 }
 
@@ -226,7 +226,7 @@ async fn a_404_while_discovery_lags_behind_the_crd_announces_nothing() {
     assert!(sim.wait_for_watches(1, WAIT).await, "watch not moved");
     widgets.quiet_for(QUIET).await;
     changes_are_published_once_at_v1(&sim, &mut widgets).await;
-    let log = daemon.rest();
+    let log = daemon.log();
     assert!(!log.contains("no longer served"), "{log}");
 }
 

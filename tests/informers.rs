@@ -3,8 +3,9 @@
 //! nats-server (JetStream on a file store): the test changes pods on the simulated API server,
 //! the real kube2nats (durable state and the mirror on) writes the bucket, and each informer,
 //! started after kube2nats has synced, ends with a cache equal to the API server's objects after
-//! churn, a nats-server restart, and a `kill -9` of kube2nats with changes made while it is down;
-//! a second informer started after more changes does too.
+//! churn, a disconnection of the informer alone while a deletion's markers expire, a nats-server
+//! restart, and a `kill -9` of kube2nats with changes made while it is down; a second informer
+//! started after more changes does too.
 //!
 //! Needs nats-server, and the kits' runtimes: `scripts/install-test-tools nats-server kits`.
 
@@ -18,6 +19,7 @@ use std::time::Duration;
 use futures_util::StreamExt as _;
 use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions};
 use kube2nats_harness::cluster::{id, pod, MirrorCluster as Cluster};
+use kube2nats_harness::gate::Gate;
 use kube2nats_harness::nats::NatsServer;
 use mirror::{api_objects, Informer, Language, Mirror};
 use serde_json::{json, Value};
@@ -62,7 +64,8 @@ async fn informer_follows_the_cluster(language: Language) {
         .expect("the bucket converges");
 
     let pods = api_objects(&cluster.api.url(), "pods").await;
-    let informer = Informer::start(language, &cluster.nats.url(), RESOURCE);
+    // Through the gate, which cuts this informer alone off NATS below.
+    let informer = Informer::start(language, &cluster.subscriber_url(), RESOURCE);
     let synced = informer
         .wait_for(&format!("synced {} objects", pods.len()))
         .await;
@@ -94,6 +97,23 @@ async fn informer_follows_the_cluster(language: Language) {
         per_object(&changes_until(&informer.lines(), synced + 1, &sentinel)),
         per_object(&expected),
         "the {language:?} informer's change lines\n{}",
+        informer.transcript()
+    );
+
+    // The informer cut off while a pod is deleted and every marker of the deletion expires: no
+    // message of it is left to read, and only the informer's fresh start after the reconnect,
+    // diffed against its cache, shows the deletion.
+    let before = informer.lines().len();
+    cluster.gate.close();
+    let unseen = cluster.delete("shop", "web-10").expect("the pod existed");
+    cluster.converged(true).await.expect("the bucket converges");
+    cluster.gate.open();
+    let sentinel = cluster.update("shop", "web-3", "nginx:1.30");
+    informer.wait_for(&sentinel).await;
+    assert_eq!(
+        per_object(&changes_until(&informer.lines(), before, &sentinel)),
+        per_object(&[unseen, sentinel]),
+        "the {language:?} informer's change lines across its disconnection\n{}",
         informer.transcript()
     );
 
@@ -175,7 +195,9 @@ async fn node_informer_equals_the_api_server() {
 
 /// A purge, the contract's other deletion (docs/subscribers.md), which kube2nats' mirror does
 /// not write: the stand-in writer seeds the bucket with a purge in it, and purges while the three
-/// informers run. Each prints the deletion once and ends with the API server's objects.
+/// informers run. Each prints the deletion once, also across a reconnect after the purge's
+/// marker expired (the fresh start's difference holds no deletion then), and ends with the API
+/// server's objects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn informers_take_a_purge_as_a_deletion() {
     let nats = NatsServer::start().await.expect("nats-server starts");
@@ -190,9 +212,12 @@ async fn informers_take_a_purge_as_a_deletion() {
     let gone = api.delete("pods", Some("shop"), "web-3").expect("deleted");
     mirror.purge("pods", &gone).await;
 
+    let gate = Gate::start(([127, 0, 0, 1], nats.port()).into())
+        .await
+        .expect("the gate starts");
     let informers: Vec<Informer> = [Language::Python, Language::Rust, Language::Node]
         .into_iter()
-        .map(|language| Informer::start(language, &nats.url(), RESOURCE))
+        .map(|language| Informer::start(language, &format!("nats://{}", gate.addr()), RESOURCE))
         .collect();
     for informer in &informers {
         informer.wait_for("synced 3 objects").await;
@@ -203,15 +228,29 @@ async fn informers_take_a_purge_as_a_deletion() {
     let gone = api.delete("pods", Some("shop"), "web-0").expect("deleted");
     mirror.purge("pods", &gone).await;
     let line = format!("DELETED {}", id(&before));
+    for informer in &informers {
+        informer.wait_for(&line).await;
+    }
+    // Once the purge's marker has expired, the informers cut off and let back: each starts
+    // afresh. Then a sentinel: a line printed after the purge's comes before it.
+    mirror.markers_expired(2).await;
+    gate.close();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    gate.open();
+    let changed = api.update("pods", Some("shop"), "web-1", |p| {
+        p["spec"]["containers"][0]["image"] = json!("nginx:1.28")
+    });
+    mirror.put("pods", "Pod", &changed).await;
+    let sentinel = format!("MODIFIED {}", id(&changed));
     let want = api_objects(&api.url(), "pods").await;
     for informer in informers {
         let synced = informer.wait_for("synced 3 objects").await;
-        informer.wait_for(&line).await;
+        informer.wait_for(&sentinel).await;
         let transcript = informer.transcript();
         assert_eq!(
             &informer.lines()[synced + 1..],
-            std::slice::from_ref(&line),
-            "one line for the purge\n{transcript}"
+            [line.clone(), sentinel.clone()],
+            "one line for the purge, then the sentinel's, across the reconnect\n{transcript}"
         );
         assert_eq!(informer.terminate().await, want, "the cache\n{transcript}");
     }
@@ -361,9 +400,11 @@ async fn informers_through_the_mirror_cost_the_api_server_one_list_and_watch() {
     api.clear_requests();
     let dir = tempfile::tempdir().expect("tempdir");
     let token = common::token_file(dir.path(), kube2nats_harness::apiserver::INITIAL_TOKEN);
+    // The default watch timeout (5 m, the server ends a watch after 5 to 10 min) and not the
+    // test section's 30 s: the watch is never renewed while this test runs.
     let config = format!(
         "{}\n[nats]\nurl = \"{}\"\n[mirror]\nenabled = true\n[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"default\"]\n",
-        common::kube_section(&api, &token),
+        common::kube_section(&api, &token).replace("watch_timeout = \"30s\"", "watch_timeout = \"5m\""),
         nats.url()
     );
     let daemon = common::Process::spawn(&config);
@@ -391,11 +432,12 @@ async fn informers_through_the_mirror_cost_the_api_server_one_list_and_watch() {
          {INFORMERS} informers through kube2nats' mirror: {lists} lists, {watches} watches, {requests} requests (discovery included), {mirror_bytes} bytes"
     );
     assert_eq!((direct_lists, direct_watches), (INFORMERS, INFORMERS));
-    // One list; its watch may be renewed when the watch timeout ends it, resuming without a list.
-    assert_eq!(lists, 1, "kube2nats lists once");
-    assert!(
-        (1..INFORMERS).contains(&watches),
-        "kube2nats watches: {watches}"
+    // One list and one watch from its resourceVersion: the watch lasts past the test (its
+    // timeout is 5 to 10 min), and nothing in it ends the watch early.
+    assert_eq!(
+        (lists, watches),
+        (1, 1),
+        "kube2nats' lists and watches of pods"
     );
     assert!(
         mirror_bytes * 10 < direct_bytes,

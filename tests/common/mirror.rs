@@ -18,8 +18,8 @@ use async_nats::jetstream::{self, kv, stream::StorageType};
 use async_nats::HeaderMap;
 use serde_json::Value;
 
-/// How long a purge's marker lives before it expires, and then how long the marker the server
-/// leaves in its place lives.
+/// How long a purge's marker lives before it expires; the bucket's marker TTL. (The server
+/// leaves a marker in place of an expired delete marker, none in place of an expired purge.)
 pub const MARKER_TTL: Duration = Duration::from_secs(1);
 
 pub use kube2nats_harness::cluster::{core_key, BUCKET};
@@ -88,6 +88,33 @@ impl Mirror {
         headers.insert("Nats-TTL", format!("{}s", MARKER_TTL.as_secs()).as_str());
         self.publish(core_key(resource, obj), headers, Vec::new())
             .await;
+    }
+
+    /// Waits until the bucket's stream holds `live` messages, the values of the live keys alone:
+    /// every marker expired.
+    pub async fn markers_expired(&self, live: u64) {
+        let deadline = tokio::time::Instant::now() + INFORMER_WAIT;
+        loop {
+            let mut stream = self
+                .js
+                .get_stream(format!("KV_{BUCKET}"))
+                .await
+                .expect("the bucket's stream");
+            let messages = stream
+                .info()
+                .await
+                .expect("the stream's info")
+                .state
+                .messages;
+            if messages == live {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the bucket holds {messages} messages after {INFORMER_WAIT:?}, not {live}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     async fn publish(&self, key: String, headers: HeaderMap, payload: Vec<u8>) {

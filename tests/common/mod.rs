@@ -249,7 +249,11 @@ fn samples<'a>(
 /// The real binary, its stderr lines collected in the background.
 pub struct Process {
     child: Child,
+    /// The lines the reader thread has read and no method has taken yet.
     lines: std::sync::mpsc::Receiver<String>,
+    /// Every line taken from `lines` so far, in order: [`Process::log`] searches all of them,
+    /// those [`Process::line_with`] passed over included.
+    taken: std::cell::RefCell<Vec<String>>,
     _config: Option<tempfile::NamedTempFile>,
     /// [`Process::http_url`], once read from the log.
     http: std::sync::OnceLock<String>,
@@ -309,6 +313,7 @@ impl Process {
         Process {
             child,
             lines,
+            taken: std::cell::RefCell::default(),
             _config: None,
             http: std::sync::OnceLock::new(),
         }
@@ -337,39 +342,55 @@ impl Process {
             .unwrap_or_default()
     }
 
-    /// Waits for a line containing every one of `needles`.
+    /// Waits for a line containing every one of `needles`, after the lines taken so far.
     pub fn line_with(&self, needles: &[&str]) -> String {
         self.line_within(needles, WAIT)
     }
 
-    /// Waits at most `within` for a line containing every one of `needles`.
+    /// Waits at most `within` for a line containing every one of `needles`, after the lines
+    /// taken so far. The lines it passes over stay in [`Process::log`].
     pub fn line_within(&self, needles: &[&str], within: Duration) -> String {
         let deadline = tokio::time::Instant::now() + within;
-        let mut seen = Vec::new();
+        let from = self.taken.borrow().len();
         while tokio::time::Instant::now() < deadline {
             if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(100)) {
+                self.taken.borrow_mut().push(line.clone());
                 if needles.iter().all(|n| line.contains(n)) {
                     return line;
                 }
-                seen.push(line);
             }
         }
-        panic!("no log line with {needles:?}; saw:\n{}", seen.join("\n"));
+        panic!(
+            "no log line with {needles:?}; saw:\n{}",
+            self.taken.borrow()[from..].join("\n")
+        );
     }
 
-    /// The lines not taken yet. The reader thread may still be behind the process (it has
+    /// The lines not taken yet (see [`Process::take_rest`]).
+    pub fn rest(&self) -> String {
+        let from = self.taken.borrow().len();
+        self.take_rest();
+        self.taken.borrow()[from..].join("\n")
+    }
+
+    /// Every line the process has printed, from its first: for checks that something was never
+    /// logged (see [`Process::take_rest`]).
+    pub fn log(&self) -> String {
+        self.take_rest();
+        self.taken.borrow().join("\n")
+    }
+
+    /// Takes the lines not taken yet. The reader thread may still be behind the process (it has
     /// exited, but its last lines sit in the pipe), so this takes lines until the reader reaches
     /// the end of stderr or falls quiet for a second, at most five seconds in all.
-    pub fn rest(&self) -> String {
+    fn take_rest(&self) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        let mut lines = Vec::new();
         while tokio::time::Instant::now() < deadline {
             match self.lines.recv_timeout(Duration::from_secs(1)) {
-                Ok(line) => lines.push(line),
+                Ok(line) => self.taken.borrow_mut().push(line),
                 Err(_) => break,
             }
         }
-        lines.join("\n")
     }
 
     pub fn terminate(&self) {

@@ -95,6 +95,31 @@ impl Recording {
         self.nc.flush().await.unwrap();
         self.seen.lock().unwrap().len()
     }
+
+    /// Waits until no message has come for [`QUIET`]; the number of messages then. A repeat comes
+    /// on a timer of its own (a publish retried, a watch resumed, after a backoff of a second or
+    /// two), not behind a change made now, so a sentinel change would not wait for it: the
+    /// window instead starts again at every message, and a repeat due within [`QUIET`] of the
+    /// last message falls inside it.
+    pub async fn quiet(&self) -> usize {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        let mut count = self.mark().await;
+        let mut since = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = self.mark().await;
+            if now != count {
+                (count, since) = (now, tokio::time::Instant::now());
+            } else if since.elapsed() >= QUIET {
+                return count;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "messages kept coming for a minute: {} so far",
+                count
+            );
+        }
+    }
 }
 
 impl Drop for Recording {
@@ -302,7 +327,8 @@ pub fn convergence_problems(sim: &ApiServer, seen: &[Seen]) -> Vec<String> {
 }
 
 /// Waits until `earlier` followed by the recording from `from` on shows the simulator's final
-/// state, then a moment more for late repeats to show up; returns the recording from `from`.
+/// state, then until the recording is quiet ([`Recording::quiet`]), so that late repeats are in
+/// it; returns the recording from `from`.
 pub async fn converge_after(
     sim: &ApiServer,
     recording: &Recording,
@@ -327,8 +353,7 @@ pub async fn converge_after(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    recording.mark().await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    recording.quiet().await;
     recording.all()[from..].to_vec()
 }
 
