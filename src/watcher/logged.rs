@@ -43,7 +43,7 @@ impl WatchTask {
                 tracing::debug!(watch, namespace, error, "reopening the watch from its last resourceVersion once NATS has taken buffered data")
             }
             RestartReason::Unauthorized => {
-                tracing::warn!(watch, namespace, verb, retry_in = retry_in.map(human), "the API server rejected the token (401); re-reading the token file and retrying");
+                tracing::warn!(watch, namespace, verb, retry_in = retry_in.map(human), "the API server rejected the token (401); fetching the credentials again (token file, exec plugin) and retrying");
             }
             // A list page that does not parse is retried as a list, not "resumed": say so.
             RestartReason::DecodeError if list_failed => {

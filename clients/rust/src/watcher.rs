@@ -245,12 +245,15 @@ where
     /// Opens a fresh consumer and reads its initial values into a fresh cache, queueing
     /// `Init`, an `InitApply` per object and `InitDone`.
     async fn start(&mut self) -> Result<push::Ordered, Error> {
-        self.connects = self.client.statistics().connects.load(Ordering::Relaxed);
         let stream = self
             .js
             .get_stream(&self.stream)
             .await
             .map_err(|e| Error::open(&self.stream, e))?;
+        // Read once a reply proves a connection, which the count includes: read before, a
+        // client made with `retry_on_initial_connect` counts its first connection later, and
+        // that looked like a reconnect (one needless fresh start).
+        self.connects = self.client.statistics().connects.load(Ordering::Relaxed);
         let consumer = stream
             .create_consumer(push::OrderedConfig {
                 deliver_subject: self.client.new_inbox(),
