@@ -17,7 +17,7 @@ use common::{free_port, Process};
 use futures_util::StreamExt as _;
 use kube2nats_harness::apiserver::{ApiServer, ApiServerOptions, Rule, INITIAL_TOKEN};
 use kube2nats_harness::nats::NatsServer;
-use kube2nats_harness::real_apiserver::RealApiServer;
+use kube2nats_harness::real_apiserver::{RealApiServer, RealApiServerOptions};
 use serde_json::{json, Value};
 
 /// The namespace the tests' pods live in, unless a test names its own.
@@ -37,6 +37,9 @@ fn pods(ns: &str) -> String {
 enum Kind {
     Simulated,
     Real,
+    /// The real server with `--watch-cache=false`: watches served from etcd, whose compaction
+    /// answers an old resourceVersion with 410.
+    RealWithoutWatchCache,
 }
 
 /// The two servers behind the few operations the test bodies need.
@@ -58,6 +61,15 @@ impl Server {
             ),
             Kind::Real => Server::Real(Box::new(
                 RealApiServer::start().await.expect("real API server"),
+            )),
+            Kind::RealWithoutWatchCache => Server::Real(Box::new(
+                RealApiServer::start_with(RealApiServerOptions {
+                    watch_cache: false,
+                    compaction_interval: Duration::from_secs(2),
+                    ..Default::default()
+                })
+                .await
+                .expect("real API server"),
             )),
         }
     }
@@ -215,16 +227,29 @@ impl Server {
     }
 
     /// Makes every watch that resumes from a resourceVersion older than now get 410 Expired:
-    /// the simulator forgets its history; the real kube-apiserver restarts, and its watch
-    /// cache starts over from etcd's current revision (etcd's compaction does the same to a
-    /// watch served from etcd; the cache is what a watcher meets first).
+    /// the simulator forgets its history; a real kube-apiserver serving watches from etcd waits
+    /// for its periodic compaction to pass now; one with the watch cache restarts, since its
+    /// cache keeps every event of the last 75 s whatever etcd compacts, and starts over from
+    /// etcd's current revision.
     async fn expire_history(&mut self) {
         match self {
             Server::Simulated(sim) => sim.compact(),
-            Server::Real(real) => real
+            Server::Real(real) if real.watch_cache() => real
                 .restart_apiserver()
                 .await
                 .expect("kube-apiserver restarts"),
+            Server::Real(real) => {
+                let list = real
+                    .request(reqwest::Method::GET, &pods(NS), None)
+                    .await
+                    .expect("list");
+                let now: u64 = list["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                real.wait_compacted_past(now).await.expect("compaction");
+            }
         }
     }
 }
@@ -679,6 +704,11 @@ async fn expired_resume_relists_and_announces_deletions_on_the_simulated_server(
 #[tokio::test]
 async fn expired_resume_relists_and_announces_deletions_on_the_real_server() {
     expired_resume_relists_and_announces_deletions(Kind::Real).await;
+}
+
+#[tokio::test]
+async fn expired_resume_relists_and_announces_deletions_on_the_real_server_after_compaction() {
+    expired_resume_relists_and_announces_deletions(Kind::RealWithoutWatchCache).await;
 }
 
 /// The ServiceAccount with exactly the RBAC the manifests ship (deploy/base/rbac.yaml) may do all

@@ -50,6 +50,10 @@ pub struct RealApiServerOptions {
     /// Extra static tokens: `(token, user, groups)`, e.g. a token for a service account's user
     /// name, which RBAC bindings of that service account then apply to.
     pub extra_tokens: Vec<(String, String, Vec<String>)>,
+    /// Serve lists and watches from the watch cache (`--watch-cache`, on in every cluster).
+    /// Without it watches are served from etcd, so a watch from a resourceVersion that etcd's
+    /// compaction removed is answered 410 Expired.
+    pub watch_cache: bool,
 }
 
 impl Default for RealApiServerOptions {
@@ -57,6 +61,7 @@ impl Default for RealApiServerOptions {
         RealApiServerOptions {
             compaction_interval: Duration::from_secs(10),
             extra_tokens: Vec::new(),
+            watch_cache: true,
         }
     }
 }
@@ -305,6 +310,38 @@ impl RealApiServer {
             .unwrap_or(0))
     }
 
+    /// Waits until kube-apiserver's periodic compaction has removed etcd's history before
+    /// `revision` (a watch from an older resourceVersion served from etcd then gets 410).
+    pub async fn wait_compacted_past(&self, revision: u64) -> anyhow::Result<()> {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let deadline =
+            tokio::time::Instant::now() + 3 * self.options.compaction_interval + READY_TIMEOUT;
+        loop {
+            // A read at a revision that compaction removed fails with "required revision has been
+            // compacted".
+            let answer = reqwest::Client::new()
+                .post(format!("{}/v3/kv/range", self.etcd_url()))
+                .json(&json!({ "key": b64.encode("/registry/"), "revision": revision.saturating_sub(1).to_string(), "count_only": true }))
+                .send()
+                .await
+                .context("etcd range")?
+                .text()
+                .await?;
+            if answer.contains("compacted") {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!("etcd was not compacted past revision {revision}: {answer}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Whether watches are served from the watch cache ([`RealApiServerOptions::watch_cache`]).
+    pub fn watch_cache(&self) -> bool {
+        self.options.watch_cache
+    }
+
     /// Stops kube-apiserver (SIGKILL) and starts it again with the same flags and port; etcd
     /// keeps running. Its watch cache starts over from etcd's current revision, so a watch that
     /// resumes from an older resourceVersion is answered 410 Expired.
@@ -481,7 +518,7 @@ fn apiserver_args(
             "--etcd-compaction-interval={}s",
             options.compaction_interval.as_secs().max(1)
         ),
-        "--watch-cache=true".into(),
+        format!("--watch-cache={}", options.watch_cache),
         format!("--token-auth-file={}", file("tokens.csv")),
         "--anonymous-auth=false".into(),
         "--authorization-mode=RBAC".into(),
