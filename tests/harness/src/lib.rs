@@ -9,6 +9,9 @@
 //! - [`nats`]: a supervisor for a real `nats-server` process on a free loopback port, which can
 //!   be stopped and restarted on the same port with its JetStream store intact;
 //! - [`gate`]: a loopback TCP proxy a test can close, to cut one client off a server;
+//! - [`real_apiserver`]: a real kube-apiserver (v1.20.2, built by `scripts/realapi`) over its own
+//!   etcd, on free loopback ports, for the tests that check the simulator's reading of the real
+//!   server;
 //! - [`cluster`]: the three together with the real kube2nats mirroring pods into a bucket, for the
 //!   subscriber tests (and, as the `sim-cluster` binary, for the kits' own test runners).
 //!
@@ -44,3 +47,4 @@ pub mod cluster;
 pub mod gate;
 pub mod nats;
 pub mod pki;
+pub mod real_apiserver;

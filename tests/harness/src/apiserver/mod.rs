@@ -25,6 +25,11 @@
 //! beyond `metadata.name`/`metadata.namespace`, namespaces need not exist before objects are
 //! created in them (only `kube-system` can always be read by name, with a uid per simulator, as
 //! tools read it for a cluster id), and deletes are immediate (no finalizers or graceful deletion).
+//! kube-apiserver differs there: it announces even a pod deleted at once (unscheduled, grace
+//! period 0) as a MODIFIED that sets `deletionTimestamp`, then the DELETED, and answers the DELETE
+//! with the object as of that MODIFIED; it refuses objects in a namespace that does not exist
+//! (404). `tests/real_apiserver.rs` runs its tests on both servers (see
+//! [`crate::real_apiserver`]).
 
 mod crds;
 mod http;
