@@ -291,15 +291,15 @@ impl StateStore {
             let Some(age) = unwritten_for(&bucket.store, &written).await else {
                 continue;
             };
-            let unwritten_for = humantime::format_duration(whole_seconds(age));
+            let unwritten_for = human(age);
             if age < after {
-                tracing::info!(key = %target, %unwritten_for, forget_after = %humantime::format_duration(after), "kept the saved state of a target this configuration does not watch: another deployment sharing this owner may write it; it is forgotten once unwritten for state.forget_unwatched_after");
+                tracing::info!(key = %target, unwritten_for, forget_after = human(after), "kept the saved state of a target this configuration does not watch: another deployment sharing this owner may write it; it is forgotten once unwritten for state.forget_unwatched_after");
                 continue;
             }
             let subjects = format!("{}{own}{target}.>", bucket.store.prefix);
             match purge(&bucket.store, &subjects, None).await {
                 Ok(()) => {
-                    tracing::info!(key = %target, %unwritten_for, "forgot the saved state of a target this configuration does not watch (unwritten for longer than state.forget_unwatched_after)")
+                    tracing::info!(key = %target, unwritten_for, "forgot the saved state of a target this configuration does not watch (unwritten for longer than state.forget_unwatched_after)")
                 }
                 Err(e) => {
                     tracing::warn!(key = %target, error = %e, "cannot remove the saved state of a target no longer watched")
@@ -765,9 +765,4 @@ async fn unwritten_for(store: &kv::Store, keys: &[&str]) -> Option<Duration> {
         .as_nanos();
     let age = i128::try_from(now).ok()?.saturating_sub(newest?);
     Some(Duration::from_nanos(u64::try_from(age).unwrap_or(0)))
-}
-
-/// `duration` without its fraction of a second, for a log line a person reads.
-fn whole_seconds(duration: Duration) -> Duration {
-    Duration::from_secs(duration.as_secs())
 }
