@@ -124,17 +124,33 @@ async fn free_port() -> anyhow::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-/// Whether a NATS server answers on `addr`: it sends `INFO {…}` as soon as a client connects.
-async fn greets_as_nats(addr: SocketAddr) -> bool {
-    use tokio::io::AsyncReadExt as _;
-    let Ok(mut stream) = TcpStream::connect(addr).await else {
+/// Whether the NATS server named `server_name` answers on `addr`: it sends `INFO {…}` with its
+/// name as soon as a client connects. Another test's server that took the same port (a free port
+/// is only free until someone binds it) greets too, under another name.
+async fn greets_as_nats(addr: SocketAddr, server_name: &str) -> bool {
+    use tokio::io::AsyncBufReadExt as _;
+    let Ok(stream) = TcpStream::connect(addr).await else {
         return false;
     };
-    let mut greeting = [0u8; 5];
-    matches!(
-        tokio::time::timeout(Duration::from_secs(1), stream.read_exact(&mut greeting)).await,
-        Ok(Ok(_)) if &greeting == b"INFO "
-    )
+    let mut info = String::new();
+    let mut reader = tokio::io::BufReader::new(stream);
+    let read = tokio::time::timeout(Duration::from_secs(1), reader.read_line(&mut info)).await;
+    matches!(read, Ok(Ok(_)))
+        && info.starts_with("INFO ")
+        && info.contains(&format!("\"server_name\":{}", quote(server_name)))
+}
+
+/// The name of the server whose files are in `dir`: its temporary directory's, unique among the
+/// servers of a test run.
+fn server_name(dir: &Path) -> String {
+    let unique: String = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
+    format!("k2n-test-{unique}")
 }
 
 /// Quotes a string for the NATS config format (JSON string syntax is accepted).
@@ -271,6 +287,7 @@ impl NatsServer {
         let port = free_port().await?;
         let domain = matches!(leafnodes, Leafnodes::Hub(_)).then_some(HUB_DOMAIN);
         let mut conf = config_text(port, &store_dir, &opts, domain);
+        let _ = writeln!(conf, "server_name: {}", quote(&server_name(dir.path())));
         if opts.tls {
             conf.push_str(&tls_block(dir.path())?);
         }
@@ -384,7 +401,9 @@ impl NatsServer {
                 // Ready when *this* nats-server greets: another process that happened to take
                 // the port would accept connections too, but would not say INFO (and our
                 // child would have exited, unable to bind).
-                if greets_as_nats(addr).await && child.try_wait()?.is_none() {
+                if greets_as_nats(addr, &server_name(self.dir.path())).await
+                    && child.try_wait()?.is_none()
+                {
                     self.child = Some(child);
                     return Ok(());
                 }
