@@ -357,7 +357,8 @@ impl RealApiServer {
         }
     }
 
-    /// Starts kube-apiserver (retrying while its port is not free yet) and waits for `/readyz`.
+    /// Starts kube-apiserver (retrying while its port is not free yet) and waits for `/readyz`
+    /// and the `default` namespace.
     pub async fn start_apiserver(&mut self) -> anyhow::Result<()> {
         let log = self.dir.path().join("kube-apiserver.log");
         let args = apiserver_args(self.dir.path(), self.etcd_port, self.port, &self.options);
@@ -393,12 +394,26 @@ impl RealApiServer {
             .timeout(Duration::from_secs(2))
             .send()
             .await;
-        match answer {
+        let ready = match answer {
             Ok(response) if response.status().is_success() => {
                 response.text().await.is_ok_and(|t| t.trim() == "ok")
             }
             _ => false,
-        }
+        };
+        // `/readyz` can say ok before the bootstrap controller has created the `default`
+        // namespace, where the tests create their objects (a create then answers 404).
+        ready && self.default_namespace_exists().await
+    }
+
+    async fn default_namespace_exists(&self) -> bool {
+        let answer = self
+            .client
+            .get(format!("{}/api/v1/namespaces/default", self.url()))
+            .bearer_auth(ADMIN_TOKEN)
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await;
+        answer.is_ok_and(|response| response.status().is_success())
     }
 
     async fn wait_for_etcd(&mut self) -> anyhow::Result<()> {
