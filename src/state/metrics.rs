@@ -22,8 +22,8 @@ pub(crate) struct StateMetrics {
     objects_loaded: IntGaugeVec,
     stored_bytes: IntGaugeVec,
     journal_records: prometheus::HistogramVec,
-    ages: CheckpointAges,
-    load_ratios: LoadRatios,
+    ages: TargetReadings,
+    load_ratios: TargetReadings,
     degraded: Degraded,
 }
 
@@ -85,9 +85,9 @@ impl StateMetrics {
             &["watch"],
         )?;
         registry.register(Box::new(journal_records.clone()))?;
-        let ages = CheckpointAges::new()?;
+        let ages = TargetReadings::checkpoint_ages()?;
         registry.register(Box::new(ages.clone()))?;
-        let load_ratios = LoadRatios::new()?;
+        let load_ratios = TargetReadings::load_ratios()?;
         registry.register(Box::new(load_ratios.clone()))?;
         let degraded = Degraded::new()?;
         registry.register(Box::new(degraded.clone()))?;
@@ -185,15 +185,23 @@ fn unix_millis() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// `kube2nats_state_checkpoint_age_seconds{watch}`: how long ago the saved state last matched
-/// what was published, for the target of the watch that lags most. Computed when scraped, so it
-/// keeps growing while checkpoints fail or the watch is stuck. Only running targets count: a
-/// target whose task ended (a replica that stood down, a restarted task) is forgotten, so its
-/// frozen timestamp cannot make a live watch look stuck, and a standby exports no age at all.
+/// A gauge per watch computed when scraped from a reading each running target of the watch
+/// holds. Only running targets count: a target whose task ended (a replica that stood down, a
+/// restarted task) is forgotten, so its frozen reading cannot skew a live watch, and a standby
+/// exports nothing.
+///
+/// - `kube2nats_state_checkpoint_age_seconds{watch}` ([`TargetReadings::checkpoint_ages`]): how
+///   long ago the saved state last matched what was published, for the target of the watch that
+///   lags most; it keeps growing while checkpoints fail or the watch is stuck.
+/// - `kube2nats_state_load_ratio{watch}` ([`TargetReadings::load_ratios`]): the share of
+///   `state.max_load_bytes` that loading the last checkpoint would take, for the watch's target
+///   nearest the limit.
 #[derive(Clone)]
-struct CheckpointAges {
+struct TargetReadings {
     gauge: prometheus::GaugeVec,
     targets: Arc<Mutex<Vec<TargetReading>>>,
+    /// The watch's value from the readings of its running targets (at least one).
+    value: fn(&[u64]) -> f64,
 }
 
 /// A watch's name and a reading of one of its targets (the time it was last checkpointed, in unix
@@ -201,90 +209,49 @@ struct CheckpointAges {
 /// goes away with them.
 type TargetReading = (Arc<str>, Weak<AtomicU64>);
 
-impl CheckpointAges {
-    fn new() -> prometheus::Result<CheckpointAges> {
-        let gauge = prometheus::GaugeVec::new(
-            opts(
-                "state_checkpoint_age_seconds",
-                "Seconds since the saved state last matched what was published (the most lagging target of the watch).",
-            ),
-            &["watch"],
-        )?;
-        Ok(CheckpointAges {
+impl TargetReadings {
+    fn checkpoint_ages() -> prometheus::Result<TargetReadings> {
+        TargetReadings::new(
+            "state_checkpoint_age_seconds",
+            "Seconds since the saved state last matched what was published (the most lagging target of the watch).",
+            |lasts| {
+                let oldest = lasts.iter().copied().min().unwrap_or_default();
+                unix_millis().saturating_sub(oldest) as f64 / 1000.0
+            },
+        )
+    }
+
+    fn load_ratios() -> prometheus::Result<TargetReadings> {
+        TargetReadings::new(
+            "state_load_ratio",
+            "Share of state.max_load_bytes that loading the last checkpoint takes (the watch's largest target); past 1 a start refuses the saved state and starts fresh.",
+            |shares| {
+                shares
+                    .iter()
+                    .map(|&bits| f64::from_bits(bits))
+                    .fold(0.0, f64::max)
+            },
+        )
+    }
+
+    fn new(name: &str, help: &str, value: fn(&[u64]) -> f64) -> prometheus::Result<TargetReadings> {
+        let gauge = prometheus::GaugeVec::new(opts(name, help), &["watch"])?;
+        Ok(TargetReadings {
             gauge,
             targets: Arc::default(),
+            value,
         })
     }
 
-    fn add(&self, watch: &str, last_current: &Arc<AtomicU64>) {
+    fn add(&self, watch: &str, reading: &Arc<AtomicU64>) {
         if let Ok(mut targets) = self.targets.lock() {
-            targets.retain(|(_, last)| last.strong_count() > 0);
-            targets.push((watch.into(), Arc::downgrade(last_current)));
+            targets.retain(|(_, r)| r.strong_count() > 0);
+            targets.push((watch.into(), Arc::downgrade(reading)));
         }
     }
 }
 
-impl Collector for CheckpointAges {
-    fn desc(&self) -> Vec<&Desc> {
-        self.gauge.desc()
-    }
-
-    fn collect(&self) -> Vec<MetricFamily> {
-        let now = unix_millis();
-        self.gauge.reset();
-        if let Ok(mut targets) = self.targets.lock() {
-            targets.retain(|(_, last)| last.strong_count() > 0);
-            let mut oldest: Vec<(&str, u64)> = Vec::new();
-            for (watch, last) in targets.iter() {
-                let Some(last) = last.upgrade() else { continue };
-                let last = last.load(Ordering::Relaxed);
-                match oldest.iter_mut().find(|(w, _)| *w == &**watch) {
-                    Some((_, l)) => *l = (*l).min(last),
-                    None => oldest.push((watch, last)),
-                }
-            }
-            for (watch, last) in oldest {
-                let age = now.saturating_sub(last) as f64 / 1000.0;
-                self.gauge.with_label_values(&[watch]).set(age);
-            }
-        }
-        self.gauge.collect()
-    }
-}
-
-/// `kube2nats_state_load_ratio{watch}`: the share of `state.max_load_bytes` that loading the
-/// last checkpoint would take, for the watch's target nearest the limit. Computed when scraped,
-/// over running targets only, as [`CheckpointAges`] is.
-#[derive(Clone)]
-struct LoadRatios {
-    gauge: prometheus::GaugeVec,
-    targets: Arc<Mutex<Vec<TargetReading>>>,
-}
-
-impl LoadRatios {
-    fn new() -> prometheus::Result<LoadRatios> {
-        let gauge = prometheus::GaugeVec::new(
-            opts(
-                "state_load_ratio",
-                "Share of state.max_load_bytes that loading the last checkpoint takes (the watch's largest target); past 1 a start refuses the saved state and starts fresh.",
-            ),
-            &["watch"],
-        )?;
-        Ok(LoadRatios {
-            gauge,
-            targets: Arc::default(),
-        })
-    }
-
-    fn add(&self, watch: &str, share: &Arc<AtomicU64>) {
-        if let Ok(mut targets) = self.targets.lock() {
-            targets.retain(|(_, s)| s.strong_count() > 0);
-            targets.push((watch.into(), Arc::downgrade(share)));
-        }
-    }
-}
-
-impl Collector for LoadRatios {
+impl Collector for TargetReadings {
     fn desc(&self) -> Vec<&Desc> {
         self.gauge.desc()
     }
@@ -292,14 +259,22 @@ impl Collector for LoadRatios {
     fn collect(&self) -> Vec<MetricFamily> {
         self.gauge.reset();
         if let Ok(mut targets) = self.targets.lock() {
-            targets.retain(|(_, s)| s.strong_count() > 0);
-            for (watch, share) in targets.iter() {
-                let Some(share) = share.upgrade() else {
+            targets.retain(|(_, r)| r.strong_count() > 0);
+            let mut by_watch: Vec<(&str, Vec<u64>)> = Vec::new();
+            for (watch, reading) in targets.iter() {
+                let Some(reading) = reading.upgrade() else {
                     continue;
                 };
-                let share = f64::from_bits(share.load(Ordering::Relaxed));
-                let gauge = self.gauge.with_label_values(&[watch]);
-                gauge.set(gauge.get().max(share));
+                let reading = reading.load(Ordering::Relaxed);
+                match by_watch.iter_mut().find(|(w, _)| *w == &**watch) {
+                    Some((_, readings)) => readings.push(reading),
+                    None => by_watch.push((watch, vec![reading])),
+                }
+            }
+            for (watch, readings) in by_watch {
+                self.gauge
+                    .with_label_values(&[watch])
+                    .set((self.value)(&readings));
             }
         }
         self.gauge.collect()
@@ -308,7 +283,7 @@ impl Collector for LoadRatios {
 
 /// `kube2nats_state_degraded{watch}`: 1 while a target of the watch publishes without its saved
 /// state keeping up ([`super::durability`]). Computed when scraped, over running targets only,
-/// as [`CheckpointAges`] is.
+/// as [`TargetReadings`] are.
 #[derive(Clone)]
 struct Degraded {
     gauge: IntGaugeVec,
