@@ -15,15 +15,6 @@ use kube2nats_harness::nats::NatsServer;
 const PODS_WATCH: &str =
     "[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"default\"]\n";
 
-fn config_text(sim: &ApiServer, nats: &NatsServer, dir: &tempfile::TempDir, extra: &str) -> String {
-    let token = token_file(dir.path(), INITIAL_TOKEN);
-    format!(
-        "{}\n[nats]\nurl = \"{}\"\n{extra}",
-        kube_section(sim, &token),
-        nats.url()
-    )
-}
-
 /// Tokens never appear in the logs, even at debug level and through a 401 and a rotation; and
 /// every line about a watch carries its watch, resource and namespace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,7 +98,7 @@ async fn a_broken_watch_is_logged_with_its_verb_and_a_readable_retry() {
     let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
     let nats = NatsServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let text = config_text(&sim, &nats, &dir, PODS_WATCH);
+    let text = core_config(&sim, &nats, dir.path(), PODS_WATCH);
     let process = Process::spawn_with(&text, &["--log-format", "json"]);
     process.line_with(&["watching from resourceVersion"]);
     sim.drop_watches();
@@ -130,7 +121,7 @@ async fn a_brief_refusal_is_a_warning_and_a_persisting_one_names_the_rule() {
     let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
     let nats = NatsServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let text = config_text(&sim, &nats, &dir, PODS_WATCH);
+    let text = core_config(&sim, &nats, dir.path(), PODS_WATCH);
     let process = Process::spawn_with(&text, &["--log-format", "json"]);
     process.line_with(&["watching from resourceVersion"]);
     // Durable state read the cluster id at start: only pods are refused.

@@ -17,15 +17,6 @@ use kube2nats_harness::nats::NatsServer;
 const PODS_WATCH: &str =
     "[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"default\"]\n";
 
-fn config_text(sim: &ApiServer, nats: &NatsServer, dir: &tempfile::TempDir, extra: &str) -> String {
-    let token = token_file(dir.path(), INITIAL_TOKEN);
-    format!(
-        "{}\n[nats]\nurl = \"{}\"\n{extra}",
-        kube_section(sim, &token),
-        nats.url()
-    )
-}
-
 async fn get(daemon: &kube2nats::facade::Daemon, path: &str) -> (u16, String) {
     let response = reqwest::get(format!("http://{}{path}", daemon.http_addr))
         .await
@@ -65,10 +56,10 @@ async fn metrics_count_what_happens() {
     sim.create("pods", Some("default"), pod("b"));
     let nats = NatsServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let text = config_text(
+    let text = core_config(
         &sim,
         &nats,
-        &dir,
+        dir.path(),
         &format!("{PODS_WATCH}events = [\"ADDED\", \"MODIFIED\"]\n"),
     );
     let daemon = kube2nats::facade::start(config_from(&text)).await.unwrap();
@@ -245,9 +236,14 @@ async fn promtool_accepts_the_exposition() {
     sim.create("pods", Some("default"), pod("a"));
     let nats = NatsServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let daemon = kube2nats::facade::start(config_from(&config_text(&sim, &nats, &dir, PODS_WATCH)))
-        .await
-        .unwrap();
+    let daemon = kube2nats::facade::start(config_from(&core_config(
+        &sim,
+        &nats,
+        dir.path(),
+        PODS_WATCH,
+    )))
+    .await
+    .unwrap();
     eventually("synced", || {
         metric(
             &daemon.metrics.render(),
@@ -298,9 +294,14 @@ async fn readiness_follows_sync_and_nats() {
         },
     );
     let dir = tempfile::tempdir().unwrap();
-    let daemon = kube2nats::facade::start(config_from(&config_text(&sim, &nats, &dir, PODS_WATCH)))
-        .await
-        .unwrap();
+    let daemon = kube2nats::facade::start(config_from(&core_config(
+        &sim,
+        &nats,
+        dir.path(),
+        PODS_WATCH,
+    )))
+    .await
+    .unwrap();
     let (code, body) = get(&daemon, "/readyz").await;
     assert_eq!(code, 503);
     assert!(body.contains("NATS: not connected"), "{body}");
@@ -361,7 +362,7 @@ async fn rbac_self_check_names_the_rule_to_add() {
     );
     let nats = NatsServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let warn = config_text(&sim, &nats, &dir, PODS_WATCH);
+    let warn = core_config(&sim, &nats, dir.path(), PODS_WATCH);
     let process = Process::spawn(&warn);
     let line = process.line_with(&["RBAC does not allow the request"]);
     // stderr is a pipe here, as under the kubelet: no colour codes inside the line.
@@ -414,7 +415,7 @@ async fn rbac_self_check_covers_the_lease_when_leader_election_is_on() {
     let nats = NatsServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let election = "[leader_election]\nenabled = true\nnamespace = \"default\"\n";
-    let warn = config_text(&sim, &nats, &dir, &format!("{election}{PODS_WATCH}"));
+    let warn = core_config(&sim, &nats, dir.path(), &format!("{election}{PODS_WATCH}"));
     let process = Process::spawn_env(&warn, &[], &[("POD_NAME", "k2n-0")]);
     let line = process.line_with(&["RBAC does not allow leader election"]);
     assert!(
@@ -472,7 +473,12 @@ async fn shutdown_during_a_busy_stream_publishes_everything_read() {
     let dir = tempfile::tempdir().unwrap();
     let js_section =
         "mode = \"jetstream\"\n[nats.jetstream.stream]\nname = \"KUBE\"\nsubjects = [\"kube.>\"]\n";
-    let text = config_text(&sim, &nats, &dir, &format!("{js_section}{PODS_WATCH}"));
+    let text = core_config(
+        &sim,
+        &nats,
+        dir.path(),
+        &format!("{js_section}{PODS_WATCH}"),
+    );
     let daemon = kube2nats::facade::start(config_from(&text)).await.unwrap();
     eventually("synced", || {
         metric(
@@ -563,7 +569,7 @@ async fn sigterm_during_a_busy_stream_exits_0_within_the_grace_period() {
     );
     let nats = NatsServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut process = Process::spawn(&config_text(&sim, &nats, &dir, PODS_WATCH));
+    let mut process = Process::spawn(&core_config(&sim, &nats, dir.path(), PODS_WATCH));
     process.line_with(&["synced"]);
     let producer = {
         let sim = sim.clone();
@@ -596,8 +602,13 @@ async fn grace_period_exceeded_exits_nonzero_and_names_what_was_abandoned() {
     let dir = tempfile::tempdir().unwrap();
     let js_section =
         "mode = \"jetstream\"\n[nats.jetstream.stream]\nname = \"KUBE\"\nsubjects = [\"kube.>\"]\n";
-    let text = config_text(&sim, &nats, &dir, &format!("{js_section}{PODS_WATCH}"))
-        .replace("grace_period = \"5s\"", "grace_period = \"1s\"");
+    let text = core_config(
+        &sim,
+        &nats,
+        dir.path(),
+        &format!("{js_section}{PODS_WATCH}"),
+    )
+    .replace("grace_period = \"5s\"", "grace_period = \"1s\"");
     let mut process = Process::spawn(&text);
     process.line_with(&["synced"]);
     nats.stop().await;
@@ -626,10 +637,10 @@ async fn sigterm_with_nats_gone_and_nothing_pending_exits_0_at_once(mode: &str) 
         "jetstream" => "mode = \"jetstream\"\n[nats.jetstream.stream]\n",
         _ => "",
     };
-    let text = config_text(
+    let text = core_config(
         &sim,
         &nats,
-        &dir,
+        dir.path(),
         &format!("{js_section}[state]\ncheckpoint_interval = \"200ms\"\n{PODS_WATCH}"),
     );
     let mut process = Process::spawn_with(&text, &["--log-format", "json"]);
@@ -705,7 +716,7 @@ async fn queued_lists_sync_every_target_before_ready() {
     let tap = CoreTap::start(&nats.url(), "kube.>").await;
     let dir = tempfile::tempdir().unwrap();
     let watch = "[[watches]]\nname = \"pods\"\nresource = \"pods\"\nnamespaces = [\"n0\", \"n1\", \"n2\", \"n3\"]\ninitial_state = \"added\"\n";
-    let text = config_text(&sim, &nats, &dir, watch).replace(
+    let text = core_config(&sim, &nats, dir.path(), watch).replace(
         "[kubernetes.backoff]",
         "max_concurrent_lists = 1\nlist_page_size = 2\n[kubernetes.backoff]",
     );

@@ -183,6 +183,22 @@ grace_period = "5s"
     )
 }
 
+/// A daemon configuration pointed at `sim` (the initial token written into `dir`) and core NATS
+/// at `nats`, followed by `extra` (watches, sections).
+pub fn core_config(
+    sim: &ApiServer,
+    nats: &kube2nats_harness::nats::NatsServer,
+    dir: &Path,
+    extra: &str,
+) -> String {
+    let token = token_file(dir, kube2nats_harness::apiserver::INITIAL_TOKEN);
+    format!(
+        "{}\n[nats]\nurl = \"{}\"\n{extra}",
+        kube_section(sim, &token),
+        nats.url()
+    )
+}
+
 /// A daemon configuration watching pods in `default` of `sim` (token file written into `dir`),
 /// publishing to `nats` in JetStream mode into the default managed stream.
 pub fn jetstream_pods_config(
