@@ -180,6 +180,7 @@ fn tls_block(dir: &Path) -> anyhow::Result<String> {
 pub const HUB_DOMAIN: &str = "hub";
 
 /// A server's place in a leaf-node topology.
+#[derive(Clone, Copy)]
 enum Leafnodes {
     None,
     /// Accepts leaf-node connections on this port.
@@ -276,24 +277,49 @@ impl NatsServer {
         Self::start_in_topology(opts, Leafnodes::LeafOf(hub_port)).await
     }
 
+    /// Configures and starts a server on a free port. A free port is only free until someone
+    /// binds it: when another process takes it first, the server exits unable to listen, and the
+    /// start moves to a fresh port (and a fresh directory) until the readiness timeout.
     async fn start_in_topology(
         opts: NatsOptions,
         leafnodes: Leafnodes,
     ) -> anyhow::Result<NatsServer> {
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        loop {
+            let leafnodes = match leafnodes {
+                Leafnodes::Hub(_) => Leafnodes::Hub(free_port().await?),
+                other => other,
+            };
+            let mut server = Self::configured(&opts, leafnodes).await?;
+            match server.spawn_once(deadline).await? {
+                Spawned::Ready => return Ok(server),
+                Spawned::Exited(status) if tokio::time::Instant::now() >= deadline => bail!(
+                    "nats-server exited with {status} before accepting connections on port {}; log:\n{}",
+                    server.port,
+                    server.log()
+                ),
+                // Most likely another process took the port: a fresh one, shortly.
+                Spawned::Exited(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    /// A server with its directory and config written, not yet running.
+    async fn configured(opts: &NatsOptions, leafnodes: Leafnodes) -> anyhow::Result<NatsServer> {
         let binary = find_binary()?;
         let dir = tempfile::tempdir().context("creating the nats-server temp dir")?;
         let store_dir = dir.path().join("jetstream");
         std::fs::create_dir_all(&store_dir).context("creating the JetStream store dir")?;
         let port = free_port().await?;
         let domain = matches!(leafnodes, Leafnodes::Hub(_)).then_some(HUB_DOMAIN);
-        let mut conf = config_text(port, &store_dir, &opts, domain);
+        let mut conf = config_text(port, &store_dir, opts, domain);
         let _ = writeln!(conf, "server_name: {}", quote(&server_name(dir.path())));
         if opts.tls {
             conf.push_str(&tls_block(dir.path())?);
         }
         conf.push_str(&leafnodes.block());
         std::fs::write(dir.path().join("nats.conf"), conf).context("writing nats.conf")?;
-        let mut server = NatsServer {
+        Ok(NatsServer {
             binary,
             port,
             leafnode_port: match leafnodes {
@@ -302,9 +328,7 @@ impl NatsServer {
             },
             dir,
             child: None,
-        };
-        server.spawn_and_wait().await?;
-        Ok(server)
+        })
     }
 
     /// The PEM file of the CA that signed the server's certificate, when started with `tls`.
@@ -366,58 +390,72 @@ impl NatsServer {
     }
 
     /// Spawns the process and waits until its port accepts connections. If the process exits
-    /// first (typically: the port is still held by the previous instance), it is retried until
-    /// the readiness timeout.
+    /// first (typically: the port is still held by the previous instance), it is retried on the
+    /// same port until the readiness timeout.
     async fn spawn_and_wait(&mut self) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
-        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
         loop {
-            let log = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(self.log_path())
-                .context("opening nats.log")?;
-            let mut child = Command::new(&self.binary)
-                .arg("-c")
-                .arg(self.dir.path().join("nats.conf"))
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().context("duplicating the log handle")?)
-                .stderr(log)
-                .kill_on_drop(true)
-                .spawn()
-                .with_context(|| format!("spawning {}", self.binary.display()))?;
-            loop {
-                if let Some(status) = child.try_wait()? {
-                    if tokio::time::Instant::now() >= deadline {
-                        bail!(
-                            "nats-server exited with {status} before accepting connections on {addr}; log:\n{}",
-                            self.log()
-                        );
-                    }
-                    // Most likely the port is not free yet: try again shortly.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    break;
-                }
-                // Ready when *this* nats-server greets: another process that happened to take
-                // the port would accept connections too, but would not say INFO (and our
-                // child would have exited, unable to bind).
-                if greets_as_nats(addr, &server_name(self.dir.path())).await
-                    && child.try_wait()?.is_none()
-                {
-                    self.child = Some(child);
-                    return Ok(());
-                }
-                if tokio::time::Instant::now() >= deadline {
-                    let _ = child.kill().await;
-                    bail!(
-                        "nats-server did not accept connections on {addr} within {READY_TIMEOUT:?}; log:\n{}",
-                        self.log()
-                    );
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+            match self.spawn_once(deadline).await? {
+                Spawned::Ready => return Ok(()),
+                Spawned::Exited(status) if tokio::time::Instant::now() >= deadline => bail!(
+                    "nats-server exited with {status} before accepting connections on port {}; log:\n{}",
+                    self.port,
+                    self.log()
+                ),
+                // Most likely the port is not free yet: try again shortly.
+                Spawned::Exited(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
     }
+
+    /// Spawns the process once and waits until it greets on its port or exits.
+    async fn spawn_once(&mut self, deadline: tokio::time::Instant) -> anyhow::Result<Spawned> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .context("opening nats.log")?;
+        let mut child = Command::new(&self.binary)
+            .arg("-c")
+            .arg(self.dir.path().join("nats.conf"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().context("duplicating the log handle")?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("spawning {}", self.binary.display()))?;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(Spawned::Exited(status));
+            }
+            // Ready when *this* nats-server greets: another process that happened to take the
+            // port would accept connections too, but would not greet with this server's name
+            // (and our child would exit, unable to bind).
+            if greets_as_nats(addr, &server_name(self.dir.path())).await
+                && child.try_wait()?.is_none()
+            {
+                self.child = Some(child);
+                return Ok(Spawned::Ready);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let _ = child.kill().await;
+                bail!(
+                    "nats-server did not accept connections on {addr} within {READY_TIMEOUT:?}; log:\n{}",
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// How one spawn of the server ended.
+enum Spawned {
+    /// It greets on its port under its own name.
+    Ready,
+    /// It exited first (most likely unable to listen on its port).
+    Exited(std::process::ExitStatus),
 }
 
 impl Drop for NatsServer {
