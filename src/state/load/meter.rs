@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::codec::Manifest;
+use crate::state::codec::Manifest;
 
 /// What an object costs in memory once loaded beyond its encoded bytes (its entry and index
 /// slot, see [`crate::dedupe`]; its name is about as long as encoded).
@@ -116,11 +116,11 @@ impl LoadMeter {
 
 /// The share of `state.max_load_bytes` at which a checkpoint warns that a start will soon
 /// refuse the state (`kube2nats_state_load_ratio`, the `Kube2natsStateNearLoadLimit` alert).
-pub(super) const WARN_SHARE: f64 = 0.8;
+pub(crate) const WARN_SHARE: f64 = 0.8;
 
 /// What loading the checkpoint `manifest` would take, as a share of `limit` (its journal
 /// records since come on top, and are folded into the next checkpoint).
-pub(super) fn load_share(manifest: &Manifest, limit: usize) -> f64 {
+pub(crate) fn load_share(manifest: &Manifest, limit: usize) -> f64 {
     estimate(manifest.bytes, manifest.objects) as f64 / limit.max(1) as f64
 }
 
