@@ -48,6 +48,7 @@ pub(crate) mod testing;
 use std::collections::HashMap;
 use std::path::Path;
 
+pub(crate) use checker::is_key_token;
 pub use error::ConfigErrors;
 pub(crate) use leader::{LeaderElectionConfig, RawLeaderElection, RETRY_JITTER_FACTOR};
 pub(crate) use mirror::{MirrorConfig, RawMirror};
@@ -55,7 +56,6 @@ pub use named::*;
 pub use noise::{Changes, NoiseConfig};
 pub use raw::*;
 pub use root::Config;
-pub(crate) use state::is_key_token;
 pub(crate) use state::{RawState, StateConfig};
 pub(crate) use values::*;
 
