@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::checker::Checker;
 use super::raw::s;
-use super::values::WatchConfig;
+use super::watches::WatchConfig;
 
 /// `mirror.bucket`: the key contract's default bucket (docs/subscribers.md).
 pub(super) const DEFAULT_MIRROR_BUCKET: &str = "kube-objects";
