@@ -39,7 +39,7 @@ use saved::saved_key;
 pub(crate) use saved::{Frozen, Saved};
 pub use saved::{SavedObject, SavedUid, SavedVersion};
 
-use crate::event::{EventType, ObjectMeta, ResourceVersion};
+use crate::event::{EventType, ObjectMeta};
 
 /// What to do with one received watch event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -658,11 +658,7 @@ impl Dedupe {
     /// Tracks a saved object again, as published at its saved version.
     pub(crate) fn restore(&mut self, saved: SavedObject<'_>) {
         let key = saved_key(saved.uid);
-        let version = match saved.version {
-            SavedVersion::Number(n) if n != OPAQUE => Version::Number(n),
-            SavedVersion::Number(n) => Version::Opaque(n.to_string().into()),
-            SavedVersion::Text(text) => Version::new(&ResourceVersion::new(text)),
-        };
+        let version = saved.version.remembered();
         let named = Named {
             name: saved.name,
             namespace: saved.namespace,

@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashSet;
 
-use super::keys::{parse_uuid, UidKey, OPAQUE};
+use super::keys::{parse_uuid, UidKey, Version, OPAQUE};
 use super::store::{self, Entry, NameRef, Tracked};
-use crate::event::ObjectMeta;
+use crate::event::{ObjectMeta, ResourceVersion};
 
 /// One tracked object as the durable state stores it, borrowed from the memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +65,17 @@ pub enum SavedUid<'a> {
 pub enum SavedVersion<'a> {
     Number(u64),
     Text(&'a str),
+}
+
+impl SavedVersion<'_> {
+    /// The version as the memory holds it.
+    pub(super) fn remembered(self) -> Version {
+        match self {
+            SavedVersion::Number(n) if n != OPAQUE => Version::Number(n),
+            SavedVersion::Number(n) => Version::Opaque(n.to_string().into()),
+            SavedVersion::Text(text) => Version::new(&ResourceVersion::new(text)),
+        }
+    }
 }
 
 /// A [`Dedupe`] as it was at [`Dedupe::freeze`], read part by part by a checkpoint: each part
