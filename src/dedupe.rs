@@ -11,27 +11,35 @@
 //! The state is per watch target. [`crate::state`] checkpoints it to JetStream (read through
 //! [`Dedupe::freeze`]) and refills it at start ([`Dedupe::restore`]), so a restart's relist
 //! is diffed against what was published before it.
+//!
+//! This file holds the verdicts, the memory and the methods that save and refill it; `saved` the
+//! persistence view's forms (what a checkpoint reads, what a load refills from), `store` and
+//! `index` the compact storage beneath.
 
 mod confirm;
 mod index;
 mod keys;
 mod leave;
 mod namespaces;
+mod saved;
 mod store;
 mod tombstones;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use hashbrown::HashTable;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use keys::{parse_uuid, StoredVersion, UidKey, Version, OPAQUE};
+use keys::{StoredVersion, UidKey, Version, OPAQUE};
 use namespaces::Namespaces;
-use store::{Entry, NameRef, Names, Objects};
+use store::{Entry, NameRef, Names, Objects, Tracked};
 use tombstones::Tombstones;
 
-use crate::event::{EventType, ObjectMeta, ResourceVersion};
+use saved::saved_key;
+pub(crate) use saved::{Frozen, Saved};
+pub use saved::{SavedObject, SavedUid, SavedVersion};
+
+use crate::event::{EventType, ObjectMeta};
 
 /// What to do with one received watch event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,28 +81,6 @@ pub(crate) struct Vanished {
     /// announced again the same. Otherwise the version is the last one published, and messages
     /// published after it may have been lost from the memory with a crash (docs/durable-state.md).
     pub(crate) announced: bool,
-}
-
-/// What is remembered of one object, as read out of the storage ([`store`]).
-///
-/// This is the bulk of kube2nats' memory, so it is kept well under 100 bytes per object: an
-/// object with a UUID uid (every object a real API server creates) is a 32-byte [`Entry`] (uid,
-/// version, name and namespace references) in dense chunks, a 5-byte slot of an index (6 to 8
-/// bytes per object with its spare room), and its name, length-prefixed, in shared pages; the
-/// `mark` takes 8 bytes more only in watches whose `changes` sets one, and while a list is under
-/// way a bit says whether the list has seen the object. About 62 bytes per pod in all.
-#[derive(Debug, Clone, Copy)]
-struct Tracked {
-    /// The integer resourceVersion, or [`OPAQUE`].
-    version: u64,
-    /// What `changes` compares for the published version (`crate::noise::NoiseControl::mark`:
-    /// a generation or a content fingerprint); 0 = nothing to compare.
-    mark: u64,
-    name: NameRef,
-    /// Index into [`Namespaces`], or [`NO_NAMESPACE`].
-    namespace: u32,
-    /// The list generation that last saw this object.
-    list_epoch: u32,
 }
 
 /// Where a tracked object is stored.
@@ -601,63 +587,8 @@ impl<'a> From<&'a ObjectMeta> for Named<'a> {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Saving and restoring: how the durable state (`crate::state`) reads and refills this memory.
-// ---------------------------------------------------------------------------------------------
-
-/// One tracked object as the durable state stores it, borrowed from the memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SavedObject<'a> {
-    pub uid: SavedUid<'a>,
-    pub version: SavedVersion<'a>,
-    pub name: &'a str,
-    pub namespace: Option<&'a str>,
-    /// Known only from the journal: see [`Listed::Unconfirmed`].
-    pub unconfirmed: bool,
-    /// With `unconfirmed`: the journal recorded its deletion, announced at this version (maybe
-    /// gone out before a crash); it is announced again the same, see [`Vanished::announced`].
-    pub deleted: bool,
-    /// What `changes` compares; 0 = nothing.
-    pub mark: u64,
-}
-
-impl<'a> SavedObject<'a> {
-    /// The object as received: what the journal records before its first message goes out.
-    pub(crate) fn of(meta: &'a ObjectMeta) -> SavedObject<'a> {
-        let uid = parse_uuid(&meta.uid).map_or(SavedUid::Text(&meta.uid), SavedUid::Uuid);
-        SavedObject {
-            uid,
-            version: SavedVersion::of_text(meta.resource_version.as_str()),
-            name: &meta.name,
-            namespace: meta.namespace.as_deref(),
-            unconfirmed: false,
-            deleted: false,
-            mark: 0,
-        }
-    }
-}
-
-/// What a snapshot holds: tracked objects, and the uids of recently deleted ones.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Saved<'a> {
-    Object(SavedObject<'a>),
-    Tombstone(SavedUid<'a>),
-}
-
-/// A uid: the 16 bytes of a canonical UUID, or the text of any other.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SavedUid<'a> {
-    Uuid([u8; 16]),
-    Text(&'a str),
-}
-
-/// A resourceVersion: an integer where it is one, the text otherwise.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SavedVersion<'a> {
-    Number(u64),
-    Text(&'a str),
-}
-
+// The persistence view: how the durable state (`crate::state`) reads this memory and refills it
+// (the saved forms are in `saved`).
 impl Dedupe {
     /// Calls `f` with every tracked object, in no particular order, then with every tombstone,
     /// oldest first.
@@ -727,120 +658,13 @@ impl Dedupe {
     /// Tracks a saved object again, as published at its saved version.
     pub(crate) fn restore(&mut self, saved: SavedObject<'_>) {
         let key = saved_key(saved.uid);
-        let version = match saved.version {
-            SavedVersion::Number(n) if n != OPAQUE => Version::Number(n),
-            SavedVersion::Number(n) => Version::Opaque(n.to_string().into()),
-            SavedVersion::Text(text) => Version::new(&ResourceVersion::new(text)),
-        };
+        let version = saved.version.remembered();
         let named = Named {
             name: saved.name,
             namespace: saved.namespace,
         };
         let place = self.locate(&key);
         self.track(key, place, version, named, saved.mark);
-    }
-}
-
-/// A [`Dedupe`] as it was at [`Dedupe::freeze`], read part by part by a checkpoint: each part
-/// read is released, so a change to its objects no longer copies them.
-#[derive(Debug)]
-pub(crate) struct Frozen {
-    entries: Vec<Option<Arc<Vec<Entry>>>>,
-    marks: Option<Vec<Option<Arc<Vec<u64>>>>>,
-    names: Vec<Arc<Vec<u8>>>,
-    namespaces: Vec<Option<Box<str>>>,
-    others: Vec<(Box<str>, Tracked)>,
-    opaque_versions: HashMap<UidKey, Box<str>>,
-    unconfirmed: FxHashSet<UidKey>,
-    deletions: FxHashSet<UidKey>,
-    tombstones: Vec<UidKey>,
-    /// The next part: a chunk of the dense entries, then the rest.
-    next: usize,
-}
-
-impl Frozen {
-    /// Calls `f` with every object and tombstone, as [`Dedupe::for_each_saved`].
-    #[cfg(test)]
-    pub(crate) fn for_each(mut self, mut f: impl FnMut(Saved<'_>)) {
-        while self.next_part(&mut f) {}
-    }
-
-    /// Calls `f` with the objects of the next part (a few thousand; after the last part the
-    /// tombstones, oldest first) and releases the part; false when nothing was left.
-    pub(crate) fn next_part(&mut self, mut f: impl FnMut(Saved<'_>)) -> bool {
-        let part = self.next;
-        self.next += 1;
-        if let Some(slot) = self.entries.get_mut(part) {
-            let entries = slot.take();
-            let marks = self
-                .marks
-                .as_mut()
-                .and_then(|marks| marks.get_mut(part).and_then(Option::take));
-            for (k, entry) in entries.iter().flat_map(|e| e.iter()).enumerate() {
-                let mark = marks.as_ref().map_or(0, |m| m[k]);
-                let key = UidKey::Uuid(entry.uid);
-                f(Saved::Object(SavedObject {
-                    uid: SavedUid::Uuid(entry.uid),
-                    ..self.saved(&key, entry.version(), entry.name, entry.namespace, mark)
-                }));
-            }
-            return true;
-        }
-        if part > self.entries.len() {
-            return false;
-        }
-        for (uid, t) in &self.others {
-            // Opaque versions and unconfirmed marks are looked up by key; only objects that
-            // may hold one need it built.
-            let key = if t.version == OPAQUE || !self.unconfirmed.is_empty() {
-                UidKey::Other(uid.clone())
-            } else {
-                UidKey::Uuid([0; 16])
-            };
-            f(Saved::Object(SavedObject {
-                uid: SavedUid::Text(uid),
-                ..self.saved(&key, t.version, t.name, t.namespace, t.mark)
-            }));
-        }
-        for key in &self.tombstones {
-            f(Saved::Tombstone(match key {
-                UidKey::Uuid(bytes) => SavedUid::Uuid(*bytes),
-                UidKey::Other(text) => SavedUid::Text(text),
-            }));
-        }
-        true
-    }
-
-    fn saved(
-        &self,
-        key: &UidKey,
-        version: u64,
-        name: NameRef,
-        namespace: u32,
-        mark: u64,
-    ) -> SavedObject<'_> {
-        let version = match version {
-            OPAQUE => SavedVersion::Text(self.opaque_versions.get(key).map_or("", |v| &**v)),
-            n => SavedVersion::Number(n),
-        };
-        SavedObject {
-            uid: SavedUid::Text(""),
-            version,
-            name: store::get(&self.names, name),
-            namespace: self
-                .namespaces
-                .get(namespace as usize)
-                .and_then(Option::as_deref),
-            unconfirmed: !self.unconfirmed.is_empty() && self.unconfirmed.contains(key),
-            deleted: !self.deletions.is_empty() && self.deletions.contains(key),
-            mark,
-        }
-    }
-}
-fn saved_key(uid: SavedUid<'_>) -> UidKey {
-    match uid {
-        SavedUid::Uuid(bytes) => UidKey::Uuid(bytes),
-        SavedUid::Text(text) => UidKey::new(text),
     }
 }
 

@@ -5,26 +5,39 @@
 //! benchmarks, the fuzz properties, the examples) uses only what the facade re-exports, which is
 //! not a stable library API (docs/development.md, "Visibility").
 //!
-//! The modules, one stage each, in the order an event flows through them:
+//! The stages, in the order an event flows through them:
 //!
 //! - `config`: the TOML file and `KUBE2NATS__…` environment, validated once into typed values.
-//! - `kube`: the API server: credentials, HTTP, discovery, list pages, watch framing and decoding.
-//! - `rbac`: the start-up self-check of the permissions every watch needs.
+//! - `kube`: the API server: credentials, HTTP, discovery, list pages, watch framing and the
+//!   decoding of each watch line into an event.
 //! - `scope`: which namespaces' objects a watch publishes (exclusions, namespace selectors).
-//! - `watcher`: one task per watch: the list+watch state machine and the driver acting on it.
-//! - `backoff`: the delay between failed attempts, of a watch or of a publish.
-//! - `budget`: the one byte budget for data held between the API server and NATS.
+//! - `watcher`: one task per watch target: the list+watch state machine, and the driver that
+//!   hands each of its outcomes on.
 //! - `event`: the typed values passed from the watch stage to the publish stage.
-//! - `noise`: per watch, which MODIFIED events are news and which paths are stripped
-//!   (`json_path` parses the paths).
+//! - `filter`: a watch's CEL `filter`: which objects it publishes.
+//! - `noise`: per watch, which MODIFIED events are news and which paths are stripped.
 //! - `dedupe`: what each watch has published, so no change is published twice or missed.
 //! - `subject`: subject templates and the token escaping rule.
+//! - `publish`: the message (headers, payload, subject) and publishing it to core NATS or
+//!   JetStream.
+//! - `delivery`: the order in which one watch's messages reach NATS and its journal records
+//!   reach the state bucket.
+//! - `state`: durable checkpoints and the journal of each watch's memory in JetStream, loaded at
+//!   start.
+//! - `mirror`: the current objects of the mirrored watches in a JetStream key-value bucket.
+//!
+//! Beside the path:
+//!
 //! - `target`: what one watch target watches (resource, namespace, selectors, limits).
-//! - `publish`: headers, payloads, and publishing to core NATS or JetStream.
-//! - `state`: durable checkpoints of each watch's memory in JetStream, loaded at start.
+//! - `rbac`: the start-up self-check of the permissions every watch needs.
 //! - `leader`: with several replicas, the Lease that lets only one of them publish.
+//! - `backoff`: the delay between failed attempts, of a watch or of a publish.
+//! - `budget`: the one byte budget for data held between the API server and NATS.
+//! - `json_path`: the paths `noise` strips and compares, parsed at start.
+//! - `redact`: credentials kept out of every log line, error and printed configuration.
 //! - `telemetry`: logs, Prometheus metrics, health and readiness.
 //! - `app`: builds every stage from the configuration, runs them, and stops them in order.
+//! - `facade`: what code outside the library (binary, tests, benchmarks) reaches.
 
 #![forbid(unsafe_code)]
 // A `pub` item must be reachable through `facade`; anything else is `pub(crate)` or narrower, so

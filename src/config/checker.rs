@@ -116,11 +116,7 @@ impl Checker {
     }
     /// A JetStream bucket name: `[A-Za-z0-9_-]`, not empty.
     pub(super) fn bucket_name(&mut self, key: &str, value: &str) -> Option<String> {
-        let valid = !value.is_empty()
-            && value
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-        if valid {
+        if is_key_token(value) {
             return Some(value.to_owned());
         }
         self.fail(
@@ -128,6 +124,27 @@ impl Checker {
             format!("invalid bucket name {value:?} (allowed: [A-Za-z0-9_-], not empty)"),
         )
     }
+
+    /// A key-value bucket kube2nats creates for `section` (`state`, `mirror`): its name
+    /// (`{section}.bucket`) and its replicas (`{section}.replicas`, 1..=5 as JetStream allows).
+    pub(super) fn bucket(
+        &mut self,
+        section: &str,
+        name: &str,
+        replicas: usize,
+    ) -> (Option<String>, Option<usize>) {
+        let name = self.bucket_name(&format!("{section}.bucket"), name);
+        let replicas = self.range(&format!("{section}.replicas"), replicas, 1, Some(5));
+        (name, replicas)
+    }
+}
+
+/// One token of a NATS subject or key that kube2nats names (a bucket, `state.cluster_id`,
+/// `state.instance`, a cluster's uid): not empty, `[A-Za-z0-9_-]` only.
+pub(crate) fn is_key_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 pub(super) fn non_empty(v: &str) -> Option<&str> {

@@ -10,7 +10,8 @@
 //! watch's subjects (say `kube.core.>` for a watch of pods) passes.
 
 use super::checker::Checker;
-use super::values::{StreamConfig, WatchConfig};
+use super::nats::StreamConfig;
+use super::watches::WatchConfig;
 
 /// Refuses every watch none of whose subjects the stream's subjects can match.
 pub(super) fn check_stream_covers_watches(

@@ -10,10 +10,10 @@
 use std::time::Duration;
 
 use super::checker::{non_empty, Checker};
+use super::nats::{NatsMode, StreamConfig};
 use super::raw::s;
 use super::selector::is_dns_label;
 use super::state::StateConfig;
-use super::values::{NatsMode, StreamConfig};
 
 /// `leader_election.lease_name`.
 pub(super) const DEFAULT_LEASE_NAME: &str = "kube2nats";

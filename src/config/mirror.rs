@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::checker::Checker;
 use super::raw::s;
-use super::values::WatchConfig;
+use super::watches::WatchConfig;
 
 /// `mirror.bucket`: the key contract's default bucket (docs/subscribers.md).
 pub(super) const DEFAULT_MIRROR_BUCKET: &str = "kube-objects";
@@ -69,16 +69,8 @@ impl Default for RawMirror {
 }
 
 pub(super) fn check_mirror(c: &mut Checker, raw: &RawMirror) -> Option<MirrorConfig> {
-    let bucket = c.bucket_name("mirror.bucket", &raw.bucket);
-    let replicas = c.range("mirror.replicas", raw.replicas, 1, Some(5));
-    let max_bytes = match raw.max_bytes {
-        -1 => Some(None),
-        1.. => Some(Some(raw.max_bytes.unsigned_abs())),
-        other => c.fail(
-            "mirror.max_bytes",
-            format!("{other} is not >= 1 or -1 (unlimited)"),
-        ),
-    };
+    let (bucket, replicas) = c.bucket("mirror", &raw.bucket, raw.replicas);
+    let max_bytes = c.limit("mirror.max_bytes", raw.max_bytes);
     let ttl = c.duration_min(
         "mirror.delete_marker_ttl",
         &raw.delete_marker_ttl,

@@ -1,5 +1,5 @@
-//! Typed configuration: read once at start from a TOML file and the environment, validated, and
-//! handed to the rest of kube2nats as plain typed values.
+//! Configuration: read once at start from a TOML file and the environment, validated, and handed
+//! to the rest of kube2nats as plain typed values.
 //!
 //! Past start-up no code looks at raw config strings or environment variables.
 //!
@@ -10,7 +10,7 @@
 //!    strings (durations, URLs, enum names, selectors, templates) are still strings. Unknown keys
 //!    and values of the wrong type are reported here, every one; each is left out (so it keeps
 //!    its default) and the rest is read.
-//! 2. `Config::try_from(RawConfig)` checks every value and builds the typed [`Config`] below,
+//! 2. `Config::try_from(RawConfig)` checks every value and builds the typed [`Config`],
 //!    collecting every problem ([`ConfigErrors`], one line each, naming the key) rather than
 //!    stopping at the first. [`load`] runs it even when stage one found problems, so one run of
 //!    `--check-config` shows every mistake: a misspelt key and a bad value together.
@@ -20,26 +20,36 @@
 //! [`load_with_raw`] also returns the effective raw configuration, which
 //! [`RawConfig::to_redacted_toml`] prints for `--check-config`.
 //!
-//! The files are the stages: `raw` (the file's shape, each default beside its field), `source`
-//! (file + environment, unknown keys, redaction), `check` (raw → typed, section by section),
-//! `watches` (`[[watches]]`), `selector` (label/field selector and name syntax), `error`.
-//! This file holds the typed values, the contract with the rest of the crate, and [`load`].
+//! The files: one per section, holding the section's raw form (its defaults beside its fields),
+//! its check and its typed value — `log`, `kubernetes` (with `[kubernetes.backoff]`), `nats`
+//! (with `[nats.jetstream]` and its stream), `http`, `shutdown`, `state`, `leader`
+//! (`[leader_election]`), `mirror`, `watches` (`[publish]` and `[[watches]]`), `noise` (a
+//! watch's noise control); a new section gets a file of its own the same way. Beside them the
+//! shared machinery: `root` (the root [`RawConfig`] and [`Config`]), `raw` (how defaults are
+//! spelt), `source` (file + environment, unknown keys,
+//! redaction), `check` (the root check and the checks that span sections, such as `coverage`),
+//! `checker` (the [`Checker`](checker::Checker) every check records its problems in), `named`
+//! (enums by name), `selector` (label/field selector and name syntax) and `error`. This file holds the contract with the rest of the crate: the re-exports and
+//! [`load`].
 
 mod check;
 mod checker;
 mod coverage;
 mod error;
 mod http;
+mod kubernetes;
 mod leader;
+mod log;
 mod mirror;
 mod named;
+mod nats;
 mod noise;
 mod raw;
 mod root;
 mod selector;
+mod shutdown;
 mod source;
 mod state;
-mod values;
 mod watches;
 
 #[cfg(test)]
@@ -48,16 +58,17 @@ pub(crate) mod testing;
 use std::collections::HashMap;
 use std::path::Path;
 
+pub(crate) use checker::is_key_token;
 pub use error::ConfigErrors;
-pub(crate) use leader::{LeaderElectionConfig, RawLeaderElection, RETRY_JITTER_FACTOR};
-pub(crate) use mirror::{MirrorConfig, RawMirror};
+pub(crate) use kubernetes::*;
+pub(crate) use leader::{LeaderElectionConfig, RETRY_JITTER_FACTOR};
+pub(crate) use mirror::MirrorConfig;
 pub use named::*;
+pub(crate) use nats::*;
 pub use noise::{Changes, NoiseConfig};
-pub use raw::*;
-pub use root::Config;
-pub(crate) use state::is_key_token;
-pub(crate) use state::{RawState, StateConfig};
-pub(crate) use values::*;
+pub use root::{Config, RawConfig};
+pub(crate) use state::StateConfig;
+pub(crate) use watches::*;
 
 use source::{name_env_sources, process_environment, read_raw};
 

@@ -3,7 +3,6 @@
 
 use super::checker::{non_empty, Checker};
 use super::named::Named;
-use super::raw::RawWatch;
 use crate::json_path::JsonPath;
 
 /// Most paths one watch may name in `ignore_paths` or `strip_paths` (each): the noise walks
@@ -52,16 +51,23 @@ impl Default for NoiseConfig {
     }
 }
 
+/// A watch's noise keys as written (`changes`, `ignore_paths`, `strip_paths` of its `RawWatch`).
+pub(super) struct RawNoise<'a> {
+    pub(super) changes: &'a str,
+    pub(super) ignore_paths: &'a [String],
+    pub(super) strip_paths: &'a [String],
+}
+
 /// `watches[i]`'s noise control; `None` if any part was invalid (each problem recorded).
-pub(super) fn check_noise(c: &mut Checker, i: usize, w: &RawWatch) -> Option<NoiseConfig> {
+pub(super) fn check_noise(c: &mut Checker, i: usize, w: RawNoise<'_>) -> Option<NoiseConfig> {
     let key = |field: &str| format!("watches[{i}].{field}");
     let changes = c.one_of(
         &key("changes"),
-        non_empty(&w.changes).unwrap_or("any"),
+        non_empty(w.changes).unwrap_or("any"),
         Changes::NAMES,
     );
-    let ignore_paths = check_paths(c, &key("ignore_paths"), &w.ignore_paths);
-    let strip_paths = check_paths(c, &key("strip_paths"), &w.strip_paths);
+    let ignore_paths = check_paths(c, &key("ignore_paths"), w.ignore_paths);
+    let strip_paths = check_paths(c, &key("strip_paths"), w.strip_paths);
     if changes.is_some_and(|m| m != Changes::Content) && !w.ignore_paths.is_empty() {
         return c.fail(
             key("ignore_paths"),

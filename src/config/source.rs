@@ -7,7 +7,10 @@ use std::path::Path;
 
 use super::error::ConfigError;
 use super::error::ConfigErrors;
-use super::raw::{s, RawConfig, RawStream, RawWatch};
+use super::nats::RawStream;
+use super::raw::s;
+use super::root::RawConfig;
+use super::watches::RawWatch;
 
 /// Prefix of the environment variables that override file keys: `KUBE2NATS__NATS__URL`.
 pub(super) const ENV_PREFIX: &str = "KUBE2NATS";

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::checker::Checker;
+use super::checker::{is_key_token, Checker};
 use super::raw::s;
 
 /// `state.bucket`: the JetStream key-value bucket; one per kube2nats deployment sharing a NATS.
@@ -90,10 +90,9 @@ impl Default for RawState {
 }
 
 pub(super) fn check_state(c: &mut Checker, raw: &RawState) -> Option<StateConfig> {
-    let bucket = c.bucket_name("state.bucket", &raw.bucket);
+    let (bucket, replicas) = c.bucket("state", &raw.bucket, raw.replicas);
     let cluster_id = owner_part(c, "state.cluster_id", &raw.cluster_id);
     let instance = owner_part(c, "state.instance", &raw.instance);
-    let replicas = c.range("state.replicas", raw.replicas, 1, Some(5));
     let interval = c.duration_min(
         "state.checkpoint_interval",
         &raw.checkpoint_interval,
@@ -134,13 +133,6 @@ fn owner_part(c: &mut Checker, key: &str, raw: &str) -> Option<Option<String>> {
         key,
         format!("invalid value {raw:?} (allowed: [A-Za-z0-9_-], or empty for the default)"),
     )
-}
-
-/// One token of a state key (`state.cluster_id`, `state.instance`, a cluster's uid): not empty, `[A-Za-z0-9_-]` only.
-pub(crate) fn is_key_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 #[cfg(test)]

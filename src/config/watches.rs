@@ -1,16 +1,159 @@
-//! `[[watches]]`: each entry checked against the `[publish]` defaults, then the names checked
-//! for uniqueness.
+//! `[publish]` and `[[watches]]`: what every watch inherits, and each watch; their raw forms,
+//! defaults and typed value ([`WatchConfig`]) together. Each entry is checked against the
+//! `[publish]` defaults, then the names are checked for uniqueness.
 
 use std::collections::HashMap;
 
 use super::checker::{non_empty, Checker};
 use super::named::{InitialState, MessageFormat, Named, PayloadMode};
-use super::raw::{RawPublish, RawWatch};
+use super::noise::{check_noise, NoiseConfig, RawNoise};
+use super::raw::s;
 use super::selector::{check_field_selector, check_label_selector, is_dns_label};
-use super::values::WatchConfig;
 use crate::event::EventType;
 use crate::filter::FilterExpr;
 use crate::subject::{validate_prefix, SubjectTemplate};
+
+/// `publish.subject_prefix`.
+pub(crate) const DEFAULT_SUBJECT_PREFIX: &str = "kube";
+/// `publish.payload`: the event as the API server sent it, type included.
+pub(crate) const DEFAULT_PAYLOAD: PayloadMode = PayloadMode::Event;
+/// `publish.format`: kube2nats' own headers; CloudEvents consumers opt in.
+pub(crate) const DEFAULT_FORMAT: MessageFormat = MessageFormat::Native;
+/// `watches[].initial_state`: publish the listed objects as ADDED so subscribers start complete.
+pub(crate) const DEFAULT_INITIAL_STATE: InitialState = InitialState::Added;
+
+/// `[publish]`: defaults for every watch.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawPublish {
+    /// Tokens of `[A-Za-z0-9_-]` separated by dots. Default [`DEFAULT_SUBJECT_PREFIX`].
+    pub(crate) subject_prefix: String,
+    /// Value of `{cluster}`; a template using `{cluster}` needs it non-empty. Default `""`.
+    pub(crate) cluster: String,
+    /// Subject template; `""` (the default) = [`crate::subject::DEFAULT_TEMPLATE`], or with
+    /// `cluster` set [`crate::subject::DEFAULT_CLUSTER_TEMPLATE`].
+    pub(crate) subject: String,
+    /// `event`, `object` or `metadata`. Default [`DEFAULT_PAYLOAD`].
+    pub(crate) payload: String,
+    /// `native` or `cloudevents`. Default [`DEFAULT_FORMAT`].
+    pub(crate) format: String,
+}
+
+impl Default for RawPublish {
+    fn default() -> Self {
+        RawPublish {
+            subject_prefix: s(DEFAULT_SUBJECT_PREFIX),
+            cluster: String::new(),
+            subject: String::new(),
+            payload: s(DEFAULT_PAYLOAD.name()),
+            format: s(DEFAULT_FORMAT.name()),
+        }
+    }
+}
+
+/// One configured watch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatchConfig {
+    /// Unique; the `watch` label of every metric and the `watch` field of every log line.
+    pub(crate) name: String,
+    /// The resource as kubectl names it (`pods`, `deployments.apps`, `widgets.v1.example.com`),
+    /// resolved through discovery at start.
+    pub(crate) resource: String,
+    /// Empty means all namespaces (and is the only choice for cluster-scoped resources).
+    pub(crate) namespaces: Vec<String>,
+    /// With `namespaces` empty: namespaces whose objects are dropped by kube2nats (one watch).
+    pub(crate) namespaces_exclude: Vec<String>,
+    /// A label selector on namespaces: only objects of namespaces whose labels match are
+    /// published, followed as namespaces are relabelled ([`crate::scope`]).
+    pub(crate) namespace_selector: Option<String>,
+    /// A label selector checked for syntax (`app=web,tier in (a,b)`); `None` = all objects.
+    pub(crate) label_selector: Option<String>,
+    /// A field selector checked for syntax (`status.phase=Running`); `None` = all objects.
+    pub(crate) field_selector: Option<String>,
+    /// The event types published; others are dropped (counted as `filtered`).
+    pub(crate) events: Vec<EventType>,
+    pub(crate) initial_state: InitialState,
+    /// The watch's own template, or `publish.subject`; a template using `{cluster}` comes with a
+    /// non-empty `cluster`.
+    pub(crate) subject: SubjectTemplate,
+    /// `{prefix}` of the subject template.
+    pub(crate) subject_prefix: String,
+    /// `{cluster}` of the subject template.
+    pub(crate) cluster: String,
+    pub(crate) payload: PayloadMode,
+    pub(crate) format: MessageFormat,
+    /// Which MODIFIED events are published and which paths are stripped.
+    pub(crate) noise: NoiseConfig,
+    /// Whether the watch's objects are kept in the `[mirror]` bucket (docs/mirror.md).
+    pub(crate) mirror: bool,
+    /// Only objects this CEL expression matches are published (docs/filters.md).
+    pub(crate) filter: Option<FilterExpr>,
+}
+
+/// `[[watches]]`: one resource to list and watch.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawWatch {
+    /// Required, unique, `[A-Za-z0-9_-]{1,63}`: the `watch` label of metrics.
+    pub(crate) name: String,
+    /// Required; kubectl-style `plural[.version][.group]`.
+    pub(crate) resource: String,
+    /// DNS-1123 labels; `[]` = all namespaces.
+    pub(crate) namespaces: Vec<String>,
+    /// With `namespaces = []`: namespaces whose objects are not published. Default `[]`.
+    pub(crate) namespaces_exclude: Vec<String>,
+    /// Label selector on namespaces (`team=payments`); `""` = every namespace.
+    pub(crate) namespace_selector: String,
+    /// Kubernetes label selector; `""` = none.
+    pub(crate) label_selector: String,
+    /// Kubernetes field selector; `""` = none.
+    pub(crate) field_selector: String,
+    /// Non-empty subset of ADDED, MODIFIED, DELETED (any case). Default all three.
+    pub(crate) events: Vec<String>,
+    /// `added` or `skip`. Default [`DEFAULT_INITIAL_STATE`].
+    pub(crate) initial_state: String,
+    /// Subject template; `""` = `publish.subject`.
+    pub(crate) subject: String,
+    /// `event`, `object` or `metadata`; `""` = `publish.payload`.
+    pub(crate) payload: String,
+    /// `native` or `cloudevents`; `""` = `publish.format`.
+    pub(crate) format: String,
+    /// Noise control: `any`, `generation` or `content`; `""` = `any`.
+    pub(crate) changes: String,
+    /// Paths `changes = "content"` ignores besides the default three.
+    pub(crate) ignore_paths: Vec<String>,
+    /// Paths removed from the published object.
+    pub(crate) strip_paths: Vec<String>,
+    /// A CEL expression over `object`: only matching objects are published; `""` = all.
+    pub(crate) filter: String,
+    /// Keep the watch's objects in the `[mirror]` bucket; unset = `mirror.enabled`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) mirror: Option<bool>,
+}
+
+impl Default for RawWatch {
+    fn default() -> Self {
+        RawWatch {
+            name: String::new(),
+            resource: String::new(),
+            namespaces: Vec::new(),
+            namespaces_exclude: Vec::new(),
+            namespace_selector: String::new(),
+            label_selector: String::new(),
+            field_selector: String::new(),
+            events: EventType::ALL.iter().map(|t| s(t.as_str())).collect(),
+            initial_state: s(DEFAULT_INITIAL_STATE.name()),
+            subject: String::new(),
+            payload: String::new(),
+            format: String::new(),
+            changes: String::new(),
+            ignore_paths: Vec::new(),
+            strip_paths: Vec::new(),
+            filter: String::new(),
+            mirror: None,
+        }
+    }
+}
 
 /// `[publish]`: what every watch inherits unless it sets its own; `None` where the value was
 /// invalid (and the problem recorded).
@@ -128,7 +271,15 @@ fn check_watch(
         None => defaults.format,
         Some(f) => c.one_of(&key("format"), f, MessageFormat::NAMES),
     };
-    let noise = super::noise::check_noise(c, i, w);
+    let noise = check_noise(
+        c,
+        i,
+        RawNoise {
+            changes: &w.changes,
+            ignore_paths: &w.ignore_paths,
+            strip_paths: &w.strip_paths,
+        },
+    );
     let filter = match non_empty(&w.filter).map(FilterExpr::compile) {
         None => Some(None),
         Some(Ok(f)) => Some(Some(f)),

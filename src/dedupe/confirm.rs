@@ -1,9 +1,8 @@
 //! Confirmations read back from the journal: what the memory knew when a message was settled
 //! (docs/durable-state.md, "What a crash can repeat").
 
-use super::keys::{number, Version};
-use super::{saved_key, Dedupe, Named, Saved, SavedObject, SavedUid, SavedVersion, OPAQUE};
-use crate::event::ResourceVersion;
+use super::keys::number;
+use super::{saved_key, Dedupe, Named, Saved, SavedObject, SavedUid, SavedVersion};
 
 impl Dedupe {
     /// A journal record of an object: its first message (or, when `deleted`, its deletion) may
@@ -35,11 +34,7 @@ impl Dedupe {
         deleted: bool,
     ) {
         let key = saved_key(uid);
-        let confirmed = match version {
-            SavedVersion::Number(n) if n != OPAQUE => Version::Number(n),
-            SavedVersion::Number(n) => Version::Opaque(n.to_string().into()),
-            SavedVersion::Text(text) => Version::new(&ResourceVersion::new(text)),
-        };
+        let confirmed = version.remembered();
         let place = self.locate(&key);
         let Some((_, tracked)) = place else {
             // A deletion of an object never tracked (its first message was the deletion).

@@ -4,6 +4,7 @@ use proptest::prelude::*;
 
 use super::keys::format_uuid;
 use super::*;
+use crate::event::ResourceVersion;
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Published {

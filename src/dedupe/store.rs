@@ -444,6 +444,28 @@ fn varint(mut n: usize, buf: &mut [u8; 5]) -> &[u8] {
     }
 }
 
+/// What is remembered of one object, as read out of the storage.
+///
+/// This is the bulk of kube2nats' memory, so it is kept well under 100 bytes per object: an
+/// object with a UUID uid (every object a real API server creates) is a 32-byte [`Entry`] (uid,
+/// version, name and namespace references) in dense chunks, a 5-byte slot of an index (6 to 8
+/// bytes per object with its spare room), and its name, length-prefixed, in shared pages; the
+/// `mark` takes 8 bytes more only in watches whose `changes` sets one, and while a list is under
+/// way a bit says whether the list has seen the object. About 62 bytes per pod in all.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Tracked {
+    /// The integer resourceVersion, or [`super::keys::OPAQUE`].
+    pub(super) version: u64,
+    /// What `changes` compares for the published version (`crate::noise::NoiseControl::mark`:
+    /// a generation or a content fingerprint); 0 = nothing to compare.
+    pub(super) mark: u64,
+    pub(super) name: NameRef,
+    /// Index into [`super::namespaces::Namespaces`], or [`super::namespaces::NO_NAMESPACE`].
+    pub(super) namespace: u32,
+    /// The list generation that last saw this object.
+    pub(super) list_epoch: u32,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,7 @@
-use super::keys::{format_uuid, hex_value};
+use super::keys::{format_uuid, hex_value, parse_uuid};
 use super::tombstones::TOMBSTONES;
 use super::*;
+use crate::event::ResourceVersion;
 
 fn meta(uid: &str, rv: &str, name: &str) -> ObjectMeta {
     ObjectMeta {

@@ -11,10 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::{Backoff, NATS_SETUP_RETRY};
 use crate::config::MirrorConfig;
+use crate::state::{bucket_config, find_or_create, jetstream_context, BucketError};
 use crate::telemetry::logging::human;
-
-/// JetStream API requests of the set-up.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The bucket, ready for the watch targets' writers.
 #[derive(Clone)]
@@ -53,21 +51,17 @@ pub(crate) async fn open(
     client: &Client,
     shutdown: &CancellationToken,
 ) -> Result<Option<MirrorBucket>, MirrorUnavailable> {
-    let context = jetstream::ContextBuilder::new()
-        .api_prefix(api_prefix)
-        .timeout(REQUEST_TIMEOUT)
-        .build(client.clone());
+    let context = jetstream_context(api_prefix, client);
     let wanted = kv::Config {
-        bucket: config.bucket.clone(),
-        description: "kube2nats: the current objects of the mirrored watches".into(),
-        history: 1,
         max_bytes: config
             .max_bytes
             .map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX)),
-        storage: jetstream::stream::StorageType::File,
-        num_replicas: config.replicas,
         limit_markers: Some(config.delete_marker_ttl),
-        ..Default::default()
+        ..bucket_config(
+            &config.bucket,
+            "kube2nats: the current objects of the mirrored watches",
+            config.replicas,
+        )
     };
     let mut backoff = Backoff::new(NATS_SETUP_RETRY);
     loop {
@@ -104,36 +98,19 @@ enum Setup {
 }
 
 async fn ensure(context: &jetstream::Context, wanted: &kv::Config) -> Result<kv::Store, Setup> {
-    use jetstream::context::AccountErrorKind;
-    use jetstream::ErrorCode;
-    if let Err(e) = context.query_account().await {
-        let no_jetstream = match e.kind() {
-            AccountErrorKind::JetStreamUnavailable => true,
-            AccountErrorKind::JetStream(api) => {
-                api.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED
-                    || api.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT
-            }
-            _ => false,
-        };
-        return Err(if no_jetstream {
-            Setup::Refused(MirrorUnavailable {
+    let (store, existed) = find_or_create(context, wanted, "mirror")
+        .await
+        .map_err(|e| match e {
+            BucketError::NoJetStream => Setup::Refused(MirrorUnavailable {
                 key: "mirror.enabled",
                 reason: "the NATS server has no JetStream, which the mirror needs (enable JetStream on the server, or turn the mirror off)".into(),
-            })
-        } else {
-            Setup::Unavailable(e.to_string())
-        });
-    }
-    if let Ok(store) = context.get_key_value(&wanted.bucket).await {
+            }),
+            BucketError::Unavailable(e) => Setup::Unavailable(e),
+        })?;
+    if existed {
         check_existing(&store, wanted)?;
         tracing::info!(bucket = %wanted.bucket, "using the existing mirror bucket");
-        return Ok(store);
     }
-    let store = context
-        .create_key_value(wanted.clone())
-        .await
-        .map_err(|e| Setup::Unavailable(format!("creating the mirror bucket: {e}")))?;
-    tracing::info!(bucket = %wanted.bucket, replicas = wanted.num_replicas, "created the mirror bucket (file storage, history 1, per-message TTLs)");
     Ok(store)
 }
 

@@ -1,9 +1,33 @@
 //! The state bucket: finding or creating it, the layout of its keys, and purging a target's
 //! records. Below the store, the journal and the checkpoints, which all write through it.
+//!
+//! Setting up a bucket ([`jetstream_context`], [`bucket_config`], [`find_or_create`]) is shared
+//! with the mirror's bucket (`crate::mirror::bucket`), which adds its own checks.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
+use async_nats::Client;
+
+/// Timeout of one request to JetStream (a put, a get, a bucket lookup).
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The largest chunk: far below NATS' default `max_payload` (1 MiB), and small enough that
+/// loading holds little more than the memory being rebuilt.
+pub(crate) const MAX_CHUNK_BYTES: usize = 256 * 1024;
+/// Room left under the server's `max_payload` for subject and headers.
+pub(crate) const PAYLOAD_HEADROOM: usize = 4 * 1024;
+
+/// Where the state is kept: nowhere beyond the memory, or in the bucket.
+#[derive(Clone)]
+pub(crate) enum Backend {
+    /// `state.enabled = false`.
+    Disabled,
+    /// The NATS server has no JetStream.
+    MemoryOnly,
+    Durable(Arc<Bucket>),
+}
 
 /// The bucket, and what is needed to create it again should it vanish.
 pub(crate) struct Bucket {
@@ -24,12 +48,34 @@ pub(crate) enum BucketError {
     Unavailable(String),
 }
 
+/// A JetStream context on the API at `api_prefix` (`$JS.API`, or a domain's), each request timing
+/// out after [`REQUEST_TIMEOUT`].
+pub(crate) fn jetstream_context(api_prefix: &str, client: &Client) -> jetstream::Context {
+    jetstream::ContextBuilder::new()
+        .api_prefix(api_prefix)
+        .timeout(REQUEST_TIMEOUT)
+        .build(client.clone())
+}
+
+/// A bucket as kube2nats creates it: one revision per key (only the latest is read), file
+/// storage (it must outlive a NATS restart).
+pub(crate) fn bucket_config(bucket: &str, description: &str, replicas: usize) -> kv::Config {
+    kv::Config {
+        bucket: bucket.to_owned(),
+        description: description.to_owned(),
+        history: 1,
+        storage: jetstream::stream::StorageType::File,
+        num_replicas: replicas,
+        ..Default::default()
+    }
+}
+
 /// At start: finds the bucket or creates it. An existing bucket is checked, never changed.
 pub(crate) async fn open_bucket(
     context: &jetstream::Context,
     wanted: &kv::Config,
 ) -> Result<kv::Store, BucketError> {
-    let (store, existed) = find_or_create(context, wanted).await?;
+    let (store, existed) = find_or_create(context, wanted, "state").await?;
     if existed {
         check_bucket(&store, wanted);
     }
@@ -41,15 +87,17 @@ pub(crate) async fn ensure_bucket(
     context: &jetstream::Context,
     wanted: &kv::Config,
 ) -> Result<kv::Store, BucketError> {
-    find_or_create(context, wanted)
+    find_or_create(context, wanted, "state")
         .await
         .map(|(store, _)| store)
 }
 
-/// The bucket, and whether it existed.
-async fn find_or_create(
+/// The bucket `wanted` names, and whether it existed; created as `wanted` when missing. `kind`
+/// (`state`, `mirror`) names the bucket in the error and the log line of a creation.
+pub(crate) async fn find_or_create(
     context: &jetstream::Context,
     wanted: &kv::Config,
+    kind: &str,
 ) -> Result<(kv::Store, bool), BucketError> {
     use jetstream::context::AccountErrorKind;
     use jetstream::ErrorCode;
@@ -71,8 +119,13 @@ async fn find_or_create(
     let store = context
         .create_key_value(wanted.clone())
         .await
-        .map_err(|e| BucketError::Unavailable(format!("creating the state bucket: {e}")))?;
-    tracing::info!(bucket = %wanted.bucket, replicas = wanted.num_replicas, "created the state bucket (file storage, history 1)");
+        .map_err(|e| BucketError::Unavailable(format!("creating the {kind} bucket: {e}")))?;
+    let ttls = if wanted.limit_markers.is_some() {
+        ", per-message TTLs"
+    } else {
+        ""
+    };
+    tracing::info!(bucket = %wanted.bucket, replicas = wanted.num_replicas, "created the {kind} bucket (file storage, history 1{ttls})");
     Ok((store, false))
 }
 
@@ -116,7 +169,7 @@ fn check_bucket(store: &kv::Store, wanted: &kv::Config) {
 }
 
 /// Below this `max_bytes`, a bucket cannot hold two checkpoints of even a small watch: two
-/// chunks of [`super::MAX_CHUNK_BYTES`] and a journal record.
+/// chunks of [`MAX_CHUNK_BYTES`] and a journal record.
 const MIN_ROOM: u64 = 1024 * 1024;
 /// The smallest `max_value_size` that holds a manifest and a useful chunk.
 const MIN_VALUE_SIZE: usize = 8 * 1024;

@@ -270,19 +270,19 @@ pub(super) struct Writer {
     pub(super) metrics: TargetMetrics,
     /// `state.max_load_bytes`: each checkpoint says how close the next start comes to it.
     pub(super) max_load_bytes: usize,
-    /// Whether the last checkpoint was past [`super::load::WARN_SHARE`] of it (warned once per
+    /// Whether the last checkpoint was past [`super::load::meter::WARN_SHARE`] of it (warned once per
     /// crossing).
     pub(super) near_load_limit: bool,
 }
 
 impl Writer {
     /// Reports how much of `state.max_load_bytes` loading the checkpoint would take, and warns
-    /// when it passes [`super::load::WARN_SHARE`]: past the limit the next start refuses the
+    /// when it passes [`super::load::meter::WARN_SHARE`]: past the limit the next start refuses the
     /// state and starts fresh, announcing every object again.
     fn check_load_share(&mut self, manifest: &Manifest) {
-        let share = super::load::load_share(manifest, self.max_load_bytes);
+        let share = super::load::meter::load_share(manifest, self.max_load_bytes);
         self.metrics.load_share(share);
-        let near = share >= super::load::WARN_SHARE;
+        let near = share >= super::load::meter::WARN_SHARE;
         if near && !self.near_load_limit {
             tracing::warn!(key = %self.key, objects = manifest.objects, load_share = format!("{:.0}%", share * 100.0), max_load_bytes = self.max_load_bytes, "the saved state nears state.max_load_bytes: past it, the next start refuses it and starts fresh (raise state.max_load_bytes, and the pod's memory limit with it)");
         }

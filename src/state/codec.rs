@@ -322,15 +322,7 @@ pub(crate) fn decode_chunk<'a>(
     index: u32,
     f: impl FnMut(Saved<'a>),
 ) -> Result<(), CodecError> {
-    let mut r = Reader {
-        bytes: chunk,
-        pos: 0,
-        index,
-    };
-    if r.take(MAGIC.len())? != MAGIC || r.byte()? != FORMAT as u8 {
-        return Err(r.malformed());
-    }
-    let stored_generation = u64::from_le_bytes(r.array()?);
+    let (mut r, stored_generation) = Reader::open(chunk, index, MAGIC)?;
     let stored_index = u32::from_le_bytes(r.array()?);
     if stored_generation != generation || stored_index != index {
         return Err(CodecError::StaleChunk { index });
@@ -456,6 +448,21 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// A reader of `bytes` (chunk `index`, for errors) past its header: `magic`, the [`FORMAT`]
+    /// and the header's first number, returned (a chunk's generation, a record's sequence).
+    fn open(bytes: &'a [u8], index: u32, magic: &[u8; 4]) -> Result<(Reader<'a>, u64), CodecError> {
+        let mut r = Reader {
+            bytes,
+            pos: 0,
+            index,
+        };
+        if r.take(magic.len())? != magic || r.byte()? != FORMAT as u8 {
+            return Err(r.malformed());
+        }
+        let first = u64::from_le_bytes(r.array()?);
+        Ok((r, first))
+    }
+
     fn malformed(&self) -> CodecError {
         CodecError::Malformed {
             index: self.index,
@@ -584,19 +591,27 @@ mod tests {
         [0, 3, 0x9e37_79b9_7f4a_7c15][i % 3]
     }
 
+    /// The `i`th of [`objects`] as saved: some unconfirmed, some deleted, some with a mark.
+    fn saved_at<'a>(
+        i: usize,
+        (uid, version, name, ns): &'a (SavedUid<'a>, SavedVersion<'a>, String, Option<String>),
+    ) -> SavedObject<'a> {
+        SavedObject {
+            uid: *uid,
+            version: *version,
+            name,
+            namespace: ns.as_deref(),
+            unconfirmed: name.ends_with('7'),
+            deleted: name.ends_with("17"),
+            mark: mark_of(i),
+        }
+    }
+
     fn round_trip(chunk_limit: usize) -> (Encoded, usize) {
         let objects = objects();
         let mut encoder = Encoder::new(7, chunk_limit);
-        for (i, (uid, version, name, ns)) in objects.iter().enumerate() {
-            encoder.push(SavedObject {
-                uid: *uid,
-                version: *version,
-                name,
-                namespace: ns.as_deref(),
-                unconfirmed: name.ends_with('7'),
-                deleted: name.ends_with("17"),
-                mark: mark_of(i),
-            });
+        for (i, object) in objects.iter().enumerate() {
+            encoder.push(saved_at(i, object));
         }
         let encoded = encoder.finish();
         let mut decoded = Vec::new();
@@ -606,18 +621,7 @@ mod tests {
         let objects: Vec<String> = objects
             .iter()
             .enumerate()
-            .map(|(i, (uid, version, name, ns))| {
-                let o = SavedObject {
-                    uid: *uid,
-                    version: *version,
-                    name,
-                    namespace: ns.as_deref(),
-                    unconfirmed: name.ends_with('7'),
-                    deleted: name.ends_with("17"),
-                    mark: mark_of(i),
-                };
-                format!("{:?}", Saved::Object(o))
-            })
+            .map(|(i, object)| format!("{:?}", Saved::Object(saved_at(i, object))))
             .collect();
         assert_eq!(decoded, objects);
         (encoded, objects.len())

@@ -23,7 +23,7 @@
 //! Errors are of two kinds. A *syntax* error (the bytes are not JSON) fails the whole scan. A
 //! *field* error (valid JSON, but e.g. a duplicated `metadata` key or a `uid` that is a number)
 //! inside the object is kept in [`Head`]'s result, because it matters only for event types whose
-//! metadata is read, exactly as before, when the object was parsed only for those types.
+//! metadata is read: an event of another type is handled without it, so the error does not fail it.
 
 use std::borrow::Cow;
 use std::ops::Range;

@@ -116,15 +116,7 @@ pub fn decode_journal<'a>(
     identity: u64,
     mut f: impl FnMut(JournalEntry<'a>),
 ) -> Result<(), CodecError> {
-    let mut r = Reader {
-        bytes: record,
-        pos: 0,
-        index: 0,
-    };
-    if r.take(JOURNAL_MAGIC.len())? != JOURNAL_MAGIC || r.byte()? != FORMAT as u8 {
-        return Err(r.malformed());
-    }
-    let stored_sequence = u64::from_le_bytes(r.array()?);
+    let (mut r, stored_sequence) = Reader::open(record, 0, JOURNAL_MAGIC)?;
     let stored_identity = u64::from_le_bytes(r.array()?);
     if stored_sequence != sequence || stored_identity != identity {
         return Err(CodecError::StaleJournal { sequence });
