@@ -8,7 +8,8 @@
 //!
 //! Layout: `server` (the two servers behind one interface), `daemon` (the binary and its
 //! configuration), `observe` (the test's own watch and what kube2nats published), then the
-//! scenarios: `pods`, `crds`, `mirror` and `requests` (what kube2nats asks of the server).
+//! scenarios: `pods`, `crds`, `mirror`, `requests` (what kube2nats asks of the server) and
+//! `differences` (where the simulator's defaults differ from kube-apiserver, pinned).
 
 mod common;
 
@@ -16,6 +17,8 @@ mod common;
 mod crds;
 #[path = "real_apiserver/daemon.rs"]
 mod daemon;
+#[path = "real_apiserver/differences.rs"]
+mod differences;
 #[path = "real_apiserver/mirror.rs"]
 mod mirror;
 #[path = "real_apiserver/observe.rs"]

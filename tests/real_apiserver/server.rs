@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use kube2nats_harness::apiserver::{
-    ApiServer, ApiServerOptions, InitialEvents, Rule, INITIAL_TOKEN,
+    ApiServer, ApiServerOptions, Fidelity, InitialEvents, Rule, INITIAL_TOKEN,
 };
 use kube2nats_harness::real_apiserver::AuditedRequest;
 use kube2nats_harness::real_apiserver::{RealApiServer, RealApiServerOptions};
@@ -105,7 +105,8 @@ pub enum Kind {
     Simulated,
     Real,
     /// The simulator as kube-apiserver 1.20 answers a client: `sendInitialEvents` refused (422,
-    /// no WatchList feature), no aggregated discovery.
+    /// no WatchList feature), no aggregated discovery, pods deleted through a MODIFIED, creates
+    /// only in namespaces that exist ([`Fidelity::KUBE_APISERVER`]).
     SimulatedLike120,
     /// The real server with `--watch-cache=false`: watches served from etcd, whose compaction
     /// answers an old resourceVersion with 410.
@@ -126,6 +127,10 @@ impl Server {
                 let sim = ApiServer::start(ApiServerOptions {
                     tls: true,
                     aggregated_discovery: kind == Kind::Simulated,
+                    fidelity: match kind {
+                        Kind::SimulatedLike120 => Fidelity::KUBE_APISERVER,
+                        _ => Fidelity::default(),
+                    },
                     ..Default::default()
                 })
                 .await
@@ -205,19 +210,31 @@ impl Server {
         }
     }
 
-    pub async fn delete_pod(&self, name: &str) {
+    pub async fn delete_pod(&self, name: &str) -> Value {
         self.delete_pod_in(NS, name).await
     }
 
-    pub async fn delete_pod_in(&self, ns: &str, name: &str) {
+    /// Deletes the pod; the server's answer.
+    pub async fn delete_pod_in(&self, ns: &str, name: &str) -> Value {
         match self {
-            Server::Simulated(sim) => {
-                sim.delete("pods", Some(ns), name).expect("pod to delete");
-            }
-            Server::Real(real) => {
-                real.delete(&pods(ns), name).await.expect("delete pod");
-            }
+            Server::Simulated(sim) => sim.delete("pods", Some(ns), name).expect("pod to delete"),
+            Server::Real(real) => real.delete(&pods(ns), name).await.expect("delete pod"),
         }
+    }
+
+    /// `POST`s `body` to `path` as the admin, over HTTP on either server: the status and the
+    /// answer.
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let token = std::fs::read_to_string(self.token_file()).unwrap();
+        let response = client(&self.ca_file())
+            .post(format!("{}{path}", self.url()))
+            .bearer_auth(token.trim())
+            .json(body)
+            .send()
+            .await
+            .expect("the server answers");
+        let status = response.status().as_u16();
+        (status, response.json().await.expect("a JSON answer"))
     }
 
     /// Installs the CustomResourceDefinition of widgets serving `versions` (the first the
