@@ -166,10 +166,10 @@ namespaces = ["{ns}"]
             if got == Some(value) {
                 return;
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{name}{labels:?} never became {value}: {got:?}"
-            );
+            if tokio::time::Instant::now() >= deadline {
+                let log = self.process.as_ref().map(Process::rest).unwrap_or_default();
+                panic!("{name}{labels:?} never became {value}: {got:?}; log:\n{log}");
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

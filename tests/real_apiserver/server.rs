@@ -66,6 +66,8 @@ pub struct Asked {
     /// `GET`, `POST`, …: `get`, `list` and `watch` are all `GET`.
     pub method: String,
     pub path: String,
+    /// Whether it was a watch.
+    pub watch: bool,
     /// Whether it asked for `sendInitialEvents`.
     pub initial_events: bool,
     pub status: u16,
@@ -84,6 +86,7 @@ impl Asked {
         Asked {
             method: method.to_owned(),
             path: r.path().to_owned(),
+            watch: r.verb == "watch",
             initial_events: r.param("sendInitialEvents").is_some(),
             status: r.code,
         }
@@ -331,6 +334,7 @@ impl Server {
                 .requests()
                 .into_iter()
                 .map(|r| Asked {
+                    watch: r.is_watch(),
                     initial_events: r.param("sendInitialEvents").is_some(),
                     method: r.method,
                     path: r.path,
@@ -343,6 +347,22 @@ impl Server {
                 .filter(|r| r.user_agent.starts_with("kube2nats/"))
                 .map(Asked::from_audit)
                 .collect(),
+        }
+    }
+
+    /// Waits until kube2nats watches the collection at `path` (its watch answered 200).
+    pub async fn wait_watching(&self, path: &str) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !self
+            .asked()
+            .iter()
+            .any(|r| r.watch && r.path == path && r.status == 200)
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "kube2nats never watched {path}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
