@@ -70,7 +70,7 @@ async fn a_version_added_and_preferred_is_followed(kind: Kind) {
 
     // A CRD update ends the watches, which kube2nats follows at once; one landing between its
     // list and its watch is followed at the watch's timeout (docs/configuration.md).
-    server.wait_watching(&widgets("v1")).await;
+    server.wait_watching_widgets().await;
     server.serve_widgets_at(&["v1", "v2"]).await;
     let at_v2 = [
         ("watch", "widgets"),

@@ -66,8 +66,6 @@ pub struct Asked {
     /// `GET`, `POST`, …: `get`, `list` and `watch` are all `GET`.
     pub method: String,
     pub path: String,
-    /// Whether it was a watch.
-    pub watch: bool,
     /// Whether it asked for `sendInitialEvents`.
     pub initial_events: bool,
     pub status: u16,
@@ -86,7 +84,6 @@ impl Asked {
         Asked {
             method: method.to_owned(),
             path: r.path().to_owned(),
-            watch: r.verb == "watch",
             initial_events: r.param("sendInitialEvents").is_some(),
             status: r.code,
         }
@@ -334,7 +331,6 @@ impl Server {
                 .requests()
                 .into_iter()
                 .map(|r| Asked {
-                    watch: r.is_watch(),
                     initial_events: r.param("sendInitialEvents").is_some(),
                     method: r.method,
                     path: r.path,
@@ -350,19 +346,38 @@ impl Server {
         }
     }
 
-    /// Waits until kube2nats watches the collection at `path` (its watch answered 200).
-    pub async fn wait_watching(&self, path: &str) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while !self
-            .asked()
-            .iter()
-            .any(|r| r.watch && r.path == path && r.status == 200)
-        {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "kube2nats never watched {path}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+    /// Waits until a watch of widgets is registered with the server (the one kube2nats opened:
+    /// the test has none): the simulator's open watches (the pods watch and it), kube-apiserver's
+    /// `apiserver_registered_watchers` of the widgets' watch cache.
+    pub async fn wait_watching_widgets(&self) {
+        match self {
+            Server::Simulated(sim) => assert!(
+                sim.wait_for_watches(2, Duration::from_secs(30)).await,
+                "kube2nats never watched widgets"
+            ),
+            Server::Real(real) => {
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+                loop {
+                    let text = real.metrics().await.expect("kube-apiserver's metrics");
+                    let watchers: f64 = text
+                        .lines()
+                        .filter(|l| l.starts_with("apiserver_registered_watchers{"))
+                        .filter(|l| l.to_ascii_lowercase().contains("widget"))
+                        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                        .sum();
+                    if watchers >= 1.0 {
+                        return;
+                    }
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "kube2nats never watched widgets: {:?}",
+                        text.lines()
+                            .filter(|l| l.starts_with("apiserver_registered_watchers{"))
+                            .collect::<Vec<_>>()
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
         }
     }
 
