@@ -299,7 +299,8 @@ impl RealApiServer {
         .await
     }
 
-    /// The admin's requests answered so far, in order (kube-apiserver's audit log).
+    /// The admin's requests answered so far, in order (kube-apiserver's audit log); a watch is
+    /// there once it has ended. [`metrics`](Self::metrics) counts the watches open.
     pub fn requests(&self) -> Vec<AuditedRequest> {
         audited_requests(
             &std::fs::read_to_string(self.dir.path().join("audit.log")).unwrap_or_default(),
@@ -614,7 +615,8 @@ fn write_pki(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The admin's requests, each once when answered (a watch when it ends), without bodies; the
+/// The admin's requests, each once when answered (a watch when it ends: 1.20 logs no
+/// `ResponseStarted` for it), without bodies; the
 /// server's own loopback requests and other users' are not logged.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
