@@ -615,9 +615,9 @@ fn write_pki(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The admin's requests, each once when answered (a watch when it ends: 1.20 logs no
-/// `ResponseStarted` for it), without bodies; the
-/// server's own loopback requests and other users' are not logged.
+/// The admin's requests, each once when answered (a watch when it ends: this server logs no
+/// `ResponseStarted` stage for a watch even when asked to), without bodies; the server's own
+/// loopback requests and other users' are not logged.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived, ResponseStarted]
