@@ -11,6 +11,10 @@
 //! admission plugin off (pods would wait for a token controller) and no endpoint reconciler;
 //! pods stay Pending and a deleted namespace stays Terminating.
 //!
+//! Every request of the user `admin` (the tests and a kube2nats given the admin token) is written
+//! to an audit log ([`RealApiServer::requests`]): kube-apiserver's own account of what a client
+//! asked, as the simulator's request log is.
+//!
 //! The binaries come from `KUBE_APISERVER_BIN` and `ETCD_BIN`, which `scripts/install-test-tools`
 //! prints. A missing binary is an error that says so: a skipped test proves nothing.
 
@@ -38,6 +42,9 @@ pub const ADMIN_TOKEN: &str = "harness-admin-token";
 /// How long to wait for etcd and kube-apiserver to become ready. kube-apiserver takes about
 /// 8 s on an idle machine; the test machine may be compiling.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The collection of CustomResourceDefinitions.
+const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
 
 /// The service-account issuer, as in a kubeadm cluster.
 const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
@@ -174,6 +181,8 @@ impl RealApiServer {
         let dir = tempfile::tempdir().context("creating the real API server's temp dir")?;
         write_pki(dir.path())?;
         write_tokens(dir.path(), &options.extra_tokens)?;
+        std::fs::write(dir.path().join("audit-policy.yaml"), AUDIT_POLICY)
+            .context("writing the audit policy")?;
         let client = admin_client(&dir.path().join("ca.crt"))?;
         let (etcd_port, etcd_peer_port, port) = (free_port()?, free_port()?, free_port()?);
         let etcd_log = dir.path().join("etcd.log");
@@ -288,6 +297,128 @@ impl RealApiServer {
             None,
         )
         .await
+    }
+
+    /// The admin's requests answered so far, in order (kube-apiserver's audit log); a watch is
+    /// there once it has ended. [`metrics`](Self::metrics) counts the watches open.
+    pub fn requests(&self) -> Vec<AuditedRequest> {
+        audited_requests(
+            &std::fs::read_to_string(self.dir.path().join("audit.log")).unwrap_or_default(),
+        )
+    }
+
+    /// kube-apiserver's own metrics (`GET /metrics`, Prometheus text), as the admin.
+    pub async fn metrics(&self) -> anyhow::Result<String> {
+        let response = self
+            .client
+            .get(format!("{}/metrics", self.url()))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .context("GET /metrics")?
+            .error_for_status()
+            .context("GET /metrics")?;
+        Ok(response.text().await?)
+    }
+
+    /// Creates the CustomResourceDefinition `crd` and waits until it is established and each
+    /// version it serves is in discovery and lists (kube-apiserver serves a new CRD a moment
+    /// after accepting it).
+    pub async fn create_crd(&self, crd: &Value) -> anyhow::Result<Value> {
+        let created = self.create(CRDS, crd).await?;
+        self.wait_crd_served(&created).await?;
+        Ok(created)
+    }
+
+    /// Changes the CustomResourceDefinition `name` with `change` and waits as
+    /// [`create_crd`](Self::create_crd) does.
+    pub async fn update_crd(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut Value),
+    ) -> anyhow::Result<Value> {
+        let updated = self.update(CRDS, name, change).await?;
+        self.wait_crd_served(&updated).await?;
+        Ok(updated)
+    }
+
+    /// Deletes the CustomResourceDefinition `name` and waits until it is gone: its finalizer has
+    /// deleted every object of it (a DELETED event each) and its resource is no longer served.
+    pub async fn delete_crd(&self, name: &str) -> anyhow::Result<()> {
+        self.delete(CRDS, name).await?;
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        while self
+            .request(reqwest::Method::GET, &format!("{CRDS}/{name}"), None)
+            .await
+            .is_ok()
+        {
+            if tokio::time::Instant::now() >= deadline {
+                bail!("the CRD {name} was not gone within {READY_TIMEOUT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    /// Waits until the CRD `crd` (as stored) is Established, and each version it serves lists
+    /// its objects and is in its group's discovery document.
+    async fn wait_crd_served(&self, crd: &Value) -> anyhow::Result<()> {
+        let name = crd["metadata"]["name"].as_str().context("the CRD's name")?;
+        let group = crd["spec"]["group"].as_str().context("the CRD's group")?;
+        let plural = crd["spec"]["names"]["plural"]
+            .as_str()
+            .context("the CRD's plural")?;
+        let served: Vec<&str> = crd["spec"]["versions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|v| v["served"] == true)
+            .filter_map(|v| v["name"].as_str())
+            .collect();
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        loop {
+            if self.crd_serves(name, group, plural, &served).await {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!("the CRD {name} did not serve {served:?} within {READY_TIMEOUT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn crd_serves(&self, name: &str, group: &str, plural: &str, served: &[&str]) -> bool {
+        let get =
+            |path: String| async move { self.request(reqwest::Method::GET, &path, None).await };
+        let Ok(crd) = get(format!("{CRDS}/{name}")).await else {
+            return false;
+        };
+        let established = crd["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Established" && c["status"] == "True");
+        let Ok(discovery) = get(format!("/apis/{group}")).await else {
+            return false;
+        };
+        let listed: Vec<&str> = discovery["versions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v["version"].as_str())
+            .collect();
+        if !established || !served.iter().all(|v| listed.contains(v)) {
+            return false;
+        }
+        for version in served {
+            if get(format!("/apis/{group}/{version}/{plural}?limit=1"))
+                .await
+                .is_err()
+            {
+                return false;
+            }
+        }
+        true
     }
 
     /// Deletes `key` (e.g. `/registry/pods/default/web`) straight in etcd, behind
@@ -484,6 +615,67 @@ fn write_pki(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The admin's requests, each once when answered (a watch when it ends: this server logs no
+/// `ResponseStarted` stage for a watch even when asked to), without bodies; the server's own
+/// loopback requests and other users' are not logged.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: Metadata
+  users: [admin]
+- level: None
+";
+
+/// One request as kube-apiserver's audit log records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditedRequest {
+    /// The API verb: `get`, `list`, `watch`, `create`, `update`, `delete`, …
+    pub verb: String,
+    /// The path and query, as sent.
+    pub request_uri: String,
+    /// The client's `User-Agent`.
+    pub user_agent: String,
+    /// The response's status code.
+    pub code: u16,
+}
+
+impl AuditedRequest {
+    /// The path, without the query.
+    pub fn path(&self) -> &str {
+        self.request_uri.split('?').next().unwrap_or_default()
+    }
+
+    /// The value of the query parameter `name`, if sent.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        let query = self.request_uri.split_once('?')?.1;
+        query
+            .split('&')
+            .filter_map(|pair| pair.split_once('='))
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| value)
+    }
+}
+
+/// The requests in an audit log's JSON lines; a line cut short at the end is left out.
+fn audited_requests(log: &str) -> Vec<AuditedRequest> {
+    log.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .map(|event| {
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+            AuditedRequest {
+                verb: text(&event["verb"]),
+                request_uri: text(&event["requestURI"]),
+                user_agent: text(&event["userAgent"]),
+                code: event["responseStatus"]["code"]
+                    .as_u64()
+                    .and_then(|c| u16::try_from(c).ok())
+                    .unwrap_or(0),
+            }
+        })
+        .collect()
+}
+
 /// `--token-auth-file` (CSV: token, user, uid, "group,group") and the admin's token file.
 fn write_tokens(dir: &Path, extra: &[(String, String, Vec<String>)]) -> anyhow::Result<()> {
     let mut csv = format!("{ADMIN_TOKEN},admin,admin-uid,\"system:masters\"\n");
@@ -535,6 +727,10 @@ fn apiserver_args(
         ),
         format!("--watch-cache={}", options.watch_cache),
         format!("--token-auth-file={}", file("tokens.csv")),
+        format!("--audit-policy-file={}", file("audit-policy.yaml")),
+        format!("--audit-log-path={}", file("audit.log")),
+        // Each event written before the response is sent: counted as soon as answered.
+        "--audit-log-mode=blocking".into(),
         "--anonymous-auth=false".into(),
         "--authorization-mode=RBAC".into(),
         format!("--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"),
@@ -576,6 +772,25 @@ mod tests {
         assert!(err.to_string().contains("scripts/install-test-tools"));
         let found = find_binaries_in(Some(present.clone().into()), Some(present.clone().into()));
         assert_eq!(found.expect("both present"), (present.clone(), present));
+    }
+
+    #[test]
+    fn audit_log_lines_are_read_as_requests() {
+        let log = concat!(
+            r#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","stage":"ResponseComplete","requestURI":"/api/v1/namespaces/default/pods?limit=500&sendInitialEvents=true","verb":"list","userAgent":"kube2nats/0.1.0","responseStatus":{"metadata":{},"code":422}}"#,
+            "\n",
+            r#"{"kind":"Event","stage":"ResponseComplete","requestURI":"/apis","verb":"get","userAgent":"kube2nats/0.1.0","responseStatus":{"code":200}}"#,
+            "\n",
+            r#"{"kind":"Event","stage":"Respon"#,
+        );
+        let requests = audited_requests(log);
+        assert_eq!(requests.len(), 2, "{requests:?}");
+        assert_eq!(requests[0].path(), "/api/v1/namespaces/default/pods");
+        assert_eq!(requests[0].param("sendInitialEvents"), Some("true"));
+        assert_eq!(requests[0].param("watch"), None);
+        assert_eq!((requests[0].verb.as_str(), requests[0].code), ("list", 422));
+        assert_eq!(requests[1].path(), "/apis");
+        assert_eq!(requests[1].user_agent, "kube2nats/0.1.0");
     }
 
     #[test]

@@ -22,16 +22,22 @@
 //! cluster-scoped ones.
 //!
 //! Deliberate simplifications: JSON only (no protobuf or CBOR), no PATCH, no field selectors
-//! beyond `metadata.name`/`metadata.namespace`, namespaces need not exist before objects are
-//! created in them (only `kube-system` can always be read by name, with a uid per simulator, as
-//! tools read it for a cluster id), and deletes are immediate (no finalizers or graceful deletion).
-//! kube-apiserver differs there: it announces even a pod deleted at once (unscheduled, grace
-//! period 0) as a MODIFIED that sets `deletionTimestamp`, then the DELETED, and answers the DELETE
-//! with the object as of that MODIFIED; it refuses objects in a namespace that does not exist
-//! (404). `tests/real_apiserver.rs` runs its tests on both servers (see
-//! [`crate::real_apiserver`]).
+//! beyond `metadata.name`/`metadata.namespace`, and no finalizers. Two more are defaults that a
+//! test can turn into kube-apiserver's behaviour ([`Fidelity`]): deletes are immediate, where
+//! kube-apiserver announces even a pod deleted at once (unscheduled, grace period 0) as a MODIFIED
+//! that sets `deletionTimestamp`, then the DELETED, and answers the DELETE with the object as of
+//! that MODIFIED; and namespaces need not exist before objects are created in them, where
+//! kube-apiserver answers 404 (only `kube-system` can always be read by name, with a uid per
+//! simulator, as tools read it for a cluster id). They stay the defaults because most tests are
+//! about what kube2nats does with one event per change, written shorter without a Namespace to
+//! create first. Two behaviours of kube-apiserver 1.20 are options too, the defaults being what
+//! current servers do: `sendInitialEvents` refused with 422 ([`InitialEvents::Rejected`]) and no
+//! aggregated discovery ([`ApiServerOptions::aggregated_discovery`]). `tests/real_apiserver.rs`
+//! runs its tests on both servers (see [`crate::real_apiserver`]), and pins each difference with
+//! a test run on the real server and on the simulator set up as kube-apiserver 1.20.
 
 mod crds;
+mod fidelity;
 mod http;
 mod leases;
 mod partial;
@@ -57,6 +63,7 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::task::{JoinHandle, JoinSet};
 
+pub use fidelity::{Fidelity, Namespaces, PodDeletion};
 pub use partial::PartialMetadata;
 pub use status::ApiError;
 use store::{Store, WatchFault, WatchMsg};
@@ -103,6 +110,8 @@ pub struct ApiServerOptions {
     /// apidiscovery.k8s.io/v2) when the client's `Accept` asks for it, as kube-apiserver does
     /// from 1.30 (v2beta1 from 1.26); `false`: the per-group documents alone, as before 1.26.
     pub aggregated_discovery: bool,
+    /// Pod deletion and namespace admission as kube-apiserver does them, or short ([`Fidelity`]).
+    pub fidelity: Fidelity,
 }
 
 impl Default for ApiServerOptions {
@@ -113,6 +122,7 @@ impl Default for ApiServerOptions {
             history_limit: DEFAULT_HISTORY_LIMIT,
             bookmark_interval: None,
             aggregated_discovery: true,
+            fidelity: Fidelity::default(),
         }
     }
 }
@@ -431,7 +441,7 @@ impl ApiServer {
         };
 
         let shared = Arc::new(Shared {
-            store: Mutex::new(Store::new(opts.history_limit)),
+            store: Mutex::new(Store::new(opts.history_limit, opts.fidelity)),
             auth: opts.auth,
             valid_tokens_file,
             token_file,

@@ -19,6 +19,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use super::fidelity::Fidelity;
 use super::resources::{Crds, ResourceType};
 use super::status::ApiError;
 
@@ -135,6 +136,8 @@ pub struct Store {
     /// The revision at which each CRD created again was established: its watch cache starts
     /// there, so a watch from an older version gets 410, as from kube-apiserver.
     established: HashMap<&'static str, u64>,
+    /// Where the store does what kube-apiserver does rather than the short form.
+    pub(super) fidelity: Fidelity,
 }
 
 /// Current UTC time as RFC 3339 with second precision, like `metav1.Time`.
@@ -178,7 +181,7 @@ fn set_rv(obj: &mut Value, revision: u64) {
 
 impl Store {
     /// An empty store. The revision starts at 1: a fresh cluster has already written something.
-    pub fn new(history_limit: usize) -> Self {
+    pub fn new(history_limit: usize, fidelity: Fidelity) -> Self {
         Store {
             objects: BTreeMap::new(),
             revision: 1,
@@ -190,6 +193,7 @@ impl Store {
             crds: Crds::default(),
             discovery_held: None,
             established: HashMap::new(),
+            fidelity,
         }
     }
 
@@ -359,6 +363,7 @@ impl Store {
             (true, Some(ns), _) | (true, None, Some(ns)) => Some(ns.to_string()),
             (true, None, None) => Some("default".to_string()),
         };
+        self.admit_namespace(rt, ns.as_deref())?;
         let key = Self::key(rt, ns.as_deref(), &name);
         if self.objects.contains_key(&key) {
             return Err(ApiError::already_exists(rt.plural, rt.group, &name));
@@ -453,13 +458,15 @@ impl Store {
         Ok(obj)
     }
 
-    /// Deletes an object; the returned final state carries the deletion's revision.
+    /// Deletes an object; the returned final state carries the deletion's revision (or, for a
+    /// pod deleted as kube-apiserver does, the MODIFIED's before it: [`Fidelity`]).
     pub fn delete(
         &mut self,
         rt: &'static ResourceType,
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Value, ApiError> {
+        let marked = self.mark_deleted(rt, namespace, name)?;
         let key = Self::key(rt, namespace, name);
         let previous = self
             .objects
@@ -475,7 +482,7 @@ impl Store {
             object: obj.clone(),
             previous: Some(previous),
         });
-        Ok(obj)
+        Ok(marked.unwrap_or(obj))
     }
 
     /// Objects of `rt` now, in key order, borrowed: a page of a list at the current revision
@@ -631,7 +638,7 @@ mod tests {
 
     #[test]
     fn state_at_undoes_later_changes() {
-        let mut s = Store::new(100);
+        let mut s = Store::new(100, Fidelity::default());
         s.create(pods(), Some("a"), json!({"metadata":{"name":"p1"}}))
             .expect("create p1");
         let rv = s.revision();
@@ -649,7 +656,7 @@ mod tests {
 
     #[test]
     fn ring_buffer_moves_history_start() {
-        let mut s = Store::new(2);
+        let mut s = Store::new(2, Fidelity::default());
         for i in 0..5 {
             s.create(pods(), None, json!({"metadata":{"name":format!("p{i}")}}))
                 .expect("create");
