@@ -1,9 +1,10 @@
 //! The decode path of one watch event: a realistic ~3.5 KB pod `MODIFIED` line → event type and
 //! metadata (`decode_line`), the same object from a list page (`decode_object_meta`), and the
-//! framing of a 64 KiB chunk into lines (`LineDecoder`); and noise control on that pod (content
+//! framing of a 64 KiB chunk into lines (`LineDecoder`); the scan's worst cases (deep nesting,
+//! long runs of backslashes, an 8 MiB line); and noise control on that pod (content
 //! fingerprint, `strip_paths`).
 //!
-//! `cargo bench --bench decode`
+//! `cargo bench --bench decode` (`-- worst_case` for the worst cases alone)
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
@@ -145,5 +146,46 @@ fn noise(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, decode, noise);
+/// A valid `MODIFIED` line whose object holds `body` as its `spec`, after the usual metadata.
+fn line_with_spec(body: &[u8]) -> Bytes {
+    let mut line = br#"{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"big","namespace":"default","uid":"0b8e6c3a-1f2d-4e5f-9a0b-1c2d3e4f5a6b","resourceVersion":"48213377"},"spec":"#.to_vec();
+    line.extend_from_slice(body);
+    line.extend_from_slice(b"}}");
+    Bytes::from(line)
+}
+
+/// The scan's worst cases, each a valid line the scan reads whole: 100,000 nested arrays (the
+/// bit stack spills past 63 levels), a 1 MiB string of escaped backslashes (an escape every
+/// second byte), and an 8 MiB line of pod objects (the default `max_line_bytes`).
+fn worst_case(c: &mut Criterion) {
+    const DEPTH: usize = 100_000;
+    let nested = line_with_spec(&["[".repeat(DEPTH), "]".repeat(DEPTH)].concat().into_bytes());
+    let backslashes = line_with_spec(&[&b"\""[..], &b"\\\\".repeat(1 << 19), b"\""].concat());
+    let mut pods = b"[".to_vec();
+    let pod = watch_line();
+    let object = &pod[br#"{"type":"MODIFIED","object":"#.len()..pod.len() - 1];
+    while pods.len() + object.len() + 400 < 8 << 20 {
+        if pods.len() > 1 {
+            pods.push(b',');
+        }
+        pods.extend_from_slice(object);
+    }
+    pods.push(b']');
+    let eight_mib = line_with_spec(&pods);
+    let mut group = c.benchmark_group("worst_case");
+    group.sample_size(10);
+    for (name, line) in [
+        ("decode_line/nested_100k", &nested),
+        ("decode_line/backslashes_1MiB", &backslashes),
+        ("decode_line/pods_8MiB", &eight_mib),
+    ] {
+        group.throughput(Throughput::Bytes(line.len() as u64));
+        group.bench_function(name, |b| {
+            b.iter(|| decode_line(std::hint::black_box(line)).expect("valid line"))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, decode, worst_case, noise);
 criterion_main!(benches);

@@ -149,3 +149,71 @@ fn deep_nesting_costs_no_stack() {
         assert!(s.skip_value().is_err(), "closer {at} swapped");
     }
 }
+
+/// Where serde_json ends the string at the start of `doc` as a value it skips (escapes and
+/// control characters checked), or `None` where it rejects it; with `utf8`, the string's bytes
+/// must also be UTF-8, as those of a forwarded object must.
+fn serde_string_end(doc: &[u8], utf8: bool) -> Option<usize> {
+    let mut values = serde_json::Deserializer::from_slice(doc).into_iter::<serde::de::IgnoredAny>();
+    values.next()?.ok()?;
+    let end = values.byte_offset();
+    (!utf8 || std::str::from_utf8(&doc[..end]).is_ok()).then_some(end)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+    /// Strings with escapes of every kind (runs of backslashes, escaped quotes, `\u`), wherever
+    /// their 64-byte blocks fall, end where serde_json ends them, or fail where it does: with a
+    /// control character, an invalid escape or broken UTF-8 anywhere, unclosed, or near the
+    /// end of the line.
+    #[test]
+    fn escaped_strings_end_where_serde_ends_them(
+        pieces in proptest::collection::vec(
+            proptest::prop_oneof![
+                20 => proptest::sample::select(vec![
+                    &b"a"[..], b"plain text ", b"\\\\", b"\\\"", b"\\\\\\\"", b"\\\\\\\\",
+                    b"\\/", b"\\n", b"\\t", b"\\u00e9", b"\\uD83D\\uDE00", "é".as_bytes(),
+                    "日本".as_bytes(), b"\\\\\\\\\\\\\\\\\\\\\\\\\\\\\\\\",
+                ]),
+                1 => proptest::sample::select(vec![
+                    &b"\\x"[..], b"\\u12g4", b"\\u12", b"\x01", b"\x1f", b"\xff", b"\xc3", b"\"",
+                    b"\\",
+                ]),
+            ],
+            0..60,
+        ),
+        lead in 0usize..70,
+        trail in 0usize..140,
+        closed in proptest::bool::weighted(0.95),
+        utf8: bool,
+    ) {
+        let mut doc = b"\"".to_vec();
+        doc.extend(std::iter::repeat_n(b'x', lead));
+        pieces.iter().for_each(|p| doc.extend_from_slice(p));
+        if closed {
+            doc.push(b'"');
+        }
+        doc.extend(std::iter::repeat_n(b',', trail));
+        let mut s = Scanner::new(&doc);
+        s.utf8 = utf8;
+        let ours = s.skip_string().ok().map(|_| s.i);
+        proptest::prop_assert_eq!(ours, serde_string_end(&doc, utf8), "{:?}", String::from_utf8_lossy(&doc));
+    }
+}
+
+#[test]
+fn a_long_run_of_backslashes_ends_at_the_quote_after_it() {
+    for run in 0..200 {
+        // From the first escape on the string goes by blocks: the run starts anywhere in one.
+        for lead in [0, 1, 2, 33, 61, 62, 63] {
+            let body = [&b"\\n"[..], &vec![b'a'; lead], &vec![b'\\'; run]].concat();
+            let doc = [&b"\""[..], &body, b"\"", &[b' '; 80]].concat();
+            let mut s = Scanner::new(&doc);
+            // An even run is `run / 2` escaped backslashes; an odd one escapes the quote.
+            let got = s.skip_string().ok().map(|_| s.i);
+            let expected = (run % 2 == 0).then_some(body.len() + 2);
+            assert_eq!(got, expected, "lead {lead}, run {run}");
+        }
+    }
+}
