@@ -1,8 +1,8 @@
 //! A single-pass JSON scanner for watch lines and object heads.
 //!
-//! serde_json needed two full passes per watch line: one to find the raw `object` (validating the
-//! whole line), and a second over the object to read `kind` and `metadata` (validating it again).
-//! This scanner makes one pass: it validates every byte by the same grammar serde_json applies
+//! Decoding a watch line with serde_json takes two full passes: one to find the raw `object`
+//! (validating the whole line), and a second over the object to read `kind` and `metadata`
+//! (validating it again). This scanner makes one pass: it validates every byte by the same grammar serde_json applies
 //! (strings, escapes, numbers, literals, nesting, no trailing commas or characters) and, on the
 //! way, reads the handful of fields kube2nats needs. Strings are skipped sixteen bytes at a time
 //! (one vector compare finds the first quote, backslash, control or non-ASCII byte; `wide` gives
@@ -18,9 +18,9 @@
 //! values it does not read, and a Kubernetes object has a token every six bytes, each still
 //! checked one by one (docs/performance.md, "Decode scan").
 //!
-//! It accepts and rejects what the serde-based decoder did, with one deliberate exception: serde's
-//! derived structs also accepted a JSON *array* in place of an object (`["ADDED",{…}]`), which no
-//! API server sends; here that is malformed. The tests in `super` check the two agree on
+//! It accepts and rejects what serde_json's derived structs do, with one deliberate exception:
+//! those also accept a JSON *array* in place of an object (`["ADDED",{…}]`), which no API server
+//! sends; here that is malformed. The tests in `super` check the two agree on
 //! thousands of mutated lines.
 //!
 //! Errors are of two kinds. A *syntax* error (the bytes are not JSON) fails the whole scan. A
