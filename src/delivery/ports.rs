@@ -1,15 +1,17 @@
 //! The real sides of a delivery: the outboxes as its [`Sink`] (the watch task's [`Outbox`], and
-//! each of the two it is one of), the state's journal as its [`Log`].
+//! each of the two it is one of), the state's journal as its [`Log`], the mirror's writer as its
+//! [`MirrorSink`].
 //! Each method forwards to the inherent one of the same name (documented there).
 
 use std::future::Future;
 
 use tokio::time::Instant;
 
-use super::sides::{Log, Sink};
+use super::sides::{Log, MirrorSink, Sink};
 use crate::budget::Charge;
 use crate::dedupe::{SavedUid, SavedVersion};
 use crate::event::ObjectMeta;
+use crate::mirror::{Mirror, MirrorKey};
 use crate::publish::outbox::{CoreLink, CoreOutbox, JetStreamLink, JetStreamOutbox};
 use crate::publish::{OutMessage, Outbox};
 use crate::state::Journal;
@@ -96,5 +98,20 @@ impl Log for Journal {
 
     fn written(&mut self) -> impl Future<Output = ()> {
         Journal::written(self)
+    }
+}
+
+impl MirrorSink for Mirror {
+    fn key(&self, meta: &ObjectMeta) -> MirrorKey {
+        Mirror::key(self, meta)
+    }
+
+    fn write(
+        &mut self,
+        key: MirrorKey,
+        message: &OutMessage,
+        object: bytes::Bytes,
+    ) -> impl Future<Output = ()> {
+        Mirror::write(self, key, message, object)
     }
 }

@@ -1,5 +1,6 @@
-//! The two sides a delivery orders, as traits: the [`Sink`] messages go to and the [`Log`]
-//! records are stored in; and the [`Handoff`] of a watch line's budget charge to its message.
+//! The ports of a delivery, as traits: the [`Sink`] event messages go to, the [`Log`] records
+//! are stored in and the [`MirrorSink`] objects are kept in; and the [`Sinks`] a message fans out
+//! to, with the handoff of a watch line's budget charge to its message.
 
 use std::future::Future;
 
@@ -8,6 +9,7 @@ use tokio::time::Instant;
 use crate::budget::Charge;
 use crate::dedupe::{SavedUid, SavedVersion};
 use crate::event::ObjectMeta;
+use crate::mirror::MirrorKey;
 use crate::publish::OutMessage;
 
 /// Where messages go: publishes them in order and says how many it has settled (flushed to the
@@ -64,15 +66,33 @@ pub(crate) trait Log {
     fn written(&mut self) -> impl Future<Output = ()>;
 }
 
-/// The sink, and the budget charge of the watch line being handled: the first message sent
-/// while the line is handled takes it over (made its own size), so the line's bytes are counted
-/// without a gap between the stream that read them and the sink.
-pub(crate) struct Handoff<S> {
-    pub(super) sink: S,
-    pub(super) line: Charge,
+/// Where each object's current state is kept besides its events: the mirror bucket
+/// (docs/mirror.md). Implemented by [`crate::mirror::Mirror`].
+pub(crate) trait MirrorSink {
+    /// The object's key, and the version a write of it carries.
+    fn key(&self, meta: &ObjectMeta) -> MirrorKey;
+    /// Takes the write of `object` under `key`: a put with `message`'s headers, or for a DELETED
+    /// a delete. Returns once the write is queued, in order after the earlier ones.
+    fn write(
+        &mut self,
+        key: MirrorKey,
+        message: &OutMessage,
+        object: bytes::Bytes,
+    ) -> impl Future<Output = ()>;
 }
 
-impl<S: Sink> Handoff<S> {
+/// The sinks a message fans out to: the event sink, with the budget charge of the watch line
+/// being handled, and the mirror. The first message sent while the line is handled takes the
+/// line's charge over (made its own size), so the line's bytes are counted without a gap between
+/// the stream that read them and the sink.
+pub(crate) struct Sinks<S, M> {
+    pub(super) sink: S,
+    pub(super) line: Charge,
+    /// `None`: the watch is not mirrored.
+    pub(super) mirror: Option<M>,
+}
+
+impl<S: Sink, M> Sinks<S, M> {
     /// Hands `message` to the sink, with the line's charge if the line still has one.
     /// The charge is settled when this is called, which is when the caller awaits it.
     pub(super) fn publish(&mut self, message: OutMessage) -> impl Future<Output = ()> + '_ {

@@ -68,12 +68,6 @@ impl<C: CoreLink> CoreOutbox<C> {
         }
     }
 
-    /// Holds every message's bytes against `budget` (before the first publish).
-    pub(crate) fn set_budget(&mut self, budget: Budget) {
-        self.unflushed = budget.charge(0);
-        self.batch.budget = budget;
-    }
-
     /// Hands messages to the client only while `term` is in force (before the first publish).
     pub(crate) fn set_term(&mut self, term: TermClock) {
         self.batch.term = term;

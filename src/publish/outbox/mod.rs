@@ -114,16 +114,28 @@ macro_rules! each_mode {
     };
 }
 
+/// What an [`Outbox`] is made of, besides its connection.
+pub(crate) struct OutboxParts {
+    /// Bounds unacknowledged JetStream publishes (unused in core mode).
+    pub(crate) max_in_flight: usize,
+    pub(crate) metrics: PublishMetrics,
+    pub(crate) gauges: TargetGauges,
+    /// Holds every message's bytes until NATS has taken it.
+    pub(crate) budget: Budget,
+    /// Messages go to the client only while it is in force (leader election).
+    pub(crate) term: TermClock,
+}
+
 impl Outbox {
-    /// `max_in_flight` bounds unacknowledged JetStream publishes (unused in core mode).
-    pub(crate) fn new(
-        nats: Nats,
-        max_in_flight: usize,
-        metrics: PublishMetrics,
-        gauges: TargetGauges,
-    ) -> Outbox {
-        let budget = Budget::unlimited();
-        Outbox(match nats {
+    pub(crate) fn new(nats: Nats, parts: OutboxParts) -> Outbox {
+        let OutboxParts {
+            max_in_flight,
+            metrics,
+            gauges,
+            budget,
+            term,
+        } = parts;
+        let mut outbox = Outbox(match nats {
             Nats::Core(client) => Mode::Core(CoreOutbox::new(client, metrics, gauges, budget)),
             Nats::JetStream { client, context } => Mode::JetStream(JetStreamOutbox::new(
                 JetStreamClient { client, context },
@@ -132,20 +144,9 @@ impl Outbox {
                 gauges,
                 budget,
             )),
-        })
-    }
-
-    /// Holds every message's bytes against `budget` until NATS has taken it. (Called before the
-    /// first publish.)
-    pub(crate) fn with_budget(mut self, budget: Budget) -> Outbox {
-        each_mode!(&mut self.0, outbox => outbox.set_budget(budget));
-        self
-    }
-
-    /// Hands messages to the client only while `term` is in force (leader election).
-    pub(crate) fn with_term(mut self, term: TermClock) -> Outbox {
-        each_mode!(&mut self.0, outbox => outbox.set_term(term));
-        self
+        });
+        each_mode!(&mut outbox.0, inner => inner.set_term(term));
+        outbox
     }
 
     /// The largest message (payload and headers) the connected server accepts; `None` before
