@@ -47,7 +47,7 @@ use plan::{check_rbac, plan};
 use reload::{ReloadMetrics, Reloader, WatchSet};
 use shared::Shared;
 use stages::StageMetrics;
-use term::{QueuedAfterLostTerm, Watches};
+use term::{QueuedAfterLostTerm, TermRunner};
 
 mod plan;
 mod reload;
@@ -309,7 +309,7 @@ async fn run_watches(
     let term = elector
         .as_ref()
         .map_or_else(crate::leader::TermClock::unbounded, Elector::clock);
-    let watches = Watches {
+    let runner = TermRunner {
         shared: Shared {
             config: &config,
             client: &client,
@@ -328,12 +328,12 @@ async fn run_watches(
     match elector {
         None => {
             metrics.leader.leader.set(1);
-            watches.run_term(&shutdown, CancellationToken::new()).await
+            runner.run_term(&shutdown, CancellationToken::new()).await
         }
         Some(elector) => {
             readiness.set_standby();
             elector
-                .run(&shutdown, |lost| watches.run_term(&shutdown, lost))
+                .run(&shutdown, |lost| runner.run_term(&shutdown, lost))
                 .await
         }
     }

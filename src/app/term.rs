@@ -39,8 +39,8 @@ use crate::watcher::metrics::WatchMetrics;
 use crate::watcher::supervise::supervise;
 use crate::watcher::NamespaceWatcher;
 
-/// What a term of watching needs: everything resolved while warm.
-pub(super) struct Watches<'a> {
+/// Runs the terms of watching, one at a time; holds what each term needs, resolved while warm.
+pub(super) struct TermRunner<'a> {
     pub(super) shared: Shared<'a>,
     pub(super) metrics: &'a StageMetrics,
     pub(super) readiness: &'a Readiness,
@@ -152,7 +152,7 @@ impl Term {
     }
 }
 
-impl Watches<'_> {
+impl TermRunner<'_> {
     fn current(&self) -> MutexGuard<'_, Plans> {
         // Every writer leaves the plans whole, so a poisoned lock still holds valid ones.
         self.current.lock().unwrap_or_else(|e| e.into_inner())

@@ -57,8 +57,8 @@
 //!    the mirror only once its message is sent). So the bucket may show a version before NATS has
 //!    taken its event, never a version older than one it showed (docs/delivery.md, "The mirror").
 
-mod ports;
-mod sides;
+mod adapters;
+pub(crate) mod ports;
 mod staged;
 #[cfg(test)]
 mod tests;
@@ -71,10 +71,10 @@ use crate::budget::Charge;
 use crate::event::{EventType, ObjectMeta};
 use crate::mirror::MirrorKey;
 use crate::publish::OutMessage;
-use sides::Sinks;
+use ports::Sinks;
 use staged::Staged;
 
-pub(crate) use sides::{Log, MirrorSink, Sink};
+pub(crate) use ports::{Log, MirrorSink, Sink};
 pub(crate) use staged::written;
 
 pub(crate) use staged::{Confirm, EventRoute, Route};

@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 
-use super::sides::{Log, MirrorSink, Sink, Sinks};
+use super::ports::{Log, MirrorSink, Sink, Sinks};
 use crate::dedupe::{SavedObject, SavedUid, SavedVersion};
 use crate::event::{EventType, ObjectMeta, ResourceVersion};
 use crate::mirror::MirrorKey;

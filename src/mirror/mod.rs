@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::event::{EventType, ObjectMeta, ResourceVersion};
-use crate::publish::OutMessage;
+use crate::publish::message::OutMessage;
 pub use bucket::MirrorUnavailable;
 pub(crate) use bucket::{open, MirrorBucket};
 use metrics::MirrorMetrics;
