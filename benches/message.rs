@@ -16,7 +16,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use kube2nats::facade::headermap_reference;
 use kube2nats::facade::SubjectTemplate;
 use kube2nats::facade::{decode_line, WatchLine};
-use kube2nats::facade::{MessageBuilder, MessageSpec};
+use kube2nats::facade::{MessageBuilder, MessageSpec, Origin, Payload};
 use kube2nats::facade::{MessageFormat, PayloadMode};
 use kube2nats::facade::{ObjectEvent, ResourceInfo};
 
@@ -87,20 +87,28 @@ fn build(c: &mut Criterion) {
         ("cloudevents_cluster", "prod-eu", MessageFormat::CloudEvents),
     ] {
         let b = builder(cluster, format);
-        let n = allocations(|| b.build(&event, false));
+        let n = allocations(|| b.build(&event, Origin::Received));
         println!("message/build/{label}: {n} allocations per message");
         group.bench_function(format!("build/{label}"), |bench| {
             bench.iter(|| {
-                b.build(std::hint::black_box(&event), false)
+                b.build(std::hint::black_box(&event), Origin::Received)
                     .expect("the subject fits")
             })
         });
     }
     let b = builder("prod-eu", MessageFormat::Native);
-    let n = allocations(|| headermap_reference(&b, &event, false, false));
+    let n =
+        allocations(|| headermap_reference(&b, &event, Origin::Received, Payload::AsConfigured));
     println!("message/headermap_reference: {n} allocations per header block");
     group.bench_function("headermap_reference", |bench| {
-        bench.iter(|| headermap_reference(&b, std::hint::black_box(&event), false, false))
+        bench.iter(|| {
+            headermap_reference(
+                &b,
+                std::hint::black_box(&event),
+                Origin::Received,
+                Payload::AsConfigured,
+            )
+        })
     });
     group.finish();
 }

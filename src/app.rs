@@ -16,7 +16,9 @@
 //! A reloaded configuration's watches are applied to the running term, and a later term starts
 //! the watches then in force (docs/configuration.md, "Reloading the configuration").
 //!
-//! The parts: `plan` (discovery, waiting watches, the RBAC check), `term` (one term's tasks,
+//! The parts: `plan` (discovery, waiting watches), `overlap` (mirrored watches whose keys meet),
+//! `rbac_check` (the RBAC self-check), `term_end` (draining at shutdown, the flush after a lost
+//! term), `term` (one term's tasks,
 //! grouped per watch, and the reloads applied to them), `task` (what one target's task is built
 //! from), `reload` (the triggers, the checks and the diff), `stages` (the metric families).
 
@@ -42,19 +44,24 @@ use crate::telemetry::http::{self, Readiness};
 use crate::telemetry::logging::human;
 use crate::telemetry::metrics::Metrics;
 use crate::watcher::ListSlots;
-pub use plan::MirrorsOverlap;
-use plan::{check_rbac, plan};
+pub use overlap::MirrorsOverlap;
+use plan::plan;
+use rbac_check::check_rbac;
 use reload::{ReloadMetrics, Reloader, WatchSet};
 use shared::Shared;
 use stages::StageMetrics;
-use term::{QueuedAfterLostTerm, Watches};
+use term::TermRunner;
+use term_end::QueuedAfterLostTerm;
 
+mod overlap;
 mod plan;
+mod rbac_check;
 mod reload;
 mod shared;
 mod stages;
 mod task;
 mod term;
+mod term_end;
 
 pub use reload::{ConfigSource, Reload};
 
@@ -309,7 +316,7 @@ async fn run_watches(
     let term = elector
         .as_ref()
         .map_or_else(crate::leader::TermClock::unbounded, Elector::clock);
-    let watches = Watches {
+    let runner = TermRunner {
         shared: Shared {
             config: &config,
             client: &client,
@@ -328,12 +335,12 @@ async fn run_watches(
     match elector {
         None => {
             metrics.leader.leader.set(1);
-            watches.run_term(&shutdown, CancellationToken::new()).await
+            runner.run_term(&shutdown, CancellationToken::new()).await
         }
         Some(elector) => {
             readiness.set_standby();
             elector
-                .run(&shutdown, |lost| watches.run_term(&shutdown, lost))
+                .run(&shutdown, |lost| runner.run_term(&shutdown, lost))
                 .await
         }
     }

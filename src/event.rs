@@ -70,7 +70,7 @@ impl FromStr for EventType {
 /// [`ResourceVersion::newer_than`] answers only when both sides parse as integers.
 ///
 /// Shared, not copied, when cloned: the watch keeps the version of every event it receives (to
-/// resume from), and a clone was an allocation and a copy per event.
+/// resume from), and a copied string would cost an allocation and a copy per event.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct ResourceVersion(Arc<str>);
 

@@ -37,8 +37,8 @@ pub use crate::kube::stream::{LineStream, StreamError};
 pub use crate::noise::NoiseControl;
 pub use crate::publish::cloudevents::header as cloudevents_header;
 pub use crate::publish::message::{
-    header, headermap_reference, BuildError, MessageBuilder, MessageSpec, OutMessage,
-    MAX_SUBJECT_BYTES,
+    header, headermap_reference, BuildError, MessageBuilder, MessageSpec, Origin, OutMessage,
+    Payload, Synthesis, MAX_SUBJECT_BYTES,
 };
 pub use crate::subject::{escape_token, SubjectTemplate, WatchFields, DEFAULT_TEMPLATE};
 

@@ -477,7 +477,9 @@ pub struct HostileMeta {
 ///   and `ce-id` percent-decode back to the name and the unescaped message id.
 pub fn check_message(meta: &HostileMeta) {
     use kube2nats::facade::SubjectTemplate;
-    use kube2nats::facade::{header, BuildError, MessageBuilder, MessageSpec, MAX_SUBJECT_BYTES};
+    use kube2nats::facade::{
+        header, BuildError, MessageBuilder, MessageSpec, Origin, Synthesis, MAX_SUBJECT_BYTES,
+    };
     use kube2nats::facade::{EventType, ObjectEvent, ObjectMeta, ResourceInfo, ResourceVersion};
     use kube2nats::facade::{MessageFormat, PayloadMode};
 
@@ -508,7 +510,7 @@ pub fn check_message(meta: &HostileMeta) {
         object: Bytes::from_static(b"{}"),
         watch_line: None,
     };
-    let message = match builder.build(&event, true) {
+    let message = match builder.build(&event, Origin::Synthesized(Synthesis::Relist)) {
         Ok(message) => message,
         Err(BuildError::SubjectTooLong { bytes }) => {
             assert!(

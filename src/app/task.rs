@@ -19,13 +19,13 @@ use crate::mirror::metrics::MirrorMetrics;
 use crate::mirror::{Mirror, MirrorBucket};
 use crate::noise::NoiseControl;
 use crate::publish::metrics::PublishMetrics;
-use crate::publish::{MessageBuilder, MessageSpec, Nats, Outbox};
+use crate::publish::{MessageBuilder, MessageSpec, Nats, Outbox, OutboxParts};
 use crate::scope::{self, Scope};
 use crate::state::StateStore;
 use crate::telemetry::target::TargetGauges;
 use crate::watcher::machine::{Machine, Target};
 use crate::watcher::metrics::WatchMetrics;
-use crate::watcher::{ListSlots, WatchParts, WatchTask};
+use crate::watcher::{ListSlots, OutletParts, WatchParts, WatchTask};
 
 /// What one watch target's task is built from.
 pub(super) struct TaskParts<'a> {
@@ -159,27 +159,15 @@ impl TaskFactory {
         .with_served(self.watch_metrics.sync.served().cloned());
         let outbox = Outbox::new(
             self.nats.clone(),
-            self.max_in_flight,
-            self.publish_metrics.clone(),
-            self.gauges.clone(),
-        )
-        .with_budget(self.budget.clone())
-        .with_term(self.term.clone());
-        WatchTask::new(WatchParts {
-            machine,
-            outbox,
-            messages: self.messages.clone(),
-            events: self.events.clone(),
-            noise: self.noise.clone(),
-            initial_state: self.initial_state,
-            metrics: self.watch_metrics.clone(),
-            saved: self.state.target(&self.watch_name, &self.target),
-            gauges: self.gauges.clone(),
-            scope: Scope::new(self.exclude.clone(), self.selected.clone()),
-        })
-        .with_filter(self.filter.clone())
-        .with_term(self.term.clone())
-        .with_mirror(self.mirror.as_ref().map(|m| {
+            OutboxParts {
+                max_in_flight: self.max_in_flight,
+                metrics: self.publish_metrics.clone(),
+                gauges: self.gauges.clone(),
+                budget: self.budget.clone(),
+                term: self.term.clone(),
+            },
+        );
+        let mirror = self.mirror.as_ref().map(|m| {
             Mirror::start(
                 &m.bucket,
                 m.prefix.clone(),
@@ -187,7 +175,25 @@ impl TaskFactory {
                 &self.watch_name,
                 m.metrics.clone(),
             )
-        }))
+        });
+        WatchTask::new(WatchParts {
+            machine,
+            outlet: OutletParts {
+                outbox,
+                mirror,
+                messages: self.messages.clone(),
+                events: self.events.clone(),
+                noise: self.noise.clone(),
+                term: self.term.clone(),
+            },
+            noise: self.noise.clone(),
+            filter: self.filter.clone(),
+            initial_state: self.initial_state,
+            metrics: self.watch_metrics.clone(),
+            saved: self.state.target(&self.watch_name, &self.target),
+            gauges: self.gauges.clone(),
+            scope: Scope::new(self.exclude.clone(), self.selected.clone()),
+        })
     }
 }
 

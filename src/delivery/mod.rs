@@ -2,15 +2,18 @@
 //! the state bucket, and what a checkpoint or a resume may count as delivered
 //! (docs/durable-state.md, docs/delivery.md).
 //!
-//! The watch task ([`crate::watcher`]) hands every message it makes to a [`Delivery`], with the
-//! journal position of the record the message waits for, and drives it while it waits for its
-//! next line ([`Delivery::idle_sides`], [`Delivery::begin_write`], [`Delivery::release`]). The
-//! delivery owns the messages held behind a journal record ([`staged`]), the confirmations of
-//! the messages the sink has settled, the budget charge of the watch line being handled, and
-//! the two sides it orders: the [`Sink`] (the outbox, [`crate::publish::Outbox`]) and the
-//! [`Log`] (the state's journal, [`crate::state::Journal`]). Both are traits so the rules run
-//! against in-memory fakes in the unit tests; at run time the delivery is generic over the
-//! real types, so no call goes through a vtable.
+//! The watch task's outlet ([`crate::watcher`]) hands every message it makes to a [`Delivery`],
+//! with its [`Route`]: the object's mirror key, the journal position of the record the message
+//! waits for; the watch task drives the delivery while it waits for its next line
+//! ([`Delivery::idle_sides`], [`Delivery::begin_write`], [`Delivery::release`]). The delivery
+//! owns the messages held behind a journal record ([`staged`]), the confirmations of the
+//! messages the sink has settled, the budget charge of the watch line being handled, and the
+//! three sinks it fans each message out to and orders: the [`Sink`] of event messages (the
+//! outbox, [`crate::publish::Outbox`]), the [`Log`] (the state's journal,
+//! [`crate::state::Journal`]) and the [`MirrorSink`] (the mirror bucket's writer,
+//! [`crate::mirror::Mirror`]). All three are traits so the rules run against in-memory fakes in
+//! the unit tests; at run time the delivery is generic over the real types, so no call goes
+//! through a vtable.
 //!
 //! # The rules and their tests
 //!
@@ -44,12 +47,18 @@
 //!    `begin_write` begins the journal write before awaiting `settle_objects`).
 //! 6. The budget charge of a watch line is taken over by its first message sent (made the
 //!    message's size), given back when the line is done, and an emptied charge is never handed
-//!    over again (`line_charge_moves_to_its_message`: mutations: `Handoff::publish` leaves the
+//!    over again (`line_charge_moves_to_its_message`: mutations: `Sinks::publish` leaves the
 //!    line's charge in place; `line_done` keeps it; `line_charge_is_not_handed_over_twice`:
-//!    mutation: `Handoff::publish` takes the line's charge even when it is empty).
+//!    mutation: `Sinks::publish` takes the line's charge even when it is empty).
+//! 7. The mirror takes an object's write when the delivery takes its message, in the order the
+//!    messages are made, before the message waits for its journal record or goes to NATS; a
+//!    write for the mirror alone (no event message) goes the same way
+//!    (`mirror_writes_go_in_the_order_messages_are_made`: mutation: `submit` hands the object to
+//!    the mirror only once its message is sent). So the bucket may show a version before NATS has
+//!    taken its event, never a version older than one it showed (docs/delivery.md, "The mirror").
 
-mod ports;
-mod sides;
+mod adapters;
+pub(crate) mod ports;
 mod staged;
 #[cfg(test)]
 mod tests;
@@ -60,31 +69,52 @@ use tokio::time::Instant;
 
 use crate::budget::Charge;
 use crate::event::{EventType, ObjectMeta};
+use crate::mirror::MirrorKey;
 use crate::publish::OutMessage;
-use sides::Handoff;
+use ports::Sinks;
 use staged::Staged;
 
-pub(crate) use sides::{Log, Sink};
+pub(crate) use ports::{Log, MirrorSink, Sink};
 pub(crate) use staged::written;
 
-pub(crate) use staged::Confirm;
+pub(crate) use staged::{Confirm, EventRoute, Route};
 
-/// One watch's delivery: its sink, its journal (when state is durable) and the rules between
-/// them (see the module documentation).
-pub(crate) struct Delivery<S, L> {
-    out: Handoff<S>,
+/// One watch's delivery: its event sink, its journal (when state is durable), its mirror (when
+/// the watch is mirrored) and the rules between them (see the module documentation).
+pub(crate) struct Delivery<S, L, M> {
+    out: Sinks<S, M>,
     staged: Staged<L>,
 }
 
-impl<S: Sink, L: Log> Delivery<S, L> {
-    pub(crate) fn new(sink: S) -> Delivery<S, L> {
+impl<S: Sink, L: Log, M: MirrorSink> Delivery<S, L, M> {
+    pub(crate) fn new(sink: S, mirror: Option<M>) -> Delivery<S, L, M> {
         Delivery {
-            out: Handoff {
+            out: Sinks {
                 sink,
                 line: Charge::none(),
+                mirror,
             },
             staged: Staged::new(),
         }
+    }
+
+    /// The mirror, when the watch is mirrored.
+    pub(crate) fn mirror(&self) -> Option<&M> {
+        self.out.mirror.as_ref()
+    }
+
+    pub(crate) fn mirror_mut(&mut self) -> Option<&mut M> {
+        self.out.mirror.as_mut()
+    }
+
+    /// Takes the mirror out, for the end of the watch.
+    pub(crate) fn take_mirror(&mut self) -> Option<M> {
+        self.out.mirror.take()
+    }
+
+    /// The object's key in the mirror, when the watch is mirrored.
+    pub(crate) fn mirror_key(&self, meta: &ObjectMeta) -> Option<MirrorKey> {
+        Some(self.out.mirror.as_ref()?.key(meta))
     }
 
     /// Makes the delivery durable with `journal` (`None`: state is not durable).
@@ -123,19 +153,18 @@ impl<S: Sink, L: Log> Delivery<S, L> {
         self.out.line = Charge::none();
     }
 
-    /// Publishes `message`, or holds it until the record at `recorded` (or the held message of
-    /// its object it follows) is stored.
+    /// Fans `message` out as its `route` says: its object to the mirror, then the message to
+    /// the sink, or held until the record it waits for (or the held message of its object it
+    /// follows) is stored.
     ///
     /// Returns the staging's own future rather than wrapping it in one more (a wrapper's state
     /// would be copied on every event).
     pub(crate) fn submit(
         &mut self,
         message: OutMessage,
-        recorded: Option<u64>,
-        confirm: Option<Confirm>,
+        route: Route,
     ) -> impl Future<Output = ()> + '_ {
-        self.staged
-            .submit(message, recorded, confirm, &mut self.out)
+        self.staged.submit(message, route, &mut self.out)
     }
 
     /// Messages held back until the journal has stored their objects' records.

@@ -11,9 +11,10 @@
 
 use std::collections::VecDeque;
 
-use super::sides::{Handoff, Log, Sink};
+use super::ports::{Log, MirrorSink, Sink, Sinks};
 use crate::dedupe::{SavedObject, SavedUid, SavedVersion};
 use crate::event::{EventType, ObjectMeta, ResourceVersion};
+use crate::mirror::MirrorKey;
 use crate::publish::OutMessage;
 
 /// The most messages held back for the journal, and the most journal entries of one write.
@@ -54,6 +55,22 @@ struct Sent {
     seq: u64,
     made: u64,
     confirm: Confirm,
+}
+
+/// Where one message goes: the mirror, its event's way to NATS, or both.
+pub(crate) struct Route {
+    /// Its object's key in the mirror (`None`: the watch is not mirrored).
+    pub(crate) mirror: Option<MirrorKey>,
+    /// Its event's way to NATS (`None`: only the mirror takes it).
+    pub(crate) event: Option<EventRoute>,
+}
+
+/// How an event message goes to NATS.
+pub(crate) struct EventRoute {
+    /// The journal position of the record it waits for (its object was just recorded).
+    pub(crate) recorded: Option<u64>,
+    /// What the journal confirms once NATS has taken it (`None`: nothing).
+    pub(crate) confirm: Option<Confirm>,
 }
 
 /// What a message's confirmation says: the object's uid and the version it carried.
@@ -166,12 +183,12 @@ impl<L: Log> Staged<L> {
     }
 
     /// Hands `message` to the outbox, noting it for its confirmation.
-    async fn send<S: Sink>(
+    async fn send<S: Sink, M>(
         &mut self,
         message: OutMessage,
         made: u64,
         confirm: Option<Confirm>,
-        out: &mut Handoff<S>,
+        out: &mut Sinks<S, M>,
     ) {
         if let Some(confirm) = confirm {
             while self.lowest.back().is_some_and(|&m| m > made) {
@@ -215,21 +232,33 @@ impl<L: Log> Staged<L> {
                 .is_some_and(|j| j.pending() >= MAX_HELD)
     }
 
-    /// Publishes `message`, or holds it if it waits for the record at `recorded` or follows a
-    /// held message of its object.
+    /// Hands the object of `message` to the mirror, then publishes `message`, or holds it if it
+    /// waits for the record at `route`'s position or follows a held message of its object.
+    ///
+    /// The mirror takes the object when the delivery does, in the order the messages are made:
+    /// before the message waits for its record or goes to NATS (docs/delivery.md, "The mirror").
+    /// The object leaves the message here whether or not the watch is mirrored: it shares the
+    /// watch line's buffer, which a held message must not keep alive (below).
     ///
     /// A held message gets a payload of its own: the payload is a slice of the buffer the watch
     /// line was read into, and one held slice keeps that whole buffer (hundreds of KiB) alive,
     /// so the HTTP client cannot reuse it and reads every following line into fresh, cold
     /// memory. Copying the few KiB of the few messages held is far cheaper (and keeps the
     /// peak RSS at what it is without durable state).
-    pub(super) async fn submit<S: Sink>(
+    pub(super) async fn submit<S: Sink, M: MirrorSink>(
         &mut self,
         mut message: OutMessage,
-        recorded: Option<u64>,
-        confirm: Option<Confirm>,
-        out: &mut Handoff<S>,
+        route: Route,
+        out: &mut Sinks<S, M>,
     ) {
+        let object = std::mem::take(&mut message.object);
+        // Rule 7: the mirror takes the object before the message waits or goes out.
+        if let (Some(mirror), Some(key)) = (&mut out.mirror, route.mirror) {
+            mirror.write(key, &message, object).await;
+        }
+        let Some(EventRoute { recorded, confirm }) = route.event else {
+            return;
+        };
         let made = self.made;
         self.made += 1;
         let waits_for = recorded.or_else(|| {
@@ -257,7 +286,7 @@ impl<L: Log> Staged<L> {
     /// Starts writing what was recorded or confirmed, unless a write is under way. A deletion's
     /// record waits until the object's earlier messages are acknowledged: after a crash they
     /// would be dropped as older than the deletion.
-    pub(super) async fn begin_write<S: Sink>(&mut self, out: &mut Handoff<S>) {
+    pub(super) async fn begin_write<S: Sink, M>(&mut self, out: &mut Sinks<S, M>) {
         let Some(journal) = &mut self.journal else {
             return;
         };
@@ -278,7 +307,7 @@ impl<L: Log> Staged<L> {
     }
 
     /// Publishes, in order, the held messages whose records are stored.
-    pub(super) async fn release<S: Sink>(&mut self, out: &mut Handoff<S>) {
+    pub(super) async fn release<S: Sink, M>(&mut self, out: &mut Sinks<S, M>) {
         let Some(stored_below) = self.journal.as_ref().map(L::stored_below) else {
             return;
         };
@@ -293,7 +322,7 @@ impl<L: Log> Staged<L> {
     }
 
     /// Writes everything recorded, then publishes everything held, in order.
-    pub(super) async fn flush<S: Sink>(&mut self, out: &mut Handoff<S>) {
+    pub(super) async fn flush<S: Sink, M>(&mut self, out: &mut Sinks<S, M>) {
         loop {
             self.begin_write(out).await;
             let Some(journal) = self.journal.as_mut().filter(|j| j.is_writing()) else {

@@ -1,6 +1,6 @@
 //! The delivery rules (see the module documentation), each run against in-memory fakes of the
-//! sink and the journal whose progress the test decides: which message NATS has taken and
-//! acknowledged (in any order), and when a journal write is stored.
+//! sink, the journal and the mirror whose progress the test decides: which message NATS has
+//! taken and acknowledged (in any order), and when a journal write is stored.
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -13,10 +13,11 @@ use async_nats::header::SerializedHeaders;
 use futures_util::FutureExt;
 use tokio::time::Instant;
 
-use super::{written, Delivery, Log, Sink};
+use super::{written, Confirm, Delivery, EventRoute, Log, MirrorSink, Route, Sink};
 use crate::budget::{Budget, Charge};
 use crate::dedupe::{SavedUid, SavedVersion};
 use crate::event::{EventType, ObjectMeta, ResourceVersion};
+use crate::mirror::MirrorKey;
 use crate::publish::OutMessage;
 
 /// "NATS" as the fake sink lets the test run it.
@@ -182,11 +183,40 @@ impl Log for FakeLog {
     }
 }
 
-/// A delivery with a durable journal, over fakes the test drives.
+/// The mirror bucket as the fake mirror sees it: the tags (`name` and `version`) of the writes
+/// it took, in order, each a put or (`-` before it) a delete.
+struct FakeMirror(Rc<RefCell<Vec<String>>>);
+
+impl MirrorSink for FakeMirror {
+    fn key(&self, meta: &ObjectMeta) -> MirrorKey {
+        MirrorKey {
+            subject: meta.name.clone(),
+            version: meta.resource_version.clone(),
+        }
+    }
+
+    fn write(
+        &mut self,
+        key: MirrorKey,
+        message: &OutMessage,
+        _object: bytes::Bytes,
+    ) -> impl Future<Output = ()> {
+        let delete = match message.event_type {
+            EventType::Deleted => "-",
+            EventType::Added | EventType::Modified => "",
+        };
+        let tag = format!("{delete}{}{}", key.subject, key.version.as_str());
+        self.0.borrow_mut().push(tag);
+        std::future::ready(())
+    }
+}
+
+/// A delivery with a durable journal and a mirror, over fakes the test drives.
 struct Rig {
-    delivery: Delivery<FakeSink, FakeLog>,
+    delivery: Delivery<FakeSink, FakeLog, FakeMirror>,
     sink: Rc<RefCell<SinkState>>,
     log: Rc<RefCell<LogState>>,
+    mirror: Rc<RefCell<Vec<String>>>,
     budget: Budget,
 }
 
@@ -216,12 +246,14 @@ impl Rig {
             ..SinkState::default()
         }));
         let log = Rc::new(RefCell::new(LogState::default()));
-        let mut delivery = Delivery::new(FakeSink(sink.clone()));
+        let mirror = Rc::new(RefCell::new(Vec::new()));
+        let mut delivery = Delivery::new(FakeSink(sink.clone()), Some(FakeMirror(mirror.clone())));
         delivery.set_journal(Some(FakeLog(log.clone())));
         Rig {
             delivery,
             sink,
             log,
+            mirror,
             budget,
         }
     }
@@ -237,7 +269,27 @@ impl Rig {
             false => None,
         };
         let confirm = self.delivery.confirmation(&meta, event_type);
-        run(self.delivery.submit(message, recorded, confirm));
+        let route = self.route(&meta, Some(EventRoute { recorded, confirm }));
+        run(self.delivery.submit(message, route));
+    }
+
+    /// A message of `name` at `version` for the mirror alone (no news to publish).
+    fn mirror_only(&mut self, name: &str, version: u64, event_type: EventType) {
+        let (meta, message) = object(name, version, event_type);
+        let route = self.route(&meta, None);
+        run(self.delivery.submit(message, route));
+    }
+
+    fn route(&self, meta: &ObjectMeta, event: Option<EventRoute>) -> Route {
+        Route {
+            mirror: self.delivery.mirror_key(meta),
+            event,
+        }
+    }
+
+    /// The writes the mirror took so far.
+    fn mirrored(&self) -> Vec<String> {
+        self.mirror.borrow().clone()
     }
 
     /// The journal stores the write under way; the held messages whose record it is go out.
@@ -287,6 +339,17 @@ fn object(name: &str, version: u64, event_type: EventType) -> (ObjectMeta, OutMe
         object_key: name.bytes().map(u64::from).sum(),
     };
     (meta, message)
+}
+
+/// The route of a message published without waiting for a record, in an unmirrored watch.
+fn published(confirm: Option<Confirm>) -> Route {
+    Route {
+        mirror: None,
+        event: Some(EventRoute {
+            recorded: None,
+            confirm,
+        }),
+    }
 }
 
 fn tags(tags: &[&str]) -> Vec<String> {
@@ -437,7 +500,8 @@ fn cancelled_submit_keeps_counts() {
     let (meta, message) = object("b", 5, EventType::Modified);
     let confirm = rig.delivery.confirmation(&meta, EventType::Modified);
     {
-        let mut submit = pin!(rig.delivery.submit(message, None, confirm));
+        let route = published(confirm);
+        let mut submit = pin!(rig.delivery.submit(message, route));
         assert!(poll_once(submit.as_mut()).is_pending());
     }
     rig.delivery.line_done(Some("5"));
@@ -553,4 +617,28 @@ fn line_charge_is_not_handed_over_twice() {
         rig.ack(seq);
     }
     assert_eq!(rig.budget.used(), 0);
+}
+
+// Rule 7.
+#[test]
+fn mirror_writes_go_in_the_order_messages_are_made() {
+    let mut rig = Rig::new();
+    rig.event("a", 1, EventType::Added, true);
+    rig.event("a", 2, EventType::Modified, false);
+    rig.mirror_only("b", 3, EventType::Modified);
+    rig.event("c", 4, EventType::Deleted, false);
+    assert_eq!(rig.taken(), tags(&["c4"]), "a1 waits for its record");
+    assert_eq!(
+        rig.mirrored(),
+        tags(&["a1", "a2", "b3", "-c4"]),
+        "the mirror takes each write when the delivery takes its message"
+    );
+    run(rig.delivery.begin_write());
+    rig.store_write();
+    assert_eq!(rig.taken(), tags(&["c4", "a1", "a2"]));
+    assert_eq!(
+        rig.mirrored(),
+        tags(&["a1", "a2", "b3", "-c4"]),
+        "a message sent once its record is stored is not mirrored again"
+    );
 }

@@ -32,7 +32,7 @@ pub struct Line {
     pub oversized: Option<usize>,
     /// What the line holds of the byte budget, handed on with it: whoever publishes the line
     /// takes the charge over, so its bytes are never uncounted on the way (the delivery's
-    /// `Handoff`, src/delivery/sides.rs).
+    /// `Sinks`, src/delivery/ports.rs).
     pub(crate) charge: Charge,
 }
 

@@ -2,8 +2,9 @@
 //! key-value bucket, kept in step with what kube2nats publishes, so that any NATS client's KV
 //! watch is a complete informer (docs/subscribers.md).
 //!
-//! Each watch target's task hands its puts and deletes, in the order it publishes the events, to
-//! a writer task of its own ([`writer`]), which writes them with per-key optimistic concurrency.
+//! Each watch target's delivery ([`crate::delivery`]) hands the target's puts and deletes, in the
+//! order it takes the event messages, to a writer task of its own ([`writer`]), which writes them
+//! with per-key optimistic concurrency.
 //! Every list (the first one of each start included: with the mirror on, a start always lists)
 //! repairs the target's keys: what differs from the list is written, what the list did not show
 //! is deleted. So the bucket converges on the API server's state after any fault, and nothing in
@@ -14,12 +15,12 @@ pub(crate) mod key;
 pub(crate) mod metrics;
 mod writer;
 
-use async_nats::header::SerializedHeaders;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::event::{ObjectMeta, ResourceVersion};
+use crate::event::{EventType, ObjectMeta, ResourceVersion};
+use crate::publish::message::OutMessage;
 pub use bucket::MirrorUnavailable;
 pub(crate) use bucket::{open, MirrorBucket};
 use metrics::MirrorMetrics;
@@ -27,6 +28,13 @@ use writer::{Op, Place, Write, WriteKind, Writer};
 
 /// Operations queued for a target's writer before the watch task waits.
 const QUEUE: usize = 256;
+
+/// An object's key in the bucket, and the version a write of it carries.
+pub(crate) struct MirrorKey {
+    /// `$KV.{bucket}.{key}`.
+    pub(crate) subject: String,
+    pub(crate) version: ResourceVersion,
+}
 
 /// One watch target's side of the mirror.
 pub(crate) struct Mirror {
@@ -89,37 +97,32 @@ impl Mirror {
         self.subject_prefix = key::at_version(&self.subject_prefix, version);
     }
 
-    /// The subject of the object's key in the bucket: `$KV.{bucket}.{key}`.
-    pub(crate) fn subject(&self, meta: &ObjectMeta) -> String {
-        key::object_key(&self.subject_prefix, meta)
+    /// The object's key in the bucket, at the version `meta` carries.
+    pub(crate) fn key(&self, meta: &ObjectMeta) -> MirrorKey {
+        MirrorKey {
+            subject: key::object_key(&self.subject_prefix, meta),
+            version: meta.resource_version.clone(),
+        }
     }
 
-    /// The object's new state at `version`: `headers` and `value` as its event message carries
-    /// them (the value shares the message's bytes: it is held only until the bucket acknowledges
-    /// it, as a JetStream event message is).
-    pub(crate) async fn put(
-        &self,
-        subject: String,
-        version: ResourceVersion,
-        headers: SerializedHeaders,
-        value: Bytes,
-    ) {
-        self.write(subject, version, WriteKind::Put { headers, value })
-            .await;
+    /// Queues the write of the object of `message`: for a deletion a delete, else a put of
+    /// `object` with the message's headers. The value shares the message's bytes: it is held
+    /// only until the bucket acknowledges it, as a JetStream event message is.
+    pub(crate) async fn write(&self, key: MirrorKey, message: &OutMessage, object: Bytes) {
+        let headers = message.headers.clone();
+        let kind = match message.event_type {
+            EventType::Deleted => WriteKind::Delete {
+                headers: Some(headers),
+            },
+            EventType::Added | EventType::Modified => WriteKind::Put {
+                headers,
+                value: object,
+            },
+        };
+        self.queue(key, kind).await;
     }
 
-    /// The object was deleted at `version`; `headers` of its DELETED message.
-    pub(crate) async fn delete(
-        &self,
-        subject: String,
-        version: ResourceVersion,
-        headers: Option<SerializedHeaders>,
-    ) {
-        self.write(subject, version, WriteKind::Delete { headers })
-            .await;
-    }
-
-    async fn write(&self, subject: String, version: ResourceVersion, kind: WriteKind) {
+    async fn queue(&self, MirrorKey { subject, version }: MirrorKey, kind: WriteKind) {
         self.metrics.pending.inc();
         let write = Write {
             subject: subject.into(),

@@ -4,7 +4,8 @@
 //! A watch with `format = "cloudevents"` adds the attributes to its native headers in the binary
 //! content mode of the CloudEvents NATS protocol binding: each attribute is a header named
 //! `ce-{attribute}`, the payload is the event's `data` unchanged, and the `Kube-*` headers and
-//! `Nats-Msg-Id` stay, so native subscribers and JetStream's de-duplication work as before.
+//! `Nats-Msg-Id` stay, so native subscribers and JetStream's de-duplication work as they do on
+//! native messages.
 //!
 //! | header               | value                                                                 |
 //! |----------------------|-----------------------------------------------------------------------|

@@ -68,6 +68,47 @@ pub(crate) const SYNTHESIZED_RELIST: &str = "relist";
 /// resource stopped being served (its CRD deleted): docs/messages.md.
 pub(crate) const SYNTHESIZED_UNSERVED: &str = "unserved";
 
+/// Where the event of a message comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A watch line: the API server reported it.
+    Received,
+    /// kube2nats derived it; its message says why in `Kube-Synthesized`.
+    Synthesized(Synthesis),
+}
+
+/// Why kube2nats derived an event (docs/messages.md): the value of `Kube-Synthesized`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Synthesis {
+    /// A list showed the change: [`SYNTHESIZED_RELIST`].
+    Relist,
+    /// The object entered or left the watch's filter (docs/filters.md).
+    Filter,
+    /// The resource stopped being served: [`SYNTHESIZED_UNSERVED`].
+    Unserved,
+}
+
+/// What a message's payload holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Payload {
+    /// What the watch's payload mode says.
+    AsConfigured,
+    /// The object's metadata only, marked `Kube-Payload: truncated`.
+    Truncated,
+}
+
+impl Origin {
+    /// The value of `Kube-Synthesized`; `None` for a received event.
+    fn header(self) -> Option<&'static str> {
+        match self {
+            Origin::Received => None,
+            Origin::Synthesized(Synthesis::Relist) => Some(SYNTHESIZED_RELIST),
+            Origin::Synthesized(Synthesis::Filter) => Some(crate::filter::SYNTHESIZED_FILTER),
+            Origin::Synthesized(Synthesis::Unserved) => Some(SYNTHESIZED_UNSERVED),
+        }
+    }
+}
+
 /// A header value NATS accepts, by the rule in the module docs: verbatim unless it holds `%` or
 /// an ASCII control character, then escaped whole as a subject token.
 pub(crate) fn header_value(raw: &str) -> Cow<'_, str> {
@@ -171,15 +212,11 @@ pub struct MessageBuilder {
     subject_scratch: Scratch,
     /// Where each message's `Nats-Msg-Id` is written before it goes into the header block.
     id_scratch: Scratch,
-    /// The value of `Kube-Synthesized` on synthesized events: [`SYNTHESIZED_RELIST`] but while
-    /// [`Self::synthesize_as`] says otherwise.
-    synthesized_as: &'static str,
 }
 
 /// A string kept from one message to the next, so that writing into it allocates only while it
-/// grows: the message id, which only goes into the header block, then costs no allocation (it
-/// was a `String` per message), and the subject one copy of exactly its size (it was a `String`
-/// of 96 bytes handed over whole).
+/// grows: the message id, which only goes into the header block, then costs no allocation, and
+/// the subject one copy of exactly its size (not a `String` of its capacity handed over whole).
 ///
 /// A `Cell`, taken and put back: a message that fails to build just leaves it empty.
 #[derive(Default)]
@@ -250,7 +287,6 @@ impl MessageBuilder {
             cloudevents,
             subject_scratch: Scratch::default(),
             id_scratch: Scratch::default(),
-            synthesized_as: SYNTHESIZED_RELIST,
         }
     }
 
@@ -262,7 +298,7 @@ impl MessageBuilder {
             Some(_) => MessageFormat::CloudEvents,
             None => MessageFormat::Native,
         };
-        let mut moved = MessageBuilder::new(MessageSpec {
+        MessageBuilder::new(MessageSpec {
             watch: self.watch.clone(),
             subject: self.template.clone(),
             prefix: self.prefix.clone(),
@@ -270,28 +306,21 @@ impl MessageBuilder {
             resource,
             payload: self.payload,
             format,
-        });
-        moved.synthesized_as = self.synthesized_as;
-        moved
+        })
     }
 
-    /// Marks the synthesized events built from now on with `Kube-Synthesized: value`.
-    pub(crate) fn synthesize_as(&mut self, value: &'static str) {
-        self.synthesized_as = value;
-    }
-
-    /// The message for `event`; `synthesized` marks events derived from a list. Refused when its
+    /// The message for `event`, marked `Kube-Synthesized` as its `origin` says. Refused when its
     /// subject would be longer than the NATS server accepts.
-    pub fn build(&self, event: &ObjectEvent, synthesized: bool) -> Result<OutMessage, BuildError> {
-        self.build_marked(event, synthesized, false)
+    pub fn build(&self, event: &ObjectEvent, origin: Origin) -> Result<OutMessage, BuildError> {
+        self.build_marked(event, origin, Payload::AsConfigured)
     }
 
-    /// As [`Self::build`]; `truncated` adds `Kube-Payload: truncated`.
+    /// As [`Self::build`]; [`Payload::Truncated`] adds `Kube-Payload: truncated`.
     fn build_marked(
         &self,
         event: &ObjectEvent,
-        synthesized: bool,
-        truncated: bool,
+        origin: Origin,
+        payload: Payload,
     ) -> Result<OutMessage, BuildError> {
         let meta = &event.meta;
         let mut subject = self.subject_scratch.take();
@@ -321,7 +350,7 @@ impl MessageBuilder {
         self.subject_scratch.put_back(subject);
         let mut id = self.id_scratch.take();
         write_msg_id(&mut id, &self.watch, meta, event.event_type);
-        let headers = self.headers(event, &id, synthesized, truncated);
+        let headers = self.headers(event, &id, origin, payload);
         self.id_scratch.put_back(id);
         Ok(OutMessage {
             subject: subject_bytes,
@@ -339,7 +368,7 @@ impl MessageBuilder {
     pub(crate) fn truncated(
         &self,
         event: &ObjectEvent,
-        synthesized: bool,
+        origin: Origin,
     ) -> Result<OutMessage, BuildError> {
         let meta_only = ObjectEvent {
             event_type: event.event_type,
@@ -347,7 +376,7 @@ impl MessageBuilder {
             object: self.vanished_object(&event.meta),
             watch_line: None,
         };
-        self.build_marked(&meta_only, synthesized, true)
+        self.build_marked(&meta_only, origin, Payload::Truncated)
     }
 
     /// The header block of one message, but for its closing line: the values from the API
@@ -356,8 +385,8 @@ impl MessageBuilder {
         &self,
         event: &ObjectEvent,
         id: &str,
-        synthesized: bool,
-        truncated: bool,
+        origin: Origin,
+        payload: Payload,
     ) -> Result<SerializedHeadersBuilder, BuildError> {
         let meta = &event.meta;
         let event_type = event.event_type.as_str();
@@ -367,7 +396,7 @@ impl MessageBuilder {
         let name = header_value(&meta.name);
         let msg_id = header_value(id);
         let constant = &self.constant;
-        let optional = |on: bool, value: &'static str| if on { Some(value) } else { None };
+        let truncated = (payload == Payload::Truncated).then_some(PAYLOAD_TRUNCATED);
         let cluster = Some(constant.cluster.as_str()).filter(|c| !c.is_empty());
         // Native headers in a fixed order; `None` ones are left out. Where clusters share one
         // NATS, the subject template may leave the cluster out, so `Kube-Cluster` names it.
@@ -381,11 +410,8 @@ impl MessageBuilder {
             (&header::API_VERSION, Some(constant.api_version.as_str())),
             (&header::MSG_ID, Some(&*msg_id)),
             (&header::CLUSTER, cluster),
-            (
-                &header::SYNTHESIZED,
-                optional(synthesized, self.synthesized_as),
-            ),
-            (&header::PAYLOAD, optional(truncated, PAYLOAD_TRUNCATED)),
+            (&header::SYNTHESIZED, origin.header()),
+            (&header::PAYLOAD, truncated),
         ];
         let lines: usize = native
             .iter()
@@ -506,14 +532,14 @@ fn name_key(meta: &ObjectMeta) -> u64 {
 }
 
 /// The header block kube2nats published when it built an async-nats `HeaderMap` per
-/// message (the code as it was, CloudEvents attributes included), in the map's wire form: the
-/// reference the tests and `benches/message.rs` compare the serialized block with.
+/// message (CloudEvents attributes included), in the map's wire form: the reference the tests
+/// and `benches/message.rs` compare the serialized block with.
 #[doc(hidden)]
 pub fn headermap_reference(
     b: &MessageBuilder,
     event: &ObjectEvent,
-    synthesized: bool,
-    truncated: bool,
+    origin: Origin,
+    payload: Payload,
 ) -> SerializedHeaders {
     let meta = &event.meta;
     let mut headers = async_nats::HeaderMap::new();
@@ -532,8 +558,8 @@ pub fn headermap_reference(
     if !b.cluster.is_empty() {
         insert(header::CLUSTER, &b.cluster);
     }
-    if synthesized {
-        headers.insert(header::SYNTHESIZED, SYNTHESIZED_RELIST);
+    if let Some(synthesized) = origin.header() {
+        headers.insert(header::SYNTHESIZED, synthesized);
     }
     if let Some(attributes) = &b.cloudevents {
         let values = attributes.values(meta, event.event_type, &id, std::time::SystemTime::now());
@@ -545,7 +571,7 @@ pub fn headermap_reference(
             headers.insert(name, value);
         }
     }
-    if truncated {
+    if payload == Payload::Truncated {
         headers.insert(header::PAYLOAD, PAYLOAD_TRUNCATED);
     }
     SerializedHeaders::from(&headers)
@@ -617,7 +643,7 @@ mod tests {
             rv in "[0-9%]{1,6}",
             cluster in "(|prod-eu|e u%\n)",
             cloudevents in proptest::bool::ANY,
-            synthesized in proptest::bool::ANY,
+            synthesis in proptest::option::of(proptest::sample::select(vec![Synthesis::Relist, Synthesis::Filter, Synthesis::Unserved])),
             deleted in proptest::bool::ANY,
         ) {
             let format = if cloudevents { MessageFormat::CloudEvents } else { MessageFormat::Native };
@@ -630,17 +656,18 @@ mod tests {
             if deleted {
                 e.event_type = EventType::Deleted;
             }
-            let message = b.build(&e, synthesized).unwrap();
+            let origin = synthesis.map_or(Origin::Received, Origin::Synthesized);
+            let message = b.build(&e, origin).unwrap();
             proptest::prop_assert_eq!(
                 sorted_lines(&message.headers),
-                sorted_lines(&headermap_reference(&b, &e, synthesized, false))
+                sorted_lines(&headermap_reference(&b, &e, origin, Payload::AsConfigured))
             );
-            let expected_len = headermap_reference(&b, &e, synthesized, false).len();
+            let expected_len = headermap_reference(&b, &e, origin, Payload::AsConfigured).len();
             proptest::prop_assert_eq!(message.headers.len(), expected_len);
-            let cut = b.truncated(&e, synthesized).unwrap();
+            let cut = b.truncated(&e, origin).unwrap();
             proptest::prop_assert_eq!(
                 sorted_lines(&cut.headers),
-                sorted_lines(&headermap_reference(&b, &e, synthesized, true))
+                sorted_lines(&headermap_reference(&b, &e, origin, Payload::Truncated))
             );
         }
     }
@@ -663,7 +690,7 @@ mod tests {
     #[test]
     fn subject_and_headers() {
         let m = builder(PayloadMode::Event)
-            .build(&event(None), true)
+            .build(&event(None), Origin::Synthesized(Synthesis::Relist))
             .unwrap();
         assert_eq!(
             m.subject.as_str(),
@@ -693,8 +720,8 @@ mod tests {
             r#"{{"metadata":{{}},"data":"{}"}}"#,
             "x".repeat(4096)
         ));
-        let whole = b.build(&big, false).unwrap();
-        let cut = b.truncated(&big, false).unwrap();
+        let whole = b.build(&big, Origin::Received).unwrap();
+        let cut = b.truncated(&big, Origin::Received).unwrap();
         assert_eq!(cut.subject, whole.subject);
         assert_eq!(cut.headers.get(header::PAYLOAD), Some("truncated"));
         assert_eq!(
@@ -720,7 +747,7 @@ mod tests {
         new.event_type = EventType::Added;
         let mut other = event(None);
         other.meta.name = "web.2".into();
-        let key = |e: &ObjectEvent| b.build(e, false).unwrap().object_key;
+        let key = |e: &ObjectEvent| b.build(e, Origin::Received).unwrap().object_key;
         assert_eq!(key(&old), key(&new));
         assert_ne!(key(&old), key(&other));
     }
@@ -730,20 +757,20 @@ mod tests {
         let line: &'static [u8] = br#"{"type":"MODIFIED","object":{"metadata":{}}}"#;
         assert_eq!(
             &builder(PayloadMode::Event)
-                .build(&event(Some(line)), false)
+                .build(&event(Some(line)), Origin::Received)
                 .unwrap()
                 .payload[..],
             line
         );
         assert_eq!(
             &builder(PayloadMode::Object)
-                .build(&event(Some(line)), false)
+                .build(&event(Some(line)), Origin::Received)
                 .unwrap()
                 .payload[..],
             br#"{"metadata":{}}"#
         );
         assert!(builder(PayloadMode::Object)
-            .build(&event(None), false)
+            .build(&event(None), Origin::Received)
             .unwrap()
             .headers
             .get(header::SYNTHESIZED)
@@ -755,10 +782,10 @@ mod tests {
     #[test]
     fn cloudevents_format_adds_attributes_and_keeps_native_headers() {
         let native = builder(PayloadMode::Object)
-            .build(&event(None), true)
+            .build(&event(None), Origin::Synthesized(Synthesis::Relist))
             .unwrap();
         let ce = builder_as(PayloadMode::Object, MessageFormat::CloudEvents)
-            .build(&event(None), true)
+            .build(&event(None), Origin::Synthesized(Synthesis::Relist))
             .unwrap();
         let names = |m: &OutMessage| {
             let mut n: Vec<String> = m.headers.iter().map(|(k, _)| k.to_string()).collect();
@@ -799,13 +826,13 @@ mod tests {
             ..beta.clone()
         };
         let spec = spec(PayloadMode::Event, MessageFormat::CloudEvents);
-        let mut b = MessageBuilder::new(MessageSpec {
+        let b = MessageBuilder::new(MessageSpec {
             resource: beta,
             ..spec
         });
-        b.synthesize_as(SYNTHESIZED_UNSERVED);
         let moved = b.with_resource(ga);
-        let message = moved.build(&event(None), true).unwrap();
+        let unserved = Origin::Synthesized(Synthesis::Unserved);
+        let message = moved.build(&event(None), unserved).unwrap();
         assert_eq!(
             message.subject.as_str(),
             "kube.example_com.v1.widgets.default.web_1.modified"
@@ -834,7 +861,7 @@ mod tests {
         let mut e = event(None);
         let b = builder(PayloadMode::Event);
         let id = |e: &ObjectEvent| {
-            let message = b.build(e, false).unwrap();
+            let message = b.build(e, Origin::Received).unwrap();
             message.headers.get(header::MSG_ID).map(str::to_owned)
         };
         e.event_type = EventType::Added;

@@ -9,4 +9,4 @@ pub(crate) mod metrics;
 pub(crate) mod outbox;
 
 pub(crate) use message::{MessageBuilder, MessageSpec, OutMessage};
-pub(crate) use outbox::{Nats, Outbox};
+pub(crate) use outbox::{Nats, Outbox, OutboxParts};

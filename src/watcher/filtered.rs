@@ -4,11 +4,12 @@
 //! of objects outside are dropped (`events_dropped_total{reason="not_matching"}`). Watches
 //! without a filter never get here, and never read their objects.
 
-use super::{Filtered, Fit, WatchTask};
+use super::outlet::{Fit, Outgoing, Publication};
+use super::{Filtered, WatchTask};
 use crate::dedupe::Verdict;
 use crate::event::{EventType, ObjectEvent};
-use crate::filter::{Admission, Filter, SYNTHESIZED_FILTER};
-use crate::publish::message::SYNTHESIZED_RELIST;
+use crate::filter::{Admission, Filter};
+use crate::publish::message::Synthesis;
 
 impl WatchTask {
     /// Judges a received event. One over `max_line_bytes` (`fit` is metadata only) has no object
@@ -66,16 +67,8 @@ impl WatchTask {
         event.event_type = EventType::Deleted;
         // The line received says ADDED or MODIFIED: the payload is rebuilt as a DELETED.
         event.watch_line = None;
-        if !self.events.contains(&EventType::Deleted) {
-            self.metrics.dropped_filtered.inc();
-            self.mirror_only(event, true, Fit::Whole).await;
-            return true;
-        }
-        self.metrics.synthesized(EventType::Deleted);
-        self.messages.synthesize_as(SYNTHESIZED_FILTER);
-        self.publish_confirmed(event, true, Fit::Whole, None, None)
-            .await;
-        self.messages.synthesize_as(SYNTHESIZED_RELIST);
+        let out = Outgoing::synthesized(event, Synthesis::Filter);
+        self.outlet.hand(out, Publication::Unconfirmed).await;
         true
     }
 }

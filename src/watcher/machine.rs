@@ -424,38 +424,25 @@ impl Machine {
     }
 
     async fn open_streaming_list(&mut self, reason: ListReason) -> (Outcome, State) {
-        let timeout = self.server_timeout();
-        let timeout_secs = timeout.as_secs().to_string();
-        let mut query = vec![
-            ("watch", "1"),
+        let initial_events = [
             ("sendInitialEvents", "true"),
             ("resourceVersionMatch", "NotOlderThan"),
             ("resourceVersion", ""),
-            ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", &timeout_secs),
         ];
-        self.add_selectors(&mut query);
-        match self
-            .client
-            .watch_as(&self.path, &query, self.accept(Verb::Watch))
-            .await
-        {
-            Ok(response) => {
-                self.served_again();
-                let watching = self.watching(ResourceVersion::new(""), response, timeout);
-                (
-                    Outcome::ListPage {
-                        started: Some(reason),
-                        size_hint: None,
-                        items: Vec::new(),
-                        complete: None,
-                    },
-                    State::ReceivingInitialEvents {
-                        reason,
-                        watching: Box::new(watching),
-                    },
-                )
-            }
+        let from = ResourceVersion::new("");
+        match self.request_watch(from, &initial_events).await {
+            Ok(watching) => (
+                Outcome::ListPage {
+                    started: Some(reason),
+                    size_hint: None,
+                    items: Vec::new(),
+                    complete: None,
+                },
+                State::ReceivingInitialEvents {
+                    reason,
+                    watching: Box::new(watching),
+                },
+            ),
             Err(e @ (ApiError::Status { .. } | ApiError::UnexpectedBody(_))) => {
                 self.streaming_unsupported(StreamingRefusal::Rejected(e))
             }
@@ -485,23 +472,9 @@ impl Machine {
             self.budget.room().await;
             None
         };
-        let timeout = self.server_timeout();
-        let timeout_secs = timeout.as_secs().to_string();
-        let mut query = vec![
-            ("watch", "1"),
-            ("resourceVersion", rv.as_str()),
-            ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", &timeout_secs),
-        ];
-        self.add_selectors(&mut query);
-        match self
-            .client
-            .watch_as(&self.path, &query, self.accept(Verb::Watch))
-            .await
-        {
-            Ok(response) => {
-                self.served_again();
-                let mut watching = self.watching(rv.clone(), response, timeout);
+        let from = [("resourceVersion", rv.as_str())];
+        match self.request_watch(rv.clone(), &from).await {
+            Ok(mut watching) => {
                 watching.stream.hold_resume_slot(resume_slot);
                 (
                     Outcome::WatchOpened(rv),
@@ -510,6 +483,29 @@ impl Machine {
             }
             Err(e) => self.failed(Verb::Watch, e, State::Connecting { rv }).await,
         }
+    }
+
+    /// Opens a watch from `from` with the request's own `parameters` (besides `watch`,
+    /// bookmarks, the timeout and the selectors every watch request carries): the stream to
+    /// read once the server answered.
+    async fn request_watch(
+        &mut self,
+        from: ResourceVersion,
+        parameters: &[(&str, &str)],
+    ) -> Result<Watching, ApiError> {
+        let timeout = self.server_timeout();
+        let timeout_secs = timeout.as_secs().to_string();
+        let mut query = vec![("watch", "1")];
+        query.extend_from_slice(parameters);
+        query.extend([
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", timeout_secs.as_str()),
+        ]);
+        self.add_selectors(&mut query);
+        let accept = self.accept(Verb::Watch);
+        let response = self.client.watch_as(&self.path, &query, accept).await?;
+        self.served_again();
+        Ok(self.watching(from, response, timeout))
     }
 
     fn watching(

@@ -12,7 +12,7 @@
 use super::machine::{Unserved, VersionMove};
 use super::WatchTask;
 use crate::event::ResourceVersion;
-use crate::publish::message::{SYNTHESIZED_RELIST, SYNTHESIZED_UNSERVED};
+use crate::publish::message::Synthesis;
 use crate::state::Checkpoints;
 use crate::telemetry::logging::human;
 
@@ -24,7 +24,6 @@ impl WatchTask {
         self.dedupe.begin_list();
         let vanished = self.dedupe.end_list();
         let deleted = vanished.len();
-        self.messages.synthesize_as(SYNTHESIZED_UNSERVED);
         // No list tells when they went: the deletions carry the newest version the watch saw,
         // never older than a message already published about them (see `publish_vanished`).
         let seen = checkpoints.position().map(ResourceVersion::new);
@@ -32,9 +31,8 @@ impl WatchTask {
             let by = seen
                 .clone()
                 .unwrap_or_else(|| gone.meta.resource_version.clone());
-            self.publish_vanished(gone, &by).await;
+            self.publish_vanished(gone, &by, Synthesis::Unserved).await;
         }
-        self.messages.synthesize_as(SYNTHESIZED_RELIST);
         self.report_tracked();
         if deleted > 0 {
             checkpoints.objects_changed();
@@ -46,11 +44,8 @@ impl WatchTask {
     /// The resource moved to another version: the messages (and mirror keys) name it from now on.
     pub(super) async fn version_moved(&mut self, moved: VersionMove) {
         let VersionMove { from, to, resume } = moved;
-        self.messages = self.messages.with_resource(to.clone());
+        self.outlet.move_to(to.clone());
         self.metrics.resource.reading(&to);
-        if let Some(mirror) = &mut self.mirror {
-            mirror.moved_to(&to.version);
-        }
         let resume = resume.as_ref().map(ToString::to_string);
         tracing::info!(watch = %self.metrics.watch, namespace = self.namespace(), group = %to.group, resource = %to.plural, from = %from.version, to = %to.version, resume_at = resume.as_deref().unwrap_or("(a list)"), "preferred version moved {} → {}; following it", from.version, to.version);
     }

@@ -47,7 +47,8 @@ tokio::task_local! {
 }
 
 /// Makes a panic inside a supervised task silent at the moment it happens, leaving its message
-/// and location for the supervisor's one log line; panics anywhere else print as before.
+/// and location for the supervisor's one log line; panics anywhere else print as the default
+/// hook prints them.
 pub fn install_panic_hook() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {

@@ -8,6 +8,7 @@
 //! the client holds (all of them while NATS is away). A message's bytes stay charged against the
 //! budget until the flush after its hand-over has returned.
 
+use crate::delivery::ports::Sink;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -68,12 +69,6 @@ impl<C: CoreLink> CoreOutbox<C> {
         }
     }
 
-    /// Holds every message's bytes against `budget` (before the first publish).
-    pub(crate) fn set_budget(&mut self, budget: Budget) {
-        self.unflushed = budget.charge(0);
-        self.batch.budget = budget;
-    }
-
     /// Hands messages to the client only while `term` is in force (before the first publish).
     pub(crate) fn set_term(&mut self, term: TermClock) {
         self.batch.term = term;
@@ -81,32 +76,6 @@ impl<C: CoreLink> CoreOutbox<C> {
 
     pub(crate) fn link(&self) -> &C {
         &self.link
-    }
-
-    pub(crate) fn published(&self) -> u64 {
-        self.batch.published
-    }
-
-    pub(crate) fn settled(&self) -> u64 {
-        self.settled
-    }
-
-    pub(crate) fn charge(&self, bytes: usize) -> Charge {
-        self.batch.budget.charge(bytes)
-    }
-
-    /// Holds a message for the next batch (after handing the batch over if the message would
-    /// take it over the limit, and at once while NATS is not connected); then, while the budget
-    /// is spent, flushes until this target holds nothing. Cancel-safe: from the first poll the
-    /// message waits in the batch until it is held, and the next call places it first.
-    pub(crate) async fn publish(&mut self, msg: OutMessage, charge: Charge) {
-        self.batch.take_in(msg, charge);
-        self.place_waiting().await;
-        while self.batch.budget.exhausted() && self.unflushed() {
-            if !self.flush().await {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
     }
 
     /// Holds the waiting messages, in order.
@@ -123,74 +92,6 @@ impl<C: CoreLink> CoreOutbox<C> {
                 self.hand_over().await;
             }
         }
-    }
-
-    /// Messages held, handed to the client but not yet flushed, or being flushed.
-    pub(crate) fn unflushed(&self) -> bool {
-        self.batch.unplaced() > 0 || self.unflushed_messages > 0 || self.flushing.is_some()
-    }
-
-    /// Hands the held messages to the client, then a flush round trip; once it returns, what
-    /// was published before it is out of the process. `true` when it did.
-    pub(crate) async fn settle(&mut self) -> bool {
-        self.flush().await
-    }
-
-    /// Hands the held messages to the client. Nothing else to wait for: the client sends its
-    /// messages in the order it was handed them and the server handles one connection's
-    /// messages in order, so a JetStream write acknowledged afterwards is stored after them.
-    pub(crate) async fn settle_objects(&mut self, _keys: &[u64]) {
-        self.place_waiting().await;
-        self.hand_over().await;
-    }
-
-    /// For while the watch waits for its next line: hands the held messages to the client, once
-    /// it has yielded and no line came; then flushes what was handed over, and gives its bytes
-    /// back to the budget once they are on the socket (while NATS is away, once it is back).
-    /// Cancel-safe: the flush goes on in the outbox, and the next call awaits the same one.
-    pub(crate) async fn flush_idle(&mut self) {
-        let to_hand_over = self.batch.unplaced() > 0 || self.unflushed_messages > 0;
-        if self.flushing.is_none() && to_hand_over {
-            // The line may only be on its way: hyper hands a read over one body chunk at a
-            // time, and the next chunk comes when its connection task has run. Yielding once
-            // lets it (and every other ready task) run first; the watch goes on with the line
-            // if one came, and the batch grows.
-            tokio::task::yield_now().await;
-            self.place_waiting().await;
-            self.hand_over().await;
-        }
-        let flushing = match &mut self.flushing {
-            Some(flushing) => flushing,
-            None if self.unflushed_messages == 0 => return,
-            None => self.flushing.insert(IdleFlush {
-                done: Box::pin(self.link.flush()),
-                charge: std::mem::replace(&mut self.unflushed, self.batch.budget.charge(0)),
-                messages: std::mem::take(&mut self.unflushed_messages),
-                handed: self.handed_over,
-            }),
-        };
-        let flushed = (&mut flushing.done).await;
-        if let Some(IdleFlush {
-            charge,
-            messages,
-            handed,
-            ..
-        }) = self.flushing.take()
-        {
-            match flushed {
-                Ok(()) => self.settled = self.settled.max(handed),
-                Err(e) => {
-                    // The client is closed (shutdown): the messages are still not out.
-                    tracing::debug!(watch = %self.batch.metrics.watch, error = %e, "flush to NATS failed; messages stay queued in the client");
-                    self.unflushed.absorb(charge);
-                    self.unflushed_messages += messages;
-                    self.report();
-                    tokio::time::sleep(FLUSH_RETRY).await;
-                    return;
-                }
-            }
-        }
-        self.report();
     }
 
     /// Hands the held messages to the client, in order. A core publish fails only for a message
@@ -259,5 +160,101 @@ impl<C: CoreLink> CoreOutbox<C> {
     fn report(&self) {
         let flushing = self.flushing.as_ref().map_or(0, |f| f.messages);
         self.batch.report(self.unflushed_messages + flushing);
+    }
+}
+
+impl<C: CoreLink> Sink for CoreOutbox<C> {
+    fn published(&self) -> u64 {
+        self.batch.published
+    }
+
+    fn settled(&self) -> u64 {
+        self.settled
+    }
+
+    fn charge(&self, bytes: usize) -> Charge {
+        self.batch.budget.charge(bytes)
+    }
+
+    /// Holds a message for the next batch (after handing the batch over if the message would
+    /// take it over the limit, and at once while NATS is not connected); then, while the budget
+    /// is spent, flushes until this target holds nothing. Cancel-safe: from the first poll the
+    /// message waits in the batch until it is held, and the next call places it first.
+    async fn publish(&mut self, msg: OutMessage, charge: Charge) {
+        self.batch.take_in(msg, charge);
+        self.place_waiting().await;
+        while self.batch.budget.exhausted() && self.unflushed() {
+            if !self.flush().await {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+
+    /// Messages held, handed to the client but not yet flushed, or being flushed.
+    fn unflushed(&self) -> bool {
+        self.batch.unplaced() > 0 || self.unflushed_messages > 0 || self.flushing.is_some()
+    }
+
+    /// Hands the held messages to the client, then a flush round trip; once it returns, what
+    /// was published before it is out of the process. `true` when it did.
+    async fn settle(&mut self) -> bool {
+        self.flush().await
+    }
+
+    /// Hands the held messages to the client. Nothing else to wait for: the client sends its
+    /// messages in the order it was handed them and the server handles one connection's
+    /// messages in order, so a JetStream write acknowledged afterwards is stored after them.
+    async fn settle_objects(&mut self, _keys: &[u64]) {
+        self.place_waiting().await;
+        self.hand_over().await;
+    }
+
+    /// For while the watch waits for its next line: hands the held messages to the client, once
+    /// it has yielded and no line came; then flushes what was handed over, and gives its bytes
+    /// back to the budget once they are on the socket (while NATS is away, once it is back).
+    /// Cancel-safe: the flush goes on in the outbox, and the next call awaits the same one.
+    async fn flush_idle(&mut self) {
+        let to_hand_over = self.batch.unplaced() > 0 || self.unflushed_messages > 0;
+        if self.flushing.is_none() && to_hand_over {
+            // The line may only be on its way: hyper hands a read over one body chunk at a
+            // time, and the next chunk comes when its connection task has run. Yielding once
+            // lets it (and every other ready task) run first; the watch goes on with the line
+            // if one came, and the batch grows.
+            tokio::task::yield_now().await;
+            self.place_waiting().await;
+            self.hand_over().await;
+        }
+        let flushing = match &mut self.flushing {
+            Some(flushing) => flushing,
+            None if self.unflushed_messages == 0 => return,
+            None => self.flushing.insert(IdleFlush {
+                done: Box::pin(self.link.flush()),
+                charge: std::mem::replace(&mut self.unflushed, self.batch.budget.charge(0)),
+                messages: std::mem::take(&mut self.unflushed_messages),
+                handed: self.handed_over,
+            }),
+        };
+        let flushed = (&mut flushing.done).await;
+        if let Some(IdleFlush {
+            charge,
+            messages,
+            handed,
+            ..
+        }) = self.flushing.take()
+        {
+            match flushed {
+                Ok(()) => self.settled = self.settled.max(handed),
+                Err(e) => {
+                    // The client is closed (shutdown): the messages are still not out.
+                    tracing::debug!(watch = %self.batch.metrics.watch, error = %e, "flush to NATS failed; messages stay queued in the client");
+                    self.unflushed.absorb(charge);
+                    self.unflushed_messages += messages;
+                    self.report();
+                    tokio::time::sleep(FLUSH_RETRY).await;
+                    return;
+                }
+            }
+        }
+        self.report();
     }
 }

@@ -12,6 +12,7 @@
 //! the window), so a call dropped at any await loses nothing and the next call goes on from
 //! where it stopped.
 
+use crate::delivery::ports::Sink;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::time::Duration;
@@ -75,11 +76,6 @@ impl<J: JetStreamLink> JetStreamOutbox<J> {
         }
     }
 
-    /// Holds every message's bytes against `budget` (before the first publish).
-    pub(crate) fn set_budget(&mut self, budget: Budget) {
-        self.batch.budget = budget;
-    }
-
     /// Hands messages to the client only while `term` is in force (before the first publish).
     pub(crate) fn set_term(&mut self, term: TermClock) {
         self.batch.term = term;
@@ -87,38 +83,6 @@ impl<J: JetStreamLink> JetStreamOutbox<J> {
 
     pub(crate) fn link(&self) -> &J {
         &self.link
-    }
-
-    pub(crate) fn published(&self) -> u64 {
-        self.batch.published
-    }
-
-    /// Waiting, held or in the window are the last ones published, in order; the rest are
-    /// acknowledged (or could never be published).
-    pub(crate) fn settled(&self) -> u64 {
-        let unsettled = self.batch.unplaced() + self.in_flight.len();
-        self.batch.published.saturating_sub(unsettled as u64)
-    }
-
-    pub(crate) fn charge(&self, bytes: usize) -> Charge {
-        self.batch.budget.charge(bytes)
-    }
-
-    /// Holds a message for the next batch once the window has room for it and no message of
-    /// its object is held or in flight (for that, sends the batch and awaits acknowledgements);
-    /// then, while the budget is spent, awaits acknowledgements until this target holds
-    /// nothing. Cancel-safe: from the first poll the message waits in the batch until it is
-    /// held, and the next call places it first.
-    pub(crate) async fn publish(&mut self, msg: OutMessage, charge: Charge) {
-        self.batch.take_in(msg, charge);
-        self.report();
-        self.place_waiting().await;
-        while self.batch.budget.exhausted()
-            && !(self.batch.held.is_empty() && self.in_flight.is_empty())
-        {
-            self.send_held().await;
-            self.complete_oldest().await;
-        }
     }
 
     /// Holds the waiting messages, in order, each once there is room for it.
@@ -149,65 +113,6 @@ impl<J: JetStreamLink> JetStreamOutbox<J> {
             if !self.link.connected() {
                 self.send_held().await;
             }
-        }
-    }
-
-    /// Whether [`flush_idle`](Self::flush_idle) has something to do: held messages, or an
-    /// acknowledgement that may still arrive.
-    pub(crate) fn unflushed(&self) -> bool {
-        self.batch.unplaced() > 0
-            || self.in_flight.front().is_some_and(|oldest| {
-                matches!(&oldest.ack, Some(ack) if !matches!(ack, MaybeDone::Done(Err(_))))
-            })
-    }
-
-    /// Waits until everything published is acknowledged. Always `true`.
-    pub(crate) async fn settle(&mut self) -> bool {
-        self.place_waiting().await;
-        self.send_held().await;
-        while !self.in_flight.is_empty() {
-            self.complete_oldest().await;
-        }
-        true
-    }
-
-    /// Waits until no message of the objects `keys` (their `object_key`s) is held or
-    /// unacknowledged, so that a JetStream write made afterwards on the same connection is
-    /// stored only after them.
-    pub(crate) async fn settle_objects(&mut self, keys: &[u64]) {
-        self.place_waiting().await;
-        self.send_held().await;
-        while self
-            .in_flight
-            .iter()
-            .any(|f| keys.contains(&f.msg.object_key))
-        {
-            self.complete_oldest().await;
-        }
-    }
-
-    /// For while the watch waits for its next line: sends the held messages, once it has
-    /// yielded and no line came; then takes acknowledged messages out of the window, oldest
-    /// first, until one is not acknowledged yet or has failed (a failure is retried by the next
-    /// publish or settle, which may wait). Cancel-safe: an acknowledgement is awaited where it
-    /// stays.
-    pub(crate) async fn flush_idle(&mut self) {
-        if self.batch.unplaced() > 0 {
-            // The line may only be on its way (see the core outbox's `flush_idle`): yielding
-            // once lets it come first, and the batch grows.
-            tokio::task::yield_now().await;
-            self.place_waiting().await;
-            self.send_held().await;
-        }
-        while let Some(oldest) = self.in_flight.front_mut() {
-            let Some(ack) = &mut oldest.ack else {
-                return;
-            };
-            (&mut *ack).await;
-            if let MaybeDone::Done(Err(_)) = ack {
-                return;
-            }
-            self.take_acknowledged();
         }
     }
 
@@ -366,5 +271,98 @@ impl<J: JetStreamLink> JetStreamOutbox<J> {
 
     fn report(&self) {
         self.batch.report(self.in_flight.len());
+    }
+}
+
+impl<J: JetStreamLink> Sink for JetStreamOutbox<J> {
+    fn published(&self) -> u64 {
+        self.batch.published
+    }
+
+    /// Waiting, held or in the window are the last ones published, in order; the rest are
+    /// acknowledged (or could never be published).
+    fn settled(&self) -> u64 {
+        let unsettled = self.batch.unplaced() + self.in_flight.len();
+        self.batch.published.saturating_sub(unsettled as u64)
+    }
+
+    fn charge(&self, bytes: usize) -> Charge {
+        self.batch.budget.charge(bytes)
+    }
+
+    /// Holds a message for the next batch once the window has room for it and no message of
+    /// its object is held or in flight (for that, sends the batch and awaits acknowledgements);
+    /// then, while the budget is spent, awaits acknowledgements until this target holds
+    /// nothing. Cancel-safe: from the first poll the message waits in the batch until it is
+    /// held, and the next call places it first.
+    async fn publish(&mut self, msg: OutMessage, charge: Charge) {
+        self.batch.take_in(msg, charge);
+        self.report();
+        self.place_waiting().await;
+        while self.batch.budget.exhausted()
+            && !(self.batch.held.is_empty() && self.in_flight.is_empty())
+        {
+            self.send_held().await;
+            self.complete_oldest().await;
+        }
+    }
+
+    /// Whether [`flush_idle`](Self::flush_idle) has something to do: held messages, or an
+    /// acknowledgement that may still arrive.
+    fn unflushed(&self) -> bool {
+        self.batch.unplaced() > 0
+            || self.in_flight.front().is_some_and(|oldest| {
+                matches!(&oldest.ack, Some(ack) if !matches!(ack, MaybeDone::Done(Err(_))))
+            })
+    }
+
+    /// Waits until everything published is acknowledged. Always `true`.
+    async fn settle(&mut self) -> bool {
+        self.place_waiting().await;
+        self.send_held().await;
+        while !self.in_flight.is_empty() {
+            self.complete_oldest().await;
+        }
+        true
+    }
+
+    /// Waits until no message of the objects `keys` (their `object_key`s) is held or
+    /// unacknowledged, so that a JetStream write made afterwards on the same connection is
+    /// stored only after them.
+    async fn settle_objects(&mut self, keys: &[u64]) {
+        self.place_waiting().await;
+        self.send_held().await;
+        while self
+            .in_flight
+            .iter()
+            .any(|f| keys.contains(&f.msg.object_key))
+        {
+            self.complete_oldest().await;
+        }
+    }
+
+    /// For while the watch waits for its next line: sends the held messages, once it has
+    /// yielded and no line came; then takes acknowledged messages out of the window, oldest
+    /// first, until one is not acknowledged yet or has failed (a failure is retried by the next
+    /// publish or settle, which may wait). Cancel-safe: an acknowledgement is awaited where it
+    /// stays.
+    async fn flush_idle(&mut self) {
+        if self.batch.unplaced() > 0 {
+            // The line may only be on its way (see the core outbox's `flush_idle`): yielding
+            // once lets it come first, and the batch grows.
+            tokio::task::yield_now().await;
+            self.place_waiting().await;
+            self.send_held().await;
+        }
+        while let Some(oldest) = self.in_flight.front_mut() {
+            let Some(ack) = &mut oldest.ack else {
+                return;
+            };
+            (&mut *ack).await;
+            if let MaybeDone::Done(Err(_)) = ack {
+                return;
+            }
+            self.take_acknowledged();
+        }
     }
 }

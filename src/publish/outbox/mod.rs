@@ -1,7 +1,7 @@
 //! Publishing one watch's messages, in order, with a bounded window of unacknowledged ones: the
 //! [`Outbox`], which is one of two outboxes by the configured mode, [`CoreOutbox`] (core NATS:
 //! handed over once, settled by a flush) and [`JetStreamOutbox`] (acknowledged, retried, one
-//! message of an object in flight at a time). docs/design.md ("Delivery") states the promise
+//! message of an object in flight at a time). docs/design.md ("Ordering rules") states the promise
 //! they keep.
 //!
 //! The outbox is where backpressure comes from: a publish returns only when the message is in
@@ -13,7 +13,7 @@
 //! [`batch::HANDOVER_BYTES`], not one by one ([`batch`]): the client's connection task writes
 //! whatever it has each time it runs, and it runs whenever the watch task waits, which is after
 //! every body chunk hyper hands over (one read of the watch connection is several chunks: one
-//! per HTTP chunk it holds a part of). Handed one by one, a read's messages went out in one
+//! per HTTP chunk it holds a part of). Handed one by one, a read's messages would go out in one
 //! `writev` per chunk; held until the watch is really idle (it has yielded once and no line
 //! came) or a batch is full, they go out in one.
 //!
@@ -66,6 +66,7 @@ mod link;
 #[cfg(test)]
 mod tests;
 
+use crate::delivery::ports::Sink;
 use async_nats::{jetstream, Client};
 
 use crate::budget::{Budget, Charge};
@@ -114,16 +115,28 @@ macro_rules! each_mode {
     };
 }
 
+/// What an [`Outbox`] is made of, besides its connection.
+pub(crate) struct OutboxParts {
+    /// Bounds unacknowledged JetStream publishes (unused in core mode).
+    pub(crate) max_in_flight: usize,
+    pub(crate) metrics: PublishMetrics,
+    pub(crate) gauges: TargetGauges,
+    /// Holds every message's bytes until NATS has taken it.
+    pub(crate) budget: Budget,
+    /// Messages go to the client only while it is in force (leader election).
+    pub(crate) term: TermClock,
+}
+
 impl Outbox {
-    /// `max_in_flight` bounds unacknowledged JetStream publishes (unused in core mode).
-    pub(crate) fn new(
-        nats: Nats,
-        max_in_flight: usize,
-        metrics: PublishMetrics,
-        gauges: TargetGauges,
-    ) -> Outbox {
-        let budget = Budget::unlimited();
-        Outbox(match nats {
+    pub(crate) fn new(nats: Nats, parts: OutboxParts) -> Outbox {
+        let OutboxParts {
+            max_in_flight,
+            metrics,
+            gauges,
+            budget,
+            term,
+        } = parts;
+        let mut outbox = Outbox(match nats {
             Nats::Core(client) => Mode::Core(CoreOutbox::new(client, metrics, gauges, budget)),
             Nats::JetStream { client, context } => Mode::JetStream(JetStreamOutbox::new(
                 JetStreamClient { client, context },
@@ -132,20 +145,9 @@ impl Outbox {
                 gauges,
                 budget,
             )),
-        })
-    }
-
-    /// Holds every message's bytes against `budget` until NATS has taken it. (Called before the
-    /// first publish.)
-    pub(crate) fn with_budget(mut self, budget: Budget) -> Outbox {
-        each_mode!(&mut self.0, outbox => outbox.set_budget(budget));
-        self
-    }
-
-    /// Hands messages to the client only while `term` is in force (leader election).
-    pub(crate) fn with_term(mut self, term: TermClock) -> Outbox {
-        each_mode!(&mut self.0, outbox => outbox.set_term(term));
-        self
+        });
+        each_mode!(&mut outbox.0, inner => inner.set_term(term));
+        outbox
     }
 
     /// The largest message (payload and headers) the connected server accepts; `None` before
@@ -157,6 +159,24 @@ impl Outbox {
         };
         Some(max).filter(|&n| n > 0)
     }
+}
+
+impl Sink for Outbox {
+    /// Messages published so far: the next one published is number `published()` (from 0).
+    fn published(&self) -> u64 {
+        each_mode!(&self.0, outbox => outbox.published())
+    }
+
+    /// How many of the first messages published NATS has taken (flushed to the server in core
+    /// mode, acknowledged in JetStream mode): what a crash can no longer lose.
+    fn settled(&self) -> u64 {
+        each_mode!(&self.0, outbox => outbox.settled())
+    }
+
+    /// A charge of `bytes` against the budget this outbox holds messages against.
+    fn charge(&self, bytes: usize) -> Charge {
+        each_mode!(&self.0, outbox => outbox.charge(bytes))
+    }
 
     /// Hands one message to NATS; returns once it is held for the next batch (JetStream: with
     /// room for it in the ack window) or accepted by the client, and the byte budget is not
@@ -164,51 +184,35 @@ impl Outbox {
     ///
     /// `charge` holds the message's bytes against the budget until NATS has taken it (the
     /// watch line's charge taken over, or [`charge`](Self::charge)).
-    pub(crate) async fn publish(&mut self, msg: OutMessage, charge: Charge) {
+    async fn publish(&mut self, msg: OutMessage, charge: Charge) {
         each_mode!(&mut self.0, outbox => outbox.publish(msg, charge).await);
-    }
-
-    /// Waits until everything handed over is acknowledged (JetStream) or has reached the server
-    /// (core: a flush round trip). `true` when it has: then the watch may checkpoint.
-    pub(crate) async fn settle(&mut self) -> bool {
-        each_mode!(&mut self.0, outbox => outbox.settle().await)
-    }
-
-    /// Messages published so far: the next one published is number `published()` (from 0).
-    pub(crate) fn published(&self) -> u64 {
-        each_mode!(&self.0, outbox => outbox.published())
-    }
-
-    /// How many of the first messages published NATS has taken (flushed to the server in core
-    /// mode, acknowledged in JetStream mode): what a crash can no longer lose.
-    pub(crate) fn settled(&self) -> u64 {
-        each_mode!(&self.0, outbox => outbox.settled())
-    }
-
-    /// A charge of `bytes` against the budget this outbox holds messages against.
-    pub(crate) fn charge(&self, bytes: usize) -> Charge {
-        each_mode!(&self.0, outbox => outbox.charge(bytes))
     }
 
     /// Whether [`flush_idle`](Self::flush_idle) has something to do: held messages, messages
     /// handed to the core client and not yet known to be on the socket, or a JetStream
     /// acknowledgement that may still arrive.
-    pub(crate) fn unflushed(&self) -> bool {
+    fn unflushed(&self) -> bool {
         each_mode!(&self.0, outbox => outbox.unflushed())
     }
 
-    /// For while the watch waits for its next line: hands the held messages to the client once
-    /// it has yielded and no line came, then flushes them (core) or collects the
-    /// acknowledgements that arrive (JetStream). Cancel-safe.
-    pub(crate) async fn flush_idle(&mut self) {
-        each_mode!(&mut self.0, outbox => outbox.flush_idle().await);
+    /// Waits until everything handed over is acknowledged (JetStream) or has reached the server
+    /// (core: a flush round trip). `true` when it has: then the watch may checkpoint.
+    async fn settle(&mut self) -> bool {
+        each_mode!(&mut self.0, outbox => outbox.settle().await)
     }
 
     /// Waits until no message of the objects `keys` (their `object_key`s) is held or
     /// unacknowledged (JetStream), so that a JetStream write made afterwards on the same
     /// connection is stored only after them. Both modes first hand the held messages to the
     /// client, so they are in that order.
-    pub(crate) async fn settle_objects(&mut self, keys: &[u64]) {
+    async fn settle_objects(&mut self, keys: &[u64]) {
         each_mode!(&mut self.0, outbox => outbox.settle_objects(keys).await);
+    }
+
+    /// For while the watch waits for its next line: hands the held messages to the client once
+    /// it has yielded and no line came, then flushes them (core) or collects the
+    /// acknowledgements that arrive (JetStream). Cancel-safe.
+    async fn flush_idle(&mut self) {
+        each_mode!(&mut self.0, outbox => outbox.flush_idle().await);
     }
 }

@@ -10,6 +10,8 @@ use std::task::Poll;
 use std::time::Duration;
 
 use async_nats::client::{FlushError, PublishError};
+
+use crate::delivery::ports::Sink;
 use async_nats::header::SerializedHeaders;
 use async_nats::jetstream::context::{PublishError as JsPublishError, PublishErrorKind};
 use async_nats::jetstream::publish::PublishAck;
