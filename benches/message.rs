@@ -2,9 +2,9 @@
 //! headers and with the CloudEvents attributes added (`format = "cloudevents"`): what the CloudEvents
 //! format costs per event on the hot path.
 //!
-//! `headermap_reference` builds the same native headers the way kube2nats did before it
-//! serialized them itself: an async-nats `HeaderMap`, then its wire form (as the connection
-//! writes it). The bench also prints allocations per message of both, from a counting allocator.
+//! `headermap_reference` builds the same native headers through async-nats instead of kube2nats'
+//! own serializer: a `HeaderMap`, then its wire form (as the connection writes it), the cost
+//! kube2nats' serializer is compared with. The bench also prints allocations per message of both, from a counting allocator.
 //!
 //! `cargo bench --bench message`
 
