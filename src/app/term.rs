@@ -20,7 +20,7 @@ use super::rbac_check::check_rbac_late;
 use super::reload::{diff_watches, WatchSet};
 use super::shared::Shared;
 use super::stages::StageMetrics;
-use super::task::TaskParts;
+use super::task::{target, TaskFactory, WatchChoices};
 use super::term_end::{drain, flush_after_lost_term, join_within};
 use crate::backoff::Backoff;
 use crate::config::WatchConfig;
@@ -363,29 +363,29 @@ impl TermRunner<'_> {
             publish_metrics: publish.clone(),
             mirrored: mirror.map(|_| plan.clone()),
         };
+        let choices = WatchChoices {
+            selected,
+            filter,
+            mirror: mirror.map(|bucket| (bucket.clone(), metrics.mirror.for_watch(name))),
+            watch_metrics: watch.clone(),
+            publish_metrics: publish.clone(),
+        };
+        let factory = TaskFactory::new(self.shared, plan, choices);
         for namespace in &plan.namespaces {
             // Every line a watch task logs (its publishes included) carries these fields.
             let span = tracing::info_span!("watch", watch = %name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
-            let parts = TaskParts {
-                shared: self.shared,
-                plan,
-                selected: selected.clone(),
-                filter: filter.clone(),
-                mirror: mirror.map(|bucket| (bucket, metrics.mirror.for_watch(name))),
-            };
             let gauges = TargetGauges::new(
                 watch.sync.clone(),
                 watch.tracked_objects.clone(),
                 publish.queue_depth.clone(),
             );
             group.targets.push(gauges.clone());
-            let factory = parts.watch_task(
-                namespace.clone(),
-                watch.clone(),
-                publish.clone(),
-                gauges.clone(),
-            );
-            let start = move |stop| factory.build().run(stop).instrument(span.clone());
+            let (factory, target_gauges, target_namespace) =
+                (factory.clone(), gauges.clone(), namespace.clone());
+            let start = move |stop| {
+                let task = factory.build(target_namespace.as_deref(), &target_gauges);
+                task.run(stop).instrument(span.clone())
+            };
             let namespace = namespace.as_deref().unwrap_or("*").to_owned();
             group.tasks.spawn(supervise(
                 start,
@@ -440,14 +440,7 @@ impl TermRunner<'_> {
         if let Some(updates) = term.selectors.get(selector).filter(|u| !u.is_closed()) {
             return Some(updates.subscribe());
         }
-        let template = TaskParts {
-            shared: self.shared,
-            plan,
-            selected: None,
-            mirror: None,
-            filter: None,
-        }
-        .target(None);
+        let template = target(plan, &self.shared.config.kubernetes, None);
         let target = Arc::new(NamespaceWatcher::target(selector, &template));
         let (updates, receiver) = NamespaceWatcher::channel();
         let (client, backoff) = (
