@@ -44,6 +44,7 @@ use crate::telemetry::http::{self, Readiness};
 use crate::telemetry::logging::human;
 use crate::telemetry::metrics::Metrics;
 use crate::watcher::ListSlots;
+use lazy_bucket::LazyBucket;
 pub use overlap::MirrorsOverlap;
 use plan::plan;
 use rbac_check::check_rbac;
@@ -53,10 +54,12 @@ use stages::StageMetrics;
 use term::TermRunner;
 use term_end::QueuedAfterLostTerm;
 
+mod lazy_bucket;
 mod overlap;
 mod plan;
 mod rbac_check;
 mod reload;
+mod selectors;
 mod shared;
 mod stages;
 mod task;
@@ -330,7 +333,7 @@ async fn run_watches(
         readiness: &readiness,
         current: std::sync::Mutex::new(plans),
         reloads,
-        mirror: tokio::sync::OnceCell::new_with(mirror),
+        mirror: LazyBucket::new(mirror),
     };
     match elector {
         None => {

@@ -5,39 +5,35 @@
 //! added and changed ones, while the tasks of every other watch run on untouched.
 
 use std::collections::BTreeMap;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{watch, OnceCell};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::lazy_bucket::LazyBucket;
 use super::overlap::MirrorsOverlap;
 use super::plan::{plan, Plans, Waiting, WatchPlan};
 use super::rbac_check::check_rbac_late;
 use super::reload::{diff_watches, WatchSet};
+use super::selectors::Selectors;
 use super::shared::Shared;
 use super::stages::StageMetrics;
-use super::task::TaskParts;
+use super::task::{TaskFactory, WatchChoices};
 use super::term_end::{drain, flush_after_lost_term, join_within};
-use crate::backoff::Backoff;
 use crate::config::WatchConfig;
 use crate::filter::Filter;
 use crate::kube::discovery::Discovery;
-use crate::mirror::MirrorBucket;
 use crate::publish::metrics::PublishMetrics;
-use crate::scope;
 use crate::state::target_key;
 use crate::telemetry::http::Readiness;
 use crate::telemetry::logging::human;
 use crate::telemetry::metrics::WatchSync;
 use crate::telemetry::target::TargetGauges;
-use crate::watcher::machine::Machine;
 use crate::watcher::metrics::WatchMetrics;
 use crate::watcher::supervise::supervise;
-use crate::watcher::NamespaceWatcher;
 
 /// Runs the terms of watching, one at a time; holds what each term needs, resolved while warm.
 pub(super) struct TermRunner<'a> {
@@ -48,9 +44,8 @@ pub(super) struct TermRunner<'a> {
     pub(super) current: Mutex<Plans>,
     /// The watches of each reloaded configuration.
     pub(super) reloads: watch::Receiver<WatchSet>,
-    /// The mirror bucket: opened at start when a watch is mirrored, else by the first reload
-    /// that mirrors one.
-    pub(super) mirror: OnceCell<MirrorBucket>,
+    /// The mirror bucket, opened once a watch is mirrored.
+    pub(super) mirror: LazyBucket,
 }
 
 /// One watch's tasks in a term: stopped on their own when a reload removes or changes the watch.
@@ -83,9 +78,8 @@ struct Term {
     waiting: BTreeMap<String, WatchMetrics>,
     /// What serves every watch: the namespace watchers, the late RBAC checks.
     shared: JoinSet<()>,
-    /// The namespace watcher of each `namespace_selector`, shared by the watches that use it:
-    /// where it publishes the matching set.
-    selectors: HashMap<String, watch::Sender<scope::Selected>>,
+    /// The namespace watcher of each `namespace_selector`, shared by the watches that use it.
+    selectors: Selectors,
 }
 
 impl Term {
@@ -300,7 +294,7 @@ impl TermRunner<'_> {
                 }
             }
         };
-        self.open_mirror_for(&arrived, shutdown).await;
+        self.mirror.open_for(&arrived, self.shared, shutdown).await;
         let mut current = self.current();
         let leaving: Vec<&str> = diff.leaving().collect();
         current.retain(|name| !leaving.contains(&name));
@@ -308,30 +302,6 @@ impl TermRunner<'_> {
         current.waiting.extend(arrived.waiting.iter().cloned());
         drop(current);
         arrived
-    }
-
-    /// Opens the bucket when `arrived` holds the first mirrored watch (at start it opens only
-    /// if one is mirrored). Waits while NATS does not answer; a server without JetStream leaves
-    /// the watches unmirrored, logged (at start it is exit code 2).
-    async fn open_mirror_for(&self, arrived: &Plans, shutdown: &CancellationToken) {
-        let mut watches = arrived.resolved.iter().map(|p| &p.watch);
-        let wanted = watches.any(|w| w.mirror) || arrived.waiting.iter().any(|w| w.mirror);
-        if !wanted || self.mirror.initialized() {
-            return;
-        }
-        let config = self.shared.config;
-        let api_prefix = config.nats.jetstream_api_prefix();
-        let client = self.shared.nats.client();
-        match crate::mirror::open(&config.mirror, &api_prefix, client, shutdown).await {
-            Ok(Some(bucket)) => {
-                tracing::info!(bucket = %config.mirror.bucket, "mirror bucket opened for the reloaded watches");
-                let _ = self.mirror.set(bucket.owned_by(self.shared.state.owner()));
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::error!(error = %e, "the mirror bucket cannot be opened: the reloaded watches run without the mirror");
-            }
-        }
     }
 
     /// Starts the tasks of `plan`'s targets (and the namespace watcher of its selector, unless
@@ -347,7 +317,13 @@ impl TermRunner<'_> {
             served.set(1);
         }
         watch.resource.reading(&plan.resource);
-        let selected = self.namespace_watcher(plan, (&watch, &publish), term, shutdown);
+        let selected = term.selectors.subscribe(
+            plan,
+            self.shared,
+            (&watch, &publish),
+            &mut term.shared,
+            shutdown,
+        );
         // One per watch, shared by its namespaces: a run-time error is logged once per watch.
         let filter = plan
             .watch
@@ -363,29 +339,29 @@ impl TermRunner<'_> {
             publish_metrics: publish.clone(),
             mirrored: mirror.map(|_| plan.clone()),
         };
+        let choices = WatchChoices {
+            selected,
+            filter,
+            mirror: mirror.map(|bucket| (bucket.clone(), metrics.mirror.for_watch(name))),
+            watch_metrics: watch.clone(),
+            publish_metrics: publish.clone(),
+        };
+        let factory = TaskFactory::new(self.shared, plan, choices);
         for namespace in &plan.namespaces {
             // Every line a watch task logs (its publishes included) carries these fields.
             let span = tracing::info_span!("watch", watch = %name, resource = %plan.resource.plural, namespace = namespace.as_deref().unwrap_or("*"));
-            let parts = TaskParts {
-                shared: self.shared,
-                plan,
-                selected: selected.clone(),
-                filter: filter.clone(),
-                mirror: mirror.map(|bucket| (bucket, metrics.mirror.for_watch(name))),
-            };
             let gauges = TargetGauges::new(
                 watch.sync.clone(),
                 watch.tracked_objects.clone(),
                 publish.queue_depth.clone(),
             );
             group.targets.push(gauges.clone());
-            let factory = parts.watch_task(
-                namespace.clone(),
-                watch.clone(),
-                publish.clone(),
-                gauges.clone(),
-            );
-            let start = move |stop| factory.build().run(stop).instrument(span.clone());
+            let (factory, target_gauges, target_namespace) =
+                (factory.clone(), gauges.clone(), namespace.clone());
+            let start = move |stop| {
+                let task = factory.build(target_namespace.as_deref(), &target_gauges);
+                task.run(stop).instrument(span.clone())
+            };
             let namespace = namespace.as_deref().unwrap_or("*").to_owned();
             group.tasks.spawn(supervise(
                 start,
@@ -418,72 +394,6 @@ impl TermRunner<'_> {
                 false
             }
         }
-    }
-
-    /// Where the matching namespaces of `plan`'s `namespace_selector` arrive: from the watcher
-    /// already running for that selector, or from one started now, supervised like a watch task
-    /// under this watch's metrics (a crash is logged and counted, and the watcher restarts). It
-    /// runs while a watch task reads its set: once a reload has removed or changed every watch
-    /// using it, it stops, and its API server watch with it.
-    fn namespace_watcher(
-        &self,
-        plan: &WatchPlan,
-        metrics: (&WatchMetrics, &PublishMetrics),
-        term: &mut Term,
-        shutdown: &CancellationToken,
-    ) -> Option<watch::Receiver<scope::Selected>> {
-        let selector = plan.watch.namespace_selector.as_ref()?;
-        if !plan.resource.namespaced {
-            return None;
-        }
-        // A closed one (no reader left) may not have stopped yet: a new one is started.
-        if let Some(updates) = term.selectors.get(selector).filter(|u| !u.is_closed()) {
-            return Some(updates.subscribe());
-        }
-        let template = TaskParts {
-            shared: self.shared,
-            plan,
-            selected: None,
-            mirror: None,
-            filter: None,
-        }
-        .target(None);
-        let target = Arc::new(NamespaceWatcher::target(selector, &template));
-        let (updates, receiver) = NamespaceWatcher::channel();
-        let (client, backoff) = (
-            self.shared.client.clone(),
-            self.shared.config.kubernetes.backoff,
-        );
-        let span = tracing::info_span!("namespaces", watch = %plan.watch.name, namespace_selector = %selector);
-        term.selectors.insert(selector.clone(), updates.clone());
-        let (unread, unread_selector) = (updates.clone(), selector.clone());
-        let start = move |stop| {
-            let machine = Machine::new(client.clone(), target.clone(), Backoff::new(backoff));
-            let watcher = NamespaceWatcher::new(machine, updates.clone());
-            watcher.run(stop).instrument(span.clone())
-        };
-        let (watch_metrics, publish_metrics) = metrics;
-        // A share of the watch's gauges that stays empty: the watcher tracks no objects.
-        let gauges = TargetGauges::new(
-            watch_metrics.sync.clone(),
-            watch_metrics.tracked_objects.clone(),
-            publish_metrics.queue_depth.clone(),
-        );
-        let watcher = supervise(
-            start,
-            watch_metrics.clone(),
-            gauges,
-            "namespaces".to_owned(),
-            shutdown.clone(),
-        );
-        term.shared.spawn(async move {
-            tokio::select! {
-                () = watcher => {}
-                // Dropping the supervisor aborts the watcher: it holds nothing to drain.
-                () = unread.closed() => tracing::info!(selector = %unread_selector, "no watch uses this namespace_selector any more; stopped watching its namespaces"),
-            }
-        });
-        Some(receiver)
     }
 }
 

@@ -12,15 +12,15 @@ use crate::dedupe::{SavedUid, SavedVersion};
 use crate::event::ObjectMeta;
 use crate::mirror::{Mirror, MirrorKey};
 use crate::publish::OutMessage;
-use crate::state::Journal;
+use crate::state::{Journal, Presence};
 
 impl Log for Journal {
-    fn record(&mut self, meta: &ObjectMeta, deleted: bool) -> Option<u64> {
-        Journal::record(self, meta, deleted)
+    fn record(&mut self, meta: &ObjectMeta, presence: Presence) -> Option<u64> {
+        Journal::record(self, meta, presence)
     }
 
-    fn confirm(&mut self, uid: SavedUid<'_>, version: SavedVersion<'_>, deleted: bool) {
-        Journal::confirm(self, uid, version, deleted);
+    fn confirm(&mut self, uid: SavedUid<'_>, version: SavedVersion<'_>, presence: Presence) {
+        Journal::confirm(self, uid, version, presence);
     }
 
     fn confirm_position(&mut self, position: &str) {

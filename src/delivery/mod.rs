@@ -71,6 +71,7 @@ use crate::budget::Charge;
 use crate::event::{EventType, ObjectMeta};
 use crate::mirror::MirrorKey;
 use crate::publish::OutMessage;
+use crate::state::Presence;
 use ports::Sinks;
 use staged::Staged;
 
@@ -130,10 +131,10 @@ impl<S: Sink, L: Log, M: MirrorSink> Delivery<S, L, M> {
         &self.out.sink
     }
 
-    /// The object is about to be published for the first time, or (`deleted`) its deletion:
+    /// The object is about to be published for the first time, or its deletion:
     /// the position of the record its message waits for (`None`: it need not wait).
-    pub(crate) fn record(&mut self, meta: &ObjectMeta, deleted: bool) -> Option<u64> {
-        self.staged.record(meta, deleted)
+    pub(crate) fn record(&mut self, meta: &ObjectMeta, presence: Presence) -> Option<u64> {
+        self.staged.record(meta, presence)
     }
 
     /// What the confirmation of a message about `meta` will say (`None`: state is not durable).

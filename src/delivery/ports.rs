@@ -11,6 +11,7 @@ use crate::dedupe::{SavedUid, SavedVersion};
 use crate::event::ObjectMeta;
 use crate::mirror::MirrorKey;
 use crate::publish::message::OutMessage;
+use crate::state::Presence;
 
 /// Where messages go: publishes them in order and says how many it has settled (flushed to the
 /// server in core mode, acknowledged in JetStream mode). Implemented by the outboxes
@@ -47,9 +48,9 @@ pub(crate) trait Sink {
 pub(crate) trait Log {
     /// Records an object about to be published for the first time (or deleted); the position of
     /// the record, `None` when messages need not wait (the journal is suspended).
-    fn record(&mut self, meta: &ObjectMeta, deleted: bool) -> Option<u64>;
+    fn record(&mut self, meta: &ObjectMeta, presence: Presence) -> Option<u64>;
     /// The message of `uid` at `version` reached NATS.
-    fn confirm(&mut self, uid: SavedUid<'_>, version: SavedVersion<'_>, deleted: bool);
+    fn confirm(&mut self, uid: SavedUid<'_>, version: SavedVersion<'_>, presence: Presence);
     /// Every event up to `position` reached NATS.
     fn confirm_position(&mut self, position: &str);
     /// Objects recorded and not yet being written.

@@ -16,6 +16,7 @@ use crate::dedupe::{SavedObject, SavedUid, SavedVersion};
 use crate::event::{EventType, ObjectMeta, ResourceVersion};
 use crate::mirror::MirrorKey;
 use crate::publish::OutMessage;
+use crate::state::Presence;
 
 /// The most messages held back for the journal, and the most journal entries of one write.
 pub(super) const MAX_HELD: usize = 256;
@@ -77,7 +78,7 @@ pub(crate) struct EventRoute {
 pub(crate) struct Confirm {
     uid: OwnedUid,
     version: ResourceVersion,
-    deleted: bool,
+    presence: Presence,
 }
 
 enum OwnedUid {
@@ -106,11 +107,11 @@ impl<L: Log> Staged<L> {
         }
     }
 
-    /// The object is about to be published for the first time, or (`deleted`) its deletion:
+    /// The object is about to be published for the first time, or its deletion:
     /// the position of the record its message waits for (`None`: state is not durable, or the
     /// journal is suspended).
-    pub(super) fn record(&mut self, meta: &ObjectMeta, deleted: bool) -> Option<u64> {
-        self.journal.as_mut()?.record(meta, deleted)
+    pub(super) fn record(&mut self, meta: &ObjectMeta, presence: Presence) -> Option<u64> {
+        self.journal.as_mut()?.record(meta, presence)
     }
 
     /// What the confirmation of a message about `meta` will say (`None`: state is not durable).
@@ -123,7 +124,7 @@ impl<L: Log> Staged<L> {
         Some(Confirm {
             uid,
             version: meta.resource_version.clone(),
-            deleted: event_type == EventType::Deleted,
+            presence: Presence::of(event_type),
         })
     }
 
@@ -161,7 +162,7 @@ impl<L: Log> Staged<L> {
             journal.confirm(
                 c.uid(),
                 SavedVersion::of_text(c.version.as_str()),
-                c.deleted,
+                c.presence,
             );
         }
         let unsettled = [

@@ -19,6 +19,7 @@ use crate::dedupe::{SavedUid, SavedVersion};
 use crate::event::{EventType, ObjectMeta, ResourceVersion};
 use crate::mirror::MirrorKey;
 use crate::publish::OutMessage;
+use crate::state::Presence;
 
 /// "NATS" as the fake sink lets the test run it.
 #[derive(Default)]
@@ -121,13 +122,14 @@ struct LogState {
 struct FakeLog(Rc<RefCell<LogState>>);
 
 impl Log for FakeLog {
-    fn record(&mut self, meta: &ObjectMeta, deleted: bool) -> Option<u64> {
+    fn record(&mut self, meta: &ObjectMeta, presence: Presence) -> Option<u64> {
         let mut s = self.0.borrow_mut();
-        s.batch.push((meta.name.clone(), deleted));
+        s.batch
+            .push((meta.name.clone(), presence == Presence::Deleted));
         Some(s.next + u64::from(s.writing.is_some()))
     }
 
-    fn confirm(&mut self, uid: SavedUid<'_>, version: SavedVersion<'_>, _deleted: bool) {
+    fn confirm(&mut self, uid: SavedUid<'_>, version: SavedVersion<'_>, _: Presence) {
         let uid = match uid {
             SavedUid::Text(text) => text.to_owned(),
             SavedUid::Uuid(bytes) => format!("{bytes:?}"),
@@ -263,9 +265,7 @@ impl Rig {
     fn event(&mut self, name: &str, version: u64, event_type: EventType, record: bool) {
         let (meta, message) = object(name, version, event_type);
         let recorded = match record {
-            true => self
-                .delivery
-                .record(&meta, event_type == EventType::Deleted),
+            true => self.delivery.record(&meta, Presence::of(event_type)),
             false => None,
         };
         let confirm = self.delivery.confirmation(&meta, event_type);

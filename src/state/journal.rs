@@ -94,16 +94,39 @@ pub(super) enum Written {
     Taken { store: Arc<kv::Store> },
 }
 
+/// What a journal record says of its object: its message announces it (present in the
+/// cluster), or its deletion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Presence {
+    Present,
+    Deleted,
+}
+
+impl Presence {
+    /// What a message of `event_type` says of its object.
+    pub(crate) fn of(event_type: crate::event::EventType) -> Presence {
+        match event_type {
+            crate::event::EventType::Deleted => Presence::Deleted,
+            _ => Presence::Present,
+        }
+    }
+}
+
 impl Journal {
     /// The object of the next message is about to be published for the first time, or deleted.
     /// Returns the position of the record that will hold it: the message must not go out before
     /// that record is stored ([`stored_below`](Self::stored_below)). `None` while the journal is
     /// suspended: the message goes out at once.
-    pub(crate) fn record(&mut self, meta: &crate::event::ObjectMeta, deleted: bool) -> Option<u64> {
+    pub(crate) fn record(
+        &mut self,
+        meta: &crate::event::ObjectMeta,
+        presence: Presence,
+    ) -> Option<u64> {
         if self.suspended() {
             return None;
         }
-        self.batch.push(&SavedObject::of(meta), deleted);
+        self.batch
+            .push(&SavedObject::of(meta), presence == Presence::Deleted);
         Some(self.next + u64::from(self.writing.is_some()))
     }
 
@@ -117,14 +140,20 @@ impl Journal {
         self.batch.recorded()
     }
 
-    /// The message of the object `uid` at `version` (its deletion, when `deleted`) reached
-    /// NATS: the next record says so.
+    /// The message of the object `uid` at `version` (its deletion, when `presence` says so)
+    /// reached NATS: the next record says so.
     /// Nothing is kept while the journal is suspended: the checkpoint that ends it holds all.
-    pub(crate) fn confirm(&mut self, uid: SavedUid<'_>, version: SavedVersion<'_>, deleted: bool) {
+    pub(crate) fn confirm(
+        &mut self,
+        uid: SavedUid<'_>,
+        version: SavedVersion<'_>,
+        presence: Presence,
+    ) {
         if self.suspended() {
             return;
         }
-        self.batch.confirm(uid, version, deleted);
+        self.batch
+            .confirm(uid, version, presence == Presence::Deleted);
     }
 
     /// Every event up to `version` reached NATS: the next record says so.

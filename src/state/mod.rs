@@ -98,7 +98,7 @@ use bucket::{
     open_bucket, purge, Backend, Bucket, MAX_CHUNK_BYTES, PAYLOAD_HEADROOM, REQUEST_TIMEOUT,
 };
 pub(crate) use checkpoint::Checkpoints;
-pub(crate) use journal::Journal;
+pub(crate) use journal::{Journal, Presence};
 pub(crate) use load::{Loaded, Start, TargetState};
 pub(crate) use metrics::StateMetrics;
 

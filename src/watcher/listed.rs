@@ -8,6 +8,7 @@ use crate::config::InitialState;
 use crate::dedupe::{Listed, Vanished};
 use crate::event::{EventType, ObjectEvent, ResourceVersion};
 use crate::publish::message::Synthesis;
+use crate::state::Presence;
 
 impl WatchTask {
     pub(super) fn list_started(&mut self, reason: ListReason, size_hint: Option<u64>) {
@@ -46,7 +47,7 @@ impl WatchTask {
             }
             Listed::New => {
                 self.diff.added += 1;
-                let recorded = self.outlet.delivery.record(&item.meta, false);
+                let recorded = self.outlet.delivery.record(&item.meta, Presence::Present);
                 let publication = Confirmed { recorded };
                 self.outlet.hand(Outgoing::listed(item), publication).await;
                 true
@@ -125,7 +126,7 @@ impl WatchTask {
             gone.meta.resource_version = by.clone();
         }
         let object = self.outlet.messages().vanished_object(&gone.meta);
-        let recorded = self.outlet.delivery.record(&gone.meta, true);
+        let recorded = self.outlet.delivery.record(&gone.meta, Presence::Deleted);
         let event = ObjectEvent {
             event_type: EventType::Deleted,
             meta: gone.meta,

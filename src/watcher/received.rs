@@ -7,6 +7,7 @@ use crate::config::PayloadMode;
 use crate::dedupe::Verdict;
 use crate::event::{EventType, ObjectEvent};
 use crate::kube::metadata;
+use crate::state::Presence;
 
 impl WatchTask {
     /// A change that arrived in a watch line over `max_line_bytes`, of which only the metadata
@@ -52,8 +53,8 @@ impl WatchTask {
         let changed = match verdict {
             Verdict::Publish => {
                 let recorded = if journaled {
-                    let deleted = event.event_type == EventType::Deleted;
-                    self.outlet.delivery.record(&event.meta, deleted)
+                    let presence = Presence::of(event.event_type);
+                    self.outlet.delivery.record(&event.meta, presence)
                 } else {
                     None
                 };
