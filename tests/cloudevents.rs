@@ -44,7 +44,7 @@ impl Tap {
     async fn start(nats: &NatsServer, subject: &str) -> Tap {
         let nc = async_nats::connect(nats.url()).await.unwrap();
         let sub = nc.subscribe(subject.to_owned()).await.unwrap();
-        nc.flush().await.unwrap();
+        kube2nats_harness::nats::round_trip(&nc).await.unwrap();
         Tap(sub)
     }
 

@@ -119,7 +119,9 @@ pub struct Inbox {
 impl Inbox {
     pub async fn subscribe(nc: &async_nats::Client, subject: &str) -> Inbox {
         let sub = nc.subscribe(subject.to_owned()).await.expect("subscribing");
-        nc.flush().await.expect("flushing the subscription");
+        kube2nats_harness::nats::round_trip(nc)
+            .await
+            .expect("the server has the subscription");
         Inbox { sub }
     }
 
@@ -526,9 +528,9 @@ impl CoreTap {
             .subscribe(subject.to_owned())
             .await
             .expect("the core tap subscribes");
-        nc.flush()
+        kube2nats_harness::nats::round_trip(&nc)
             .await
-            .expect("flushing the core tap's subscription");
+            .expect("the server has the core tap's subscription");
         self.epoch_started.push(tokio::time::Instant::now());
         let (stop_tx, mut stop) = tokio::sync::oneshot::channel::<()>();
         let (seen, epoch) = (self.seen.clone(), self.epoch);

@@ -70,7 +70,7 @@ impl Recording {
     /// Records what `nc` (e.g. a client with credentials) receives on `kube.>`.
     pub async fn with_client(nc: async_nats::Client) -> Recording {
         let mut sub = nc.subscribe("kube.>").await.unwrap();
-        nc.flush().await.unwrap();
+        kube2nats_harness::nats::round_trip(&nc).await.unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let task = {
             let seen = seen.clone();

@@ -153,7 +153,7 @@ impl Subscriber {
     pub async fn start(nats: &NatsServer) -> Subscriber {
         let nc = async_nats::connect(nats.url()).await.unwrap();
         let mut sub = nc.subscribe("*.core.v1.pods.>").await.unwrap();
-        nc.flush().await.unwrap();
+        kube2nats_harness::nats::round_trip(&nc).await.unwrap();
         let subscriber = Subscriber::default();
         let got = subscriber.got.clone();
         tokio::spawn(async move {
