@@ -467,6 +467,22 @@ impl Drop for NatsServer {
     }
 }
 
+/// Returns once the server has handled everything `nc` sent before the call (its
+/// subscriptions above all), so a message published afterwards by another connection reaches
+/// them. `Client::flush` is not enough: it returns once the client's bytes are in the socket,
+/// and the server reads each connection on its own, so another client's message can be routed
+/// before a subscription the server has not read yet. A request to a subject nobody serves
+/// comes back only after the server has read every operation before it on this connection
+/// (answered "no responders").
+pub async fn round_trip(nc: &async_nats::Client) -> anyhow::Result<()> {
+    let subject = format!("{}.round-trip", nc.new_inbox());
+    match nc.request(subject, bytes::Bytes::new()).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == async_nats::client::RequestErrorKind::NoResponders => Ok(()),
+        Err(e) => Err(e).context("a round trip to the NATS server"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -498,21 +514,5 @@ mod tests {
         assert!(conf.contains("listen: \"127.0.0.1:4222\""));
         assert!(conf.contains(r#"store_dir: "/tmp/a \"b\"""#));
         assert!(conf.contains(r#"password: "p\"w""#));
-    }
-}
-
-/// Returns once the server has handled everything `nc` sent before the call (its
-/// subscriptions above all), so a message published afterwards by another connection reaches
-/// them. `Client::flush` is not enough: it returns once the client's bytes are in the socket,
-/// and the server reads each connection on its own, so another client's message can be routed
-/// before a subscription the server has not read yet. A request to a subject nobody serves
-/// comes back only after the server has read every operation before it on this connection
-/// (answered "no responders").
-pub async fn round_trip(nc: &async_nats::Client) -> anyhow::Result<()> {
-    let subject = format!("{}.round-trip", nc.new_inbox());
-    match nc.request(subject, bytes::Bytes::new()).await {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == async_nats::client::RequestErrorKind::NoResponders => Ok(()),
-        Err(e) => Err(e).context("a round trip to the NATS server"),
     }
 }
