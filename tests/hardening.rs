@@ -1,6 +1,6 @@
-//! Failure modes that used to be silent: input that reached a panic, a dead watch task behind a
-//! ready probe, messages too large to publish, deletions announced after a recreation, secrets in
-//! output, and metrics that did not add up. Each test runs the library daemon (or the real
+//! Failure modes that are easy to miss: input that could reach a panic, a dead watch task behind
+//! a ready probe, messages too large to publish, deletions announced after a recreation, secrets
+//! in output, and metrics that must add up. Each test runs the library daemon (or the real
 //! binary where exit codes and logs are the contract) against the simulated API server and a
 //! real nats-server.
 
@@ -410,8 +410,7 @@ async fn core_mode_queue_depth_and_buffered_bytes_count_what_the_client_holds_un
 
 /// JetStream mode, state off (so no checkpoint ever settles the window): once a quiet watch's last
 /// messages are acknowledged, they count as published and leave `publish_queue_depth` and
-/// `buffered_bytes` without another event. (They used to stay in the window until the watch's
-/// next event.)
+/// `buffered_bytes` without another event (not only at the watch's next event).
 #[tokio::test]
 async fn jetstream_acknowledgements_of_a_quiet_watch_are_collected_while_it_waits() {
     let sim = ApiServer::start(ApiServerOptions::default()).await.unwrap();
