@@ -456,19 +456,35 @@ async fn rbac_self_check_covers_the_lease_when_leader_election_is_on() {
     assert_eq!(code, Some(3), "log:\n{}", process.rest());
 }
 
+/// A simulated API server that keeps the history of a busy stream (100k changes).
+async fn busy_api_server() -> std::sync::Arc<ApiServer> {
+    let options = ApiServerOptions {
+        history_limit: 100_000,
+        ..Default::default()
+    };
+    std::sync::Arc::new(ApiServer::start(options).await.unwrap())
+}
+
+/// Creates pods `busy-0`, `busy-1`, … in `default` as fast as the server takes them, yielding
+/// every 20 so the daemon under test runs beside it; abort the task to stop.
+fn create_busy_pods(sim: &std::sync::Arc<ApiServer>) -> tokio::task::JoinHandle<()> {
+    let sim = sim.clone();
+    tokio::spawn(async move {
+        for i in 0..100_000 {
+            sim.create("pods", Some("default"), pod(&format!("busy-{i}")));
+            if i % 20 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+    })
+}
+
 /// SIGTERM during a busy stream: exit 0 within the grace period, and every event read from the
 /// API server was published (JetStream-acknowledged) before exit: the stream holds the changes
 /// from the first on, in order, none skipped and none twice, as many as kube2nats read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_during_a_busy_stream_publishes_everything_read() {
-    let sim = std::sync::Arc::new(
-        ApiServer::start(ApiServerOptions {
-            history_limit: 100_000,
-            ..Default::default()
-        })
-        .await
-        .unwrap(),
-    );
+    let sim = busy_api_server().await;
     let nats = NatsServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let js_section =
@@ -488,17 +504,7 @@ async fn shutdown_during_a_busy_stream_publishes_everything_read() {
         ) == Some(1.0)
     })
     .await;
-    let producer = {
-        let sim = sim.clone();
-        tokio::spawn(async move {
-            for i in 0..100_000 {
-                sim.create("pods", Some("default"), pod(&format!("busy-{i}")));
-                if i % 20 == 0 {
-                    tokio::task::yield_now().await;
-                }
-            }
-        })
-    };
+    let producer = create_busy_pods(&sim);
     eventually("a busy stream", || {
         metric(
             &daemon.metrics.render(),
@@ -559,29 +565,12 @@ async fn shutdown_during_a_busy_stream_publishes_everything_read() {
 /// SIGTERM to the real process during a busy stream: exit 0 within the grace period.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_a_busy_stream_exits_0_within_the_grace_period() {
-    let sim = std::sync::Arc::new(
-        ApiServer::start(ApiServerOptions {
-            history_limit: 100_000,
-            ..Default::default()
-        })
-        .await
-        .unwrap(),
-    );
+    let sim = busy_api_server().await;
     let nats = NatsServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut process = Process::spawn(&core_config(&sim, &nats, dir.path(), PODS_WATCH));
     process.line_with(&["synced"]);
-    let producer = {
-        let sim = sim.clone();
-        tokio::spawn(async move {
-            for i in 0..100_000 {
-                sim.create("pods", Some("default"), pod(&format!("busy-{i}")));
-                if i % 20 == 0 {
-                    tokio::task::yield_now().await;
-                }
-            }
-        })
-    };
+    let producer = create_busy_pods(&sim);
     tokio::time::sleep(Duration::from_millis(300)).await;
     process.terminate();
     let (code, took) = process.wait_exit(Duration::from_secs(10));
