@@ -471,12 +471,12 @@ impl Drop for NatsServer {
 /// subscriptions above all), so a message published afterwards by another connection reaches
 /// them. `Client::flush` is not enough: it returns once the client's bytes are in the socket,
 /// and the server reads each connection on its own, so another client's message can be routed
-/// before a subscription the server has not read yet. A request to a subject nobody serves
-/// comes back only after the server has read every operation before it on this connection
-/// (answered "no responders").
+/// before a subscription the server has not read yet. A request is answered only after the
+/// server has read every operation before it on this connection; `$JS.API.INFO` is one the
+/// documented subscriber permissions allow (docs/durable-state.md), answered by JetStream, or
+/// with "no responders" by a server without it.
 pub async fn round_trip(nc: &async_nats::Client) -> anyhow::Result<()> {
-    let subject = format!("{}.round-trip", nc.new_inbox());
-    match nc.request(subject, bytes::Bytes::new()).await {
+    match nc.request("$JS.API.INFO", bytes::Bytes::new()).await {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == async_nats::client::RequestErrorKind::NoResponders => Ok(()),
         Err(e) => Err(e).context("a round trip to the NATS server"),
