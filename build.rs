@@ -1,6 +1,6 @@
 //! Build script: the source revision the binary is built from, for
 //! `kube2nats_build_info{revision}` and the start-up log line; and the static musl binary's
-//! packed relocations (see `main`).
+//! packed relocations and order of code (see `main`).
 //!
 //! `KUBE2NATS_REVISION` wins when set (the Dockerfile passes its `REVISION` build argument: the
 //! image's build context has no `.git`); else the commit checked out, if this crate is the root of
@@ -28,13 +28,24 @@ fn main() {
     // relative relocations take 0.7 MB as `.rela.dyn` entries, which stay resident after the
     // start; packed as DT_RELR (GNU ld >= 2.38) they take a few KB. Only where the bundled musl
     // applies DT_RELR at start (musl >= 1.2.4; Rust >= 1.93 bundles 1.2.5): an older one would
-    // leave them unapplied. docs/performance.md, "Idle memory of the image".
+    // leave them unapplied. docs/performance.md, "Idle memory and size of the image".
     let target = |key: &str| std::env::var(key).unwrap_or_default();
     if target("CARGO_CFG_TARGET_ENV") == "musl"
         && target("CARGO_CFG_TARGET_ARCH") == "x86_64"
         && rustc_minor().is_some_and(|minor| minor >= 93)
     {
         println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+    }
+
+    // The image's binary (x86_64 musl, linked by GNU ld) puts the functions that run from start to
+    // idle ahead of the rest of `.text`: the kernel maps 64 KiB around each page of code touched,
+    // and spread over the whole of `.text` they made nearly all of it resident. The list is
+    // link/x86_64-musl-idle.ld, from a profile (link/order_from_callgrind.py); a function not
+    // named there keeps its place. docs/performance.md, "Idle memory and size of the image".
+    if target("CARGO_CFG_TARGET_ENV") == "musl" && target("CARGO_CFG_TARGET_ARCH") == "x86_64" {
+        let script = manifest_dir.join("link/x86_64-musl-idle.ld");
+        println!("cargo:rerun-if-changed={}", script.display());
+        println!("cargo:rustc-link-arg-bins=-Wl,-T,{}", script.display());
     }
 }
 

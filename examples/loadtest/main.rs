@@ -16,7 +16,7 @@
 //!   events/s end to end, kube2nats CPU seconds per 100k events, peak RSS;
 //! - `latency`: events paced at `--rate` per second; API server → subscriber latency p50/p99;
 //! - `list`: peak RSS while listing (and publishing) `--list-objects` pods;
-//! - `idle`: RSS with three idle watches.
+//! - `idle`: RSS with three idle watches, the binary evicted from the page cache before each start.
 //! - `restart`: durable state of `--list-objects` pods: bytes stored per object, then a kill -9
 //!   and a restart that loads it (load seconds, peak RSS against the RSS holding them before).
 //! - `mirror-lag` (only on request): events paced at `--rate` with the watch mirrored into the
@@ -396,11 +396,16 @@ struct Proc {
     metrics_port: Option<u16>,
 }
 
+/// The allocator settings of the image (the Dockerfile's `ENV`), so that the image's binary
+/// (mimalloc) runs here as it does there; glibc's malloc and nats-server ignore them.
+const IMAGE_ENV: [(&str, &str); 2] = [("MIMALLOC_ALLOW_THP", "0"), ("MIMALLOC_PURGE_DELAY", "0")];
+
 impl Proc {
     fn spawn(bin: &Path, args: &[&str], log: &Path) -> anyhow::Result<Proc> {
         let log = std::fs::File::create(log)?;
         let child = tokio::process::Command::new(bin)
             .args(args)
+            .envs(IMAGE_ENV)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
