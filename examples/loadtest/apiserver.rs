@@ -3,8 +3,10 @@
 //! It answers exactly what kube2nats asks: discovery (`/api/v1`, `/apis`), paged lists
 //! (`limit`/`continue`, every page carrying the list's resourceVersion) and one watch from that
 //! version, which streams the scenario's events (chunked transfer encoding, one chunk an event, as
-//! kube-apiserver sends them) as fast as the socket takes them, or paced. Later watches (a reconnect) stay open and idle. The test harness's full
-//! simulator (`kube2nats_harness::apiserver`) is far more faithful, but too slow to load anyone.
+//! kube-apiserver sends them, or events gathered into larger chunks:
+//! `Scenario::watch_chunk_bytes`) as fast as the socket takes them, or paced. Later watches (a
+//! reconnect) stay open and idle. The test harness's full simulator
+//! (`kube2nats_harness::apiserver`) is far more faithful, but too slow to load anyone.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,10 +20,10 @@ use crate::pods::{uuid, PodTemplate, NAMESPACES};
 /// The resourceVersion of object `slot` at the time of the list (they predate the list).
 const FIRST_OBJECT_RV: u64 = 1_000_000;
 /// Bytes of chunks gathered into one socket write when streaming as fast as possible. Each event
-/// is still its own HTTP chunk, as kube-apiserver sends it (Go's net/http writes a response write
-/// of over 2 KB as a chunk of its own, and the watch handler writes one event at a time): how
-/// the body is cut into chunks decides how hyper hands it on, so the client's work per event
-/// depends on it.
+/// is still its own HTTP chunk (unless `Scenario::watch_chunk_bytes` says otherwise), as
+/// kube-apiserver sends it (Go's net/http writes a response write of over 2 KB as a chunk of its
+/// own, and the watch handler writes one event at a time): how the body is cut into chunks
+/// decides how hyper hands it on, so the client's work per event depends on it.
 const BURST_WRITE_BYTES: usize = 64 * 1024;
 
 /// What the server serves.
@@ -42,6 +44,11 @@ pub struct Scenario {
     pub epoch: Instant,
     /// Set once every event has been written to the socket.
     pub all_sent: AtomicBool,
+    /// Watch events gathered into one HTTP chunk until it holds this many bytes
+    /// (`LOADTEST_WATCH_CHUNK_BYTES`); 0: one chunk an event, as kube-apiserver sends them.
+    /// Coalesced chunks are what a proxy or a client reading a backlog may see, and where the
+    /// cost of reading the body shrinks to the floor's: the per-event work shows alone.
+    pub watch_chunk_bytes: usize,
     first_watch: AtomicBool,
 }
 
@@ -90,6 +97,10 @@ impl Scenario {
             sent_ns,
             epoch,
             all_sent: AtomicBool::new(false),
+            watch_chunk_bytes: std::env::var("LOADTEST_WATCH_CHUNK_BYTES")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
             first_watch: AtomicBool::new(true),
         }
     }
@@ -310,6 +321,7 @@ async fn stream_events(
         .map(|r| Duration::from_nanos(1_000_000_000 / r.max(1)));
     let start = tokio::time::Instant::now();
     for k in 0..scenario.events {
+        let event_start = body.len();
         let (kind, slot) = scenario.event_kind(k);
         let type_name = match kind {
             Kind::Added => "ADDED",
@@ -351,10 +363,13 @@ async fn stream_events(
         }
         scenario
             .bytes_sent
-            .fetch_add(body.len() as u64, Ordering::Relaxed);
-        push_chunk(&mut wire, &body);
-        body.clear();
-        if flush_now || wire.len() >= BURST_WRITE_BYTES || k + 1 == scenario.events {
+            .fetch_add((body.len() - event_start) as u64, Ordering::Relaxed);
+        let last = k + 1 == scenario.events;
+        if flush_now || last || body.len() >= scenario.watch_chunk_bytes {
+            push_chunk(&mut wire, &body);
+            body.clear();
+        }
+        if flush_now || last || wire.len() >= BURST_WRITE_BYTES {
             stream.write_all(&wire).await?;
             wire.clear();
         }

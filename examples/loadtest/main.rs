@@ -41,6 +41,10 @@
 //! is mirrored into the key-value bucket, docs/mirror.md; needs JetStream, so core runs publish
 //! events to core NATS and the mirror to JetStream).
 //!
+//! `LOADTEST_WATCH_CHUNK_BYTES=N` gathers watch events into HTTP chunks of at least N bytes
+//! (262144 for the coalesced figures of docs/performance.md); unset, each event is a chunk of its
+//! own, as kube-apiserver sends them.
+//!
 //! Every scenario runs `--runs` times; the report gives the median (and min–max).
 
 // A benchmark measures real time: tokio's pausable clock (which the crate's lint asks for) has
