@@ -188,10 +188,21 @@ async fn a_lease_deleted_while_held_never_makes_two_publishers() {
 /// debugger) for longer than a lease duration while its watch keeps delivering: `b` takes the
 /// Lease over, and when `a` runs again, the changes waiting in its socket must not go out, though
 /// its elector has not yet noticed that its renew deadline passed long ago.
+///
+/// `a` is paused once it has published every change so far: what its NATS client already held
+/// at a pause goes out at the resume, and only the server could fence that (docs/replicas.md,
+/// "A paused holder"); the changes made during the pause are the ones kube2nats must hold back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_holder_never_publishes_after_its_term() {
     let pair = Pair::start(Replica::start).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let last = pair.producer.pause().await;
+    let published = |rv: u64| pair.subscriber.all().iter().any(|r| r.rv >= rv);
+    let deadline = Instant::now() + WAIT;
+    while !published(last) {
+        assert!(Instant::now() < deadline, "change {last} never published");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let signal = |name: &str| {
         let sent = std::process::Command::new("kill")
             .args([name, &pair.a.process.pid().to_string()])
@@ -201,6 +212,7 @@ async fn a_paused_holder_never_publishes_after_its_term() {
     };
     signal("-STOP");
     let paused = Instant::now();
+    pair.producer.resume();
     let first_b = pair
         .subscriber
         .first_from("b", LEASE_DURATION + Duration::from_secs(5))

@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -232,17 +232,37 @@ impl Change {
 pub struct Producer {
     pub stop: Arc<AtomicBool>,
     pub task: tokio::task::JoinHandle<Vec<Change>>,
+    /// Set: the producer makes no change until it is cleared.
+    paused: Arc<AtomicBool>,
+    /// Whether the producer has seen `paused` (no change is in the making), and the
+    /// resourceVersion of the last change it made.
+    parked: Arc<AtomicBool>,
+    last_rv: Arc<AtomicU64>,
 }
 
 impl Producer {
     pub fn start(sim: Arc<ApiServer>, mut changes: Vec<Change>) -> Producer {
         let stop = Arc::new(AtomicBool::new(false));
+        let paused = Arc::new(AtomicBool::new(false));
+        let parked = Arc::new(AtomicBool::new(false));
+        let last_rv = Arc::new(AtomicU64::new(0));
         let task = {
-            let stop = stop.clone();
+            let (stop, paused, parked, last_rv) = (
+                stop.clone(),
+                paused.clone(),
+                parked.clone(),
+                last_rv.clone(),
+            );
             tokio::spawn(async move {
                 let mut live: Vec<String> = changes.iter().map(|c| c.name.clone()).collect();
                 let mut i = 0u64;
                 while !stop.load(Ordering::SeqCst) {
+                    if paused.load(Ordering::SeqCst) {
+                        parked.store(true, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(4)).await;
+                        continue;
+                    }
+                    parked.store(false, Ordering::SeqCst);
                     i += 1;
                     let change = match i % 7 {
                         0 | 3 => {
@@ -263,13 +283,34 @@ impl Producer {
                             Change::of("MODIFIED", &obj)
                         }
                     };
+                    last_rv.store(change.rv, Ordering::SeqCst);
                     changes.push(change);
                     tokio::time::sleep(Duration::from_millis(4)).await;
                 }
                 changes
             })
         };
-        Producer { stop, task }
+        Producer {
+            stop,
+            task,
+            paused,
+            parked,
+            last_rv,
+        }
+    }
+
+    /// Stops making changes; returns, once none is in the making, the resourceVersion of the
+    /// last one made.
+    pub async fn pause(&self) -> u64 {
+        self.paused.store(true, Ordering::SeqCst);
+        while !self.parked.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        self.last_rv.load(Ordering::SeqCst)
+    }
+
+    pub fn resume(&self) {
+        self.paused.store(false, Ordering::SeqCst);
     }
 
     pub async fn stop(self) -> Vec<Change> {

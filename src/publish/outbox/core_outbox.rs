@@ -103,8 +103,10 @@ impl<C: CoreLink> CoreOutbox<C> {
         if self.batch.held.is_empty() {
             return;
         }
-        self.batch.in_term().await;
+        // Before each message, not once a batch: a publish that waits for room in the client's
+        // queue can span a pause of the process past the term.
         while let Some(front) = self.batch.held.front() {
+            self.batch.in_term().await;
             let handed = self.link.publish(&front.msg).await;
             let Some(held) = self.batch.pop_held() else {
                 break;

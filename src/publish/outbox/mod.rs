@@ -55,9 +55,11 @@
 //!   (`core_settles_after_a_flush_begun_after_the_hand_over`; mutation: a flush settles what was
 //!   handed over when it returned).
 //! - O8: with leader election, nothing is handed to the client once the replica's term has
-//!   lapsed by the clock, also what was held or sent before (`core_hands_nothing_over_past_the_term`,
+//!   lapsed by the clock, also what was held or sent before, and the rest of a hand-over that
+//!   waited for room in the client's queue (`core_hands_nothing_over_past_the_term`,
+//!   `core_checks_the_term_before_each_message_it_hands_over`,
 //!   `jetstream_sends_nothing_past_the_term`; mutations: the check left out of the core
-//!   hand-over, of the JetStream send).
+//!   hand-over, made once a hand-over, left out of the JetStream send).
 
 mod batch;
 mod core_outbox;

@@ -554,6 +554,33 @@ async fn core_hands_nothing_over_past_the_term() {
     assert_eq!(core.state().handed, tags(&["m0"]), "renewed");
 }
 
+// Core: the term is checked before each message of a hand-over: a hand-over that waited for room
+// in the client's queue across the end of the term hands nothing more over.
+#[tokio::test(start_paused = true)]
+async fn core_checks_the_term_before_each_message_it_hands_over() {
+    let (mut outbox, core, _) = core();
+    let term = term_of_two_seconds();
+    outbox.set_term(term.clone());
+    publish_core(&mut outbox, "m0").await;
+    publish_core(&mut outbox, "m1").await;
+    core.state().blocked = true;
+    {
+        let mut flush = pin!(outbox.flush_idle());
+        assert!(drive(flush.as_mut()).await.is_pending(), "waits for room");
+        tokio::time::advance(Duration::from_secs(3)).await;
+        core.state().blocked = false;
+        assert!(drive(flush.as_mut()).await.is_pending(), "waits for a term");
+    }
+    assert_eq!(
+        core.state().handed,
+        tags(&["m0"]),
+        "handed over past the term"
+    );
+    term.hold_until(tokio::time::Instant::now() + Duration::from_secs(60));
+    drop_waiting(outbox.flush_idle()).await;
+    assert_eq!(core.state().handed, tags(&["m0", "m1"]), "renewed");
+}
+
 // JetStream: a message held, or to be sent again, when the term lapses is not sent until the
 // term is renewed.
 #[tokio::test(start_paused = true)]
