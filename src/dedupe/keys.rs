@@ -83,23 +83,44 @@ impl StoredVersion<'_> {
 /// `Tracked::version` of an object whose version is not an integer; the text is in
 /// `Dedupe::opaque_versions`.
 pub(super) const OPAQUE: u64 = u64::MAX;
-/// Parses the canonical `8-4-4-4-12` hex form; anything else is not a UUID here.
+/// Parses the canonical `8-4-4-4-12` hex form; anything else is not a UUID here. Called twice
+/// for most events (the memory's key, the journal's confirmation), so the digits are read
+/// through a table, with one test for them all at the end.
 pub(super) fn parse_uuid(s: &str) -> Option<[u8; 16]> {
-    let b = s.as_bytes();
-    if b.len() != 36 || b[8] != b'-' || b[13] != b'-' || b[18] != b'-' || b[23] != b'-' {
+    let b: &[u8; 36] = s.as_bytes().try_into().ok()?;
+    if b[8] != b'-' || b[13] != b'-' || b[18] != b'-' || b[23] != b'-' {
         return None;
     }
     // Where each byte's two hex digits start (the dashes checked above sit between).
     const AT: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
     let mut out = [0u8; 16];
+    let mut invalid = 0u8;
     for (byte, at) in out.iter_mut().zip(AT) {
-        *byte = hex_value(b[at])? << 4 | hex_value(b[at + 1])?;
+        let (high, low) = (HEX[usize::from(b[at])], HEX[usize::from(b[at + 1])]);
+        invalid |= high | low;
+        *byte = high << 4 | low;
     }
-    Some(out)
+    (invalid & NOT_HEX == 0).then_some(out)
 }
 
+/// [`HEX`]'s entry for a byte that is not a lower-case hex digit.
+const NOT_HEX: u8 = 0x80;
+
+/// Each byte's [`hex_value`], or [`NOT_HEX`].
+const HEX: [u8; 256] = {
+    let mut table = [NOT_HEX; 256];
+    let mut c = 0;
+    while c < 256 {
+        if let Some(v) = hex_value(c as u8) {
+            table[c] = v;
+        }
+        c += 1;
+    }
+    table
+};
+
 /// Lower-case only: an upper-case UUID would not survive the round trip, so it stays a string.
-pub(super) fn hex_value(c: u8) -> Option<u8> {
+pub(super) const fn hex_value(c: u8) -> Option<u8> {
     match c {
         b'0'..=b'9' => Some(c - b'0'),
         b'a'..=b'f' => Some(c - b'a' + 10),

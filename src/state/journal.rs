@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use async_nats::jetstream::kv;
+use tokio::time::error::Elapsed;
 use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::bucket::{ensure_bucket, journal_key, Bucket};
 use super::codec::journal::JournalBatch;
@@ -58,8 +60,6 @@ pub(crate) struct Journal {
     pub(super) writing: Option<JournalWrite>,
     /// The earliest a record of confirmations alone may be written ([`CONFIRMATION_PACE`]).
     pub(super) confirm_after: tokio::time::Instant,
-    /// When the write under way began.
-    pub(super) write_began: Instant,
 }
 
 /// The least time between the starts of two writes when the second holds confirmations alone:
@@ -76,9 +76,12 @@ pub(super) struct JournalTarget {
     pub(super) metrics: TargetMetrics,
 }
 
-/// One record being written: resolves once it is stored (retrying until it is), with the
-/// bucket found again if it had to be.
-pub(super) type JournalWrite = std::pin::Pin<Box<dyn std::future::Future<Output = Written> + Send>>;
+/// One record being written, on a task of its own: resolves once it is stored (retrying until it
+/// is), with the bucket found again if it had to be, or with `Elapsed` at [`DEGRADE_AFTER`]; dropped,
+/// the write stops. A task because the watch's loop waits for the write beside every line it
+/// reads: a handle costs one check to poll, where the write's own futures and its timer would be
+/// polled, and the timer set again, for every event.
+pub(super) type JournalWrite = AbortOnDropHandle<Result<Written, Elapsed>>;
 
 /// How a record's write ended; both carry the bucket as the write last found it.
 pub(super) enum Written {
@@ -198,7 +201,6 @@ impl Journal {
         if self.writing.is_some() || self.batch.is_empty() || self.suspended() {
             return;
         }
-        self.write_began = Instant::now();
         let record = self.batch.record(self.next, self.target.identity);
         if self.batch.recorded() != 0 {
             self.target
@@ -208,11 +210,15 @@ impl Journal {
         }
         self.batch.clear();
         self.confirm_after = tokio::time::Instant::now() + CONFIRMATION_PACE;
-        self.writing = Some(Box::pin(write_record(
+        let write = write_record(
             self.target.clone(),
             self.store.clone(),
             journal_key(&self.target.key, self.next),
             record,
+        );
+        let deadline = Instant::now() + DEGRADE_AFTER;
+        self.writing = Some(AbortOnDropHandle::new(tokio::spawn(
+            tokio::time::timeout_at(deadline, write),
         )));
     }
 
@@ -223,8 +229,8 @@ impl Journal {
         let Some(writing) = &mut self.writing else {
             return std::future::pending().await;
         };
-        let deadline = self.write_began + DEGRADE_AFTER;
-        let Ok(written) = tokio::time::timeout_at(deadline, writing).await else {
+        let Ok(Ok(written)) = writing.await else {
+            // Given up at the deadline (or the task panicked): the journal is suspended.
             return self.suspend();
         };
         self.writing = None;

@@ -196,7 +196,6 @@ impl TargetState {
             batch: JournalBatch::default(),
             writing: None,
             confirm_after: Instant::now(),
-            write_began: Instant::now(),
         });
         let journaled = match &start {
             Start::Saved { dedupe, .. } | Start::Journaled { dedupe } => dedupe.unconfirmed() > 0,
