@@ -39,6 +39,9 @@ pub(super) struct Staged<L> {
     /// Watch positions not yet confirmed: each with how many messages were made when it was
     /// reached.
     positions: VecDeque<(u64, String)>,
+    /// The texts of positions confirmed, emptied, for `positions` to use again: a busy stream
+    /// reaches a new position with every event.
+    spare_positions: Vec<String>,
 }
 
 /// A message held back, and the journal position whose record must be stored before it goes
@@ -95,6 +98,16 @@ impl Confirm {
     }
 }
 
+/// Keeps `text` for a later position; 256 at most (more positions in flight than that are
+/// rare, and their texts are freed).
+fn spare(spares: &mut Vec<String>, mut text: String) {
+    const KEPT: usize = 256;
+    if spares.len() < KEPT {
+        text.clear();
+        spares.push(text);
+    }
+}
+
 impl<L: Log> Staged<L> {
     pub(super) fn new() -> Staged<L> {
         Staged {
@@ -104,6 +117,7 @@ impl<L: Log> Staged<L> {
             sent: VecDeque::new(),
             lowest: VecDeque::new(),
             positions: VecDeque::new(),
+            spare_positions: Vec::new(),
         }
     }
 
@@ -141,7 +155,11 @@ impl<L: Log> Staged<L> {
                     last.push_str(position);
                 }
             }
-            _ => self.positions.push_back((self.made, position.to_owned())),
+            _ => {
+                let mut text = self.spare_positions.pop().unwrap_or_default();
+                text.push_str(position);
+                self.positions.push_back((self.made, text));
+            }
         }
     }
 
@@ -176,10 +194,14 @@ impl<L: Log> Staged<L> {
             .front()
             .is_some_and(|(made, _)| *made <= watermark)
         {
-            confirmed = self.positions.pop_front();
+            if let Some((_, passed)) = std::mem::replace(&mut confirmed, self.positions.pop_front())
+            {
+                spare(&mut self.spare_positions, passed);
+            }
         }
         if let Some((_, position)) = confirmed {
             journal.confirm_position(&position);
+            spare(&mut self.spare_positions, position);
         }
     }
 
