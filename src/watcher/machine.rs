@@ -148,7 +148,9 @@ pub(crate) struct Watching {
     rv: ResourceVersion,
     stream: LineStream,
     opened_at: Instant,
-    deadline: Instant,
+    /// The client-side deadline, one timer for the watch's life: a timer made for each line
+    /// would be registered with the runtime and removed again for every event.
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
     received_any: bool,
     /// What the last line read holds of the byte budget, until taken (or the next line).
     line_charge: Charge,
@@ -523,9 +525,9 @@ impl Machine {
                 self.budget.clone(),
             ),
             opened_at,
-            deadline: opened_at
-                + server_timeout
-                + WATCH_DEADLINE_MARGIN.min(self.target.watch_timeout),
+            deadline: Box::pin(tokio::time::sleep_until(
+                opened_at + server_timeout + WATCH_DEADLINE_MARGIN.min(self.target.watch_timeout),
+            )),
             received_any: false,
             line_charge: Charge::none(),
         }
@@ -534,12 +536,17 @@ impl Machine {
     /// Reads and decodes the next line, waiting no longer than the watch's deadline.
     async fn next_line(w: &mut Watching, namespaced: bool) -> Read {
         let next = loop {
-            match tokio::time::timeout_at(w.deadline, w.stream.next_line()).await {
-                // Waiting for the byte budget is not a silent server: the deadline starts over.
-                Err(_) if w.stream.waiting_for_room() => {
-                    w.deadline = Instant::now() + WATCH_DEADLINE_MARGIN;
+            tokio::select! {
+                biased;
+                next = w.stream.next_line() => break Ok(next),
+                () = w.deadline.as_mut() => {
+                    // Waiting for the byte budget is not a silent server: the deadline starts
+                    // over.
+                    if !w.stream.waiting_for_room() {
+                        break Err(());
+                    }
+                    w.deadline.as_mut().reset(Instant::now() + WATCH_DEADLINE_MARGIN);
                 }
-                next => break next,
             }
         };
         let mut line = match next {
