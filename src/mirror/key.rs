@@ -14,6 +14,11 @@ pub(crate) fn escape_key_token(token: &str, out: &mut String) {
         out.push('=');
         return;
     }
+    // Most names and namespaces need no escape: copied whole (every write builds a key).
+    if token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        out.push_str(token);
+        return;
+    }
     for &b in token.as_bytes() {
         match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' => out.push(char::from(b)),
