@@ -33,9 +33,8 @@ pub struct SavedObject<'a> {
 impl<'a> SavedObject<'a> {
     /// The object as received: what the journal records before its first message goes out.
     pub(crate) fn of(meta: &'a ObjectMeta) -> SavedObject<'a> {
-        let uid = parse_uuid(&meta.uid).map_or(SavedUid::Text(&meta.uid), SavedUid::Uuid);
         SavedObject {
-            uid,
+            uid: SavedUid::of(&meta.uid),
             version: SavedVersion::of_text(meta.resource_version.as_str()),
             name: &meta.name,
             namespace: meta.namespace.as_deref(),
@@ -58,6 +57,13 @@ pub(crate) enum Saved<'a> {
 pub enum SavedUid<'a> {
     Uuid([u8; 16]),
     Text(&'a str),
+}
+
+impl<'a> SavedUid<'a> {
+    /// The uid as stored: its 16 bytes where it is a canonical UUID.
+    pub(crate) fn of(uid: &'a str) -> SavedUid<'a> {
+        parse_uuid(uid).map_or(SavedUid::Text(uid), SavedUid::Uuid)
+    }
 }
 
 /// A resourceVersion: an integer where it is one, the text otherwise.

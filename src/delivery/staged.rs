@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 
 use super::ports::{Log, MirrorSink, Sink, Sinks};
-use crate::dedupe::{SavedObject, SavedUid, SavedVersion};
+use crate::dedupe::{SavedUid, SavedVersion};
 use crate::event::{EventType, ObjectMeta, ResourceVersion};
 use crate::mirror::MirrorKey;
 use crate::publish::OutMessage;
@@ -131,7 +131,7 @@ impl<L: Log> Staged<L> {
     /// What the confirmation of a message about `meta` will say (`None`: state is not durable).
     pub(super) fn confirmation(&self, meta: &ObjectMeta, event_type: EventType) -> Option<Confirm> {
         self.journal.as_ref()?;
-        let uid = match SavedObject::of(meta).uid {
+        let uid = match SavedUid::of(&meta.uid) {
             SavedUid::Uuid(bytes) => OwnedUid::Uuid(bytes),
             SavedUid::Text(text) => OwnedUid::Text(text.into()),
         };

@@ -15,7 +15,10 @@ pub(crate) fn escape_key_token(token: &str, out: &mut String) {
         return;
     }
     // Most names and namespaces need no escape: copied whole (every write builds a key).
-    if token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+    if token
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
         out.push_str(token);
         return;
     }
