@@ -197,12 +197,11 @@ async fn a_paused_holder_never_publishes_after_its_term() {
     let pair = Pair::start(Replica::start).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let last = pair.producer.pause().await;
-    let published = |rv: u64| pair.subscriber.all().iter().any(|r| r.rv >= rv);
-    let deadline = Instant::now() + WAIT;
-    while !published(last) {
-        assert!(Instant::now() < deadline, "change {last} never published");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually_async(
+        &format!("change {last} published by the holder"),
+        || async { pair.subscriber.all().iter().any(|r| r.rv >= last) },
+    )
+    .await;
     let signal = |name: &str| {
         let sent = std::process::Command::new("kill")
             .args([name, &pair.a.process.pid().to_string()])
