@@ -82,7 +82,7 @@ impl Mirror {
         };
         let (ops, receiver) = mpsc::channel(QUEUE);
         let writer = Writer::new(place, metrics.clone(), watch.to_owned());
-        let task = tokio::spawn(writer.run(receiver));
+        let task = tokio::spawn(async move { writer.await.run(receiver).await });
         Mirror {
             ops,
             task: Some(task),

@@ -12,6 +12,15 @@
 //! writes of different keys are, up to `mirror.max_in_flight`. The writer keeps one revision
 //! (a `u64`) per key, under a hash of the key; a collision only costs a refused write and a read.
 //!
+//! # Acknowledgements
+//!
+//! The bucket acknowledges each write to a reply subject of the writer's own: one inbox
+//! subscribed once (`{inbox}.*`), a token per write. The writer reads the acknowledgements from
+//! that subscription and matches them to its writes by token; one timer checks every second for
+//! a write unacknowledged past its deadline, which then counts as failed and is sent again. A
+//! JetStream request future per write would cost a fresh inbox, a oneshot channel, a timer and a
+//! boxed future apiece (docs/performance.md, "Mirror").
+//!
 //! # Repair
 //!
 //! A list begins with [`Op::RepairBegin`]: the writer reads the revision and
@@ -24,21 +33,19 @@
 //! of the resource (whose keys name the version), the bucket equals the list, whatever writes
 //! were lost.
 
-use std::collections::{HashMap, VecDeque};
-use std::future::{Future, IntoFuture};
-use std::pin::Pin;
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
+use async_nats::client::PublishErrorKind;
 use async_nats::header::{SerializedHeaders, SerializedHeadersBuilder};
-use async_nats::jetstream::context::{PublishError, PublishErrorKind};
-use async_nats::jetstream::publish::PublishAck;
-use async_nats::jetstream::{self, consumer, stream};
-use async_nats::{HeaderName, Subject};
+use async_nats::jetstream::{self, consumer, stream, ErrorCode};
+use async_nats::{HeaderName, StatusCode, Subject};
 use bytes::Bytes;
-use futures_util::future::MaybeDone;
 use futures_util::StreamExt;
+use serde::Deserialize;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
+use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 use super::metrics::MirrorMetrics;
 use crate::backoff::{Backoff, NATS_WRITE_RETRY};
@@ -94,14 +101,44 @@ struct Found {
     owner: Option<String>,
 }
 
-type Ack = Pin<Box<dyn Future<Output = Result<PublishAck, PublishError>> + Send>>;
-
+/// A write sent and not yet completed.
 struct Pending {
     write: Write,
     hash: u64,
+    /// The revision it expects the key at.
     expected: u64,
-    ack: MaybeDone<Ack>,
+    /// Its acknowledgement's token ([`Acks`]).
+    token: u64,
+    sent_at: Instant,
+    /// What the bucket answered; `None` until it did, or until the answer is overdue.
+    outcome: Option<Outcome>,
 }
+
+/// The bucket's answer to one write.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    /// Stored: the key's revision now.
+    Stored(u64),
+    /// Refused: the key is not at the revision the write expected.
+    Fenced,
+    /// Not stored: an error, or no answer within [`Acks::timeout`].
+    Failed(String),
+}
+
+/// Where the bucket's answers to this writer's writes arrive: `{inbox}.{token}`, one
+/// subscription to `{inbox}.*`.
+struct Acks {
+    subscriber: async_nats::Subscriber,
+    /// `{inbox}.`
+    prefix: String,
+    next_token: u64,
+    /// How long an answer may take; checked once a second by `watchdog`.
+    timeout: Duration,
+    watchdog: Interval,
+}
+
+/// How often overdue answers are looked for.
+const WATCHDOG_PERIOD: Duration = Duration::from_secs(1);
 
 /// Where the writer writes, and what it owns there.
 pub(crate) struct Place {
@@ -126,6 +163,9 @@ pub(crate) struct Writer {
     ttl: String,
     revisions: HashMap<u64, u64, rustc_hash::FxBuildHasher>,
     in_flight: VecDeque<Pending>,
+    /// The key hashes of `in_flight`.
+    keys_in_flight: HashSet<u64, rustc_hash::FxBuildHasher>,
+    acks: Acks,
     /// During a repair: the keys found at its start and not yet listed.
     snapshot: Option<HashMap<String, Found>>,
     metrics: MirrorMetrics,
@@ -136,12 +176,39 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    pub(crate) fn new(place: Place, metrics: MirrorMetrics, watch: String) -> Writer {
+    /// A writer for `place`, once its acknowledgements' subscription is made (retried until it
+    /// is).
+    pub(crate) async fn new(place: Place, metrics: MirrorMetrics, watch: String) -> Writer {
+        let mut retry = Backoff::new(NATS_WRITE_RETRY);
+        let client = place.context.client();
+        let inbox = client.new_inbox();
+        let subscriber = loop {
+            match client.subscribe(format!("{inbox}.*")).await {
+                Ok(subscriber) => break subscriber,
+                Err(e) => {
+                    let delay = retry.next_delay();
+                    tracing::warn!(watch = %watch, error = %e, retry_in = human(delay), "subscribing to the mirror's acknowledgements failed; retrying");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        };
+        let mut watchdog = tokio::time::interval(WATCHDOG_PERIOD);
+        watchdog.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let acks = Acks {
+            subscriber,
+            prefix: format!("{inbox}."),
+            next_token: 0,
+            // The bucket's requests' timeout.
+            timeout: jetstream::context::traits::TimeoutProvider::timeout(&place.context),
+            watchdog,
+        };
         Writer {
             ttl: format!("{}s", place.delete_marker_ttl.as_secs().max(1)),
             place,
             revisions: HashMap::default(),
             in_flight: VecDeque::new(),
+            keys_in_flight: HashSet::default(),
+            acks,
             snapshot: None,
             metrics,
             retry: Backoff::new(NATS_WRITE_RETRY),
@@ -153,18 +220,17 @@ impl Writer {
     /// Runs until the watch task drops its sender, then completes what is in flight.
     pub(crate) async fn run(mut self, mut ops: mpsc::Receiver<Op>) {
         loop {
-            let has_oldest = !self.in_flight.is_empty();
-            let next = tokio::select! {
+            while self.in_flight.front().is_some_and(|p| p.outcome.is_some()) {
+                self.complete_oldest().await;
+            }
+            let waiting = !self.in_flight.is_empty();
+            tokio::select! {
                 biased;
-                () = oldest_done(&mut self.in_flight), if has_oldest => None,
+                () = self.next_answer(), if waiting => {}
                 op = ops.recv() => match op {
-                    Some(op) => Some(op),
+                    Some(op) => self.handle(op).await,
                     None => break,
                 },
-            };
-            match next {
-                None => self.complete_oldest().await,
-                Some(op) => self.handle(op).await,
             }
         }
         while !self.in_flight.is_empty() {
@@ -290,26 +356,30 @@ impl Writer {
             }
         }
         while self.in_flight.len() >= self.place.max_in_flight
-            || self.in_flight.iter().any(|p| p.hash == hash)
+            || self.keys_in_flight.contains(&hash)
         {
             self.complete_oldest().await;
         }
         let expected = self.revisions.get(&hash).copied().unwrap_or(0);
-        let Some(ack) = self.send(&write, expected).await else {
+        let Some(token) = self.send(&write, expected).await else {
             self.metrics.pending.dec();
             return;
         };
+        self.keys_in_flight.insert(hash);
         self.in_flight.push_back(Pending {
             write,
             hash,
             expected,
-            ack: MaybeDone::Future(ack),
+            token,
+            sent_at: Instant::now(),
+            outcome: None,
         });
     }
 
-    /// Publishes one write, retrying until the client takes it; `None` for a write the server
-    /// can never take (larger than its `max_payload`: logged and counted).
-    async fn send(&mut self, write: &Write, expected: u64) -> Option<Ack> {
+    /// Publishes one write, retrying until the client takes it; its acknowledgement's token, or
+    /// `None` for a write the server can never take (larger than its `max_payload`: logged and
+    /// counted).
+    async fn send(&mut self, write: &Write, expected: u64) -> Option<u64> {
         loop {
             let (headers, payload) = match &write.kind {
                 WriteKind::Put { headers, value } => (
@@ -326,16 +396,24 @@ impl Writer {
                     Bytes::new(),
                 ),
             };
-            let publish = jetstream::message::PublishMessage::build()
-                .payload(payload)
-                .serialized_headers(headers);
+            let token = self.acks.next_token;
+            let reply = reply_subject(&self.acks.prefix, token);
             match self
                 .place
                 .context
-                .send_publish(write.subject.clone(), publish)
+                .client()
+                .publish_with_reply_and_serialized_headers(
+                    write.subject.clone(),
+                    reply,
+                    headers,
+                    payload,
+                )
                 .await
             {
-                Ok(ack) => return Some(ack.into_future()),
+                Ok(()) => {
+                    self.acks.next_token += 1;
+                    return Some(token);
+                }
                 Err(e) if e.kind() == PublishErrorKind::MaxPayloadExceeded => {
                     self.metrics.write_errors.inc();
                     tracing::error!(watch = %self.watch, key = %self.key(write), error = %e, "mirror write larger than the NATS server's max_payload; not written");
@@ -346,62 +424,122 @@ impl Writer {
         }
     }
 
-    /// Takes the oldest write out of the window once acknowledged; a refused one is read and
-    /// written again over an older value, or given up over a newer one.
+    /// Takes the oldest write out of the window once the bucket answered it; a refused one is
+    /// read and written again over an older value, or given up over a newer one; a failed one is
+    /// sent again.
     async fn complete_oldest(&mut self) {
-        oldest_done(&mut self.in_flight).await;
-        let Some(Pending {
-            write,
-            hash,
-            mut expected,
-            mut ack,
-        }) = self.in_flight.pop_front()
-        else {
-            return;
-        };
-        let mut result = Pin::new(&mut ack)
-            .take_output()
-            .unwrap_or_else(|| Err(PublishError::new(PublishErrorKind::Other)));
         loop {
-            match result {
-                Ok(ack) => {
-                    self.revisions.insert(hash, ack.sequence);
-                    match write.kind {
+            let Some(oldest) = self.in_flight.front_mut() else {
+                return;
+            };
+            let Some(outcome) = oldest.outcome.take() else {
+                self.next_answer().await;
+                continue;
+            };
+            let Some(pending) = self.in_flight.pop_front() else {
+                return;
+            };
+            let expected = match outcome {
+                Outcome::Stored(revision) => {
+                    self.revisions.insert(pending.hash, revision);
+                    match pending.write.kind {
                         WriteKind::Put { .. } => self.metrics.puts.inc(),
                         WriteKind::Delete { .. } => self.metrics.deletes.inc(),
                     }
                     self.metrics
                         .write_lag
-                        .observe(write.queued_at.elapsed().as_secs_f64());
+                        .observe(pending.write.queued_at.elapsed().as_secs_f64());
                     self.retry.reset();
-                    break;
+                    self.done(&pending);
+                    return;
                 }
-                Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+                Outcome::Fenced => {
+                    let write = &pending.write;
                     let found = self.read_key(&write.subject).await;
                     let key = &write.subject[self.place.subject_prefix.len()..];
                     if found.as_ref().is_some_and(|f| self.foreign(key, f)) {
                         // Its revision is not kept: the next write to the key is refused too.
-                        break;
+                        self.done(&pending);
+                        return;
                     }
-                    if !supersedes(&write, found.as_ref()) {
-                        self.revisions.insert(hash, found.map_or(0, |f| f.revision));
+                    if !supersedes(write, found.as_ref()) {
+                        self.revisions
+                            .insert(pending.hash, found.map_or(0, |f| f.revision));
                         self.metrics.fenced.inc();
-                        tracing::debug!(watch = %self.watch, key = %self.key(&write), version = %write.version, "mirror write not made: the key holds the same or a newer version");
-                        break;
+                        tracing::debug!(watch = %self.watch, key = %self.key(write), version = %write.version, "mirror write not made: the key holds the same or a newer version");
+                        self.done(&pending);
+                        return;
                     }
-                    expected = found.map_or(0, |f| f.revision);
+                    found.map_or(0, |f| f.revision)
                 }
-                Err(e) => {
+                Outcome::Failed(error) => {
                     self.metrics.write_errors.inc();
-                    self.pause("bucket write not acknowledged", &e).await;
+                    self.pause("bucket write not acknowledged", &error).await;
+                    pending.expected
                 }
-            }
-            match self.send(&write, expected).await {
-                Some(ack) => result = ack.await,
-                None => break,
+            };
+            // Sent again, it stays the oldest.
+            match self.send(&pending.write, expected).await {
+                Some(token) => self.in_flight.push_front(Pending {
+                    expected,
+                    token,
+                    sent_at: Instant::now(),
+                    outcome: None,
+                    ..pending
+                }),
+                None => {
+                    self.done(&pending);
+                    return;
+                }
             }
         }
+    }
+
+    /// A write leaves the window.
+    fn done(&mut self, pending: &Pending) {
+        self.keys_in_flight.remove(&pending.hash);
         self.metrics.pending.dec();
+    }
+
+    /// Waits for the next answer to a write in the window and keeps it with the write: an
+    /// acknowledgement read from the subscription, or the failure of every write whose answer is
+    /// overdue. Cancel-safe.
+    async fn next_answer(&mut self) {
+        // A subscription that ended (the client is gone: kube2nats is stopping) leaves the
+        // watchdog, which fails what is in flight.
+        let message = tokio::select! {
+            biased;
+            Some(message) = self.acks.subscriber.next() => message,
+            _ = self.acks.watchdog.tick() => return self.fail_overdue(),
+        };
+        if let Some((token, outcome)) = read_ack(&self.acks.prefix, &message) {
+            self.record(token, outcome);
+        }
+    }
+
+    /// Every write unanswered for longer than [`Acks::timeout`] failed.
+    fn fail_overdue(&mut self) {
+        let Some(deadline) = Instant::now().checked_sub(self.acks.timeout) else {
+            return;
+        };
+        for pending in &mut self.in_flight {
+            if pending.outcome.is_none() && pending.sent_at <= deadline {
+                let error = format!("no acknowledgement within {}", human(self.acks.timeout));
+                pending.outcome = Some(Outcome::Failed(error));
+            }
+        }
+    }
+
+    /// Keeps the answer `outcome` with the write sent with `token`; an answer to a write no
+    /// longer waiting for one (sent again after a timeout) is dropped.
+    fn record(&mut self, token: u64, outcome: Outcome) {
+        if let Some(pending) = self
+            .in_flight
+            .iter_mut()
+            .find(|p| p.token == token && p.outcome.is_none())
+        {
+            pending.outcome = Some(outcome);
+        }
     }
 
     /// The last message of the key at `subject` (headers only matter); `None` when the key has
@@ -511,17 +649,76 @@ async fn read_keys(
 }
 
 impl Writer {
-    async fn pause(&mut self, what: &str, error: &(dyn std::error::Error + Send + Sync)) {
+    async fn pause(&mut self, what: &str, error: &(dyn std::fmt::Display + Sync)) {
         let delay = self.retry.next_delay();
         tracing::warn!(watch = %self.watch, error = %error, retry_in = human(delay), "{what}; retrying");
         tokio::time::sleep(delay).await;
     }
 }
 
-/// Waits until the oldest write's acknowledgement (or failure) is in; cancel-safe.
-async fn oldest_done(in_flight: &mut VecDeque<Pending>) {
-    if let Some(oldest) = in_flight.front_mut() {
-        (&mut oldest.ack).await;
+/// `{prefix}{token}`: where the answer to the write sent with `token` goes.
+fn reply_subject(prefix: &str, token: u64) -> Subject {
+    let mut digits = [0u8; 20];
+    let mut subject = String::with_capacity(prefix.len() + digits.len());
+    subject.push_str(prefix);
+    subject.push_str(decimal(token, &mut digits));
+    Subject::from(subject)
+}
+
+/// `n` in decimal, written into `digits` without an allocation.
+fn decimal(mut n: u64, digits: &mut [u8; 20]) -> &str {
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&digits[at..]).unwrap_or("0")
+}
+
+/// The token of an answer on the acknowledgements' subscription and what it says; `None` for a
+/// message that is not one (its subject carries no token).
+fn read_ack(prefix: &str, message: &async_nats::Message) -> Option<(u64, Outcome)> {
+    let token = message.subject.strip_prefix(prefix)?.parse().ok()?;
+    Some((token, outcome(message)))
+}
+
+/// A JetStream publish acknowledgement (`{"stream":…,"seq":…}`) or its error
+/// (`{"error":{"err_code":…,"description":…}}`), read without copying the stream's name.
+#[derive(Deserialize)]
+struct AckBody<'a> {
+    seq: Option<u64>,
+    #[serde(borrow)]
+    error: Option<AckError<'a>>,
+}
+
+#[derive(Deserialize)]
+struct AckError<'a> {
+    #[serde(default)]
+    err_code: u64,
+    #[serde(borrow, default)]
+    description: Cow<'a, str>,
+}
+
+fn outcome(message: &async_nats::Message) -> Outcome {
+    if message.status == Some(StatusCode::NO_RESPONDERS) {
+        return Outcome::Failed("no stream answers for the bucket's subjects".to_owned());
+    }
+    match serde_json::from_slice::<AckBody>(&message.payload) {
+        Ok(AckBody {
+            error: Some(error), ..
+        }) if ErrorCode(error.err_code) == ErrorCode::STREAM_WRONG_LAST_SEQUENCE => Outcome::Fenced,
+        Ok(AckBody {
+            error: Some(error), ..
+        }) => Outcome::Failed(format!("{} (error {})", error.description, error.err_code)),
+        Ok(AckBody { seq: Some(seq), .. }) => Outcome::Stored(seq),
+        Ok(AckBody { .. }) | Err(_) => Outcome::Failed(format!(
+            "unreadable acknowledgement: {}",
+            String::from_utf8_lossy(&message.payload)
+        )),
     }
 }
 
@@ -617,18 +814,10 @@ const EXPECTED_LINE_BYTES: usize = 36 + 2 + 20 + 2;
 /// Appends `Nats-Expected-Last-Subject-Sequence`, formatted without an allocation.
 fn append_expected(block: &mut SerializedHeadersBuilder, expected: u64) {
     let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut n = expected;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    let text = std::str::from_utf8(&digits[at..]).unwrap_or("0");
-    let _ = block.append(&EXPECTED_LAST_SUBJECT_SEQUENCE, text);
+    let _ = block.append(
+        &EXPECTED_LAST_SUBJECT_SEQUENCE,
+        decimal(expected, &mut digits),
+    );
 }
 
 #[cfg(test)]
@@ -690,6 +879,70 @@ mod tests {
             "deleted already"
         );
         assert!(!supersedes(&delete("12"), None));
+    }
+
+    fn answer(subject: &str, payload: &str, status: Option<StatusCode>) -> async_nats::Message {
+        async_nats::Message {
+            subject: subject.into(),
+            reply: None,
+            payload: Bytes::copy_from_slice(payload.as_bytes()),
+            headers: None,
+            status,
+            description: None,
+            length: payload.len(),
+        }
+    }
+
+    #[test]
+    fn answers_are_matched_by_token_and_read_as_the_bucket_meant_them() {
+        let prefix = "_INBOX.abc.";
+        assert_eq!(reply_subject(prefix, 0).as_str(), "_INBOX.abc.0");
+        assert_eq!(
+            reply_subject(prefix, u64::MAX).as_str(),
+            "_INBOX.abc.18446744073709551615"
+        );
+        let read = |subject: &str, payload: &str| read_ack(prefix, &answer(subject, payload, None));
+        assert_eq!(
+            read("_INBOX.abc.7", r#"{"stream":"KV_objects","seq":42}"#),
+            Some((7, Outcome::Stored(42)))
+        );
+        assert_eq!(
+            read(
+                "_INBOX.abc.8",
+                r#"{"stream":"KV_objects","domain":"hub","seq":43,"duplicate":true}"#
+            ),
+            Some((8, Outcome::Stored(43)))
+        );
+        assert_eq!(
+            read(
+                "_INBOX.abc.9",
+                r#"{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 3"}}"#
+            ),
+            Some((9, Outcome::Fenced))
+        );
+        assert_eq!(
+            read(
+                "_INBOX.abc.10",
+                r#"{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}"#
+            ),
+            Some((
+                10,
+                Outcome::Failed("maximum messages exceeded (error 10077)".into())
+            ))
+        );
+        assert!(matches!(
+            read("_INBOX.abc.11", "not json"),
+            Some((11, Outcome::Failed(_)))
+        ));
+        assert_eq!(read("_INBOX.other.7", r#"{"seq":1}"#), None, "not ours");
+        assert_eq!(read("_INBOX.abc.x", r#"{"seq":1}"#), None, "no token");
+        assert!(matches!(
+            read_ack(
+                prefix,
+                &answer("_INBOX.abc.12", "", Some(StatusCode::NO_RESPONDERS))
+            ),
+            Some((12, Outcome::Failed(_)))
+        ));
     }
 
     #[test]

@@ -558,6 +558,60 @@ impl Client {
             .send(Command::PublishSerialized {
                 subject,
                 payload,
+                respond: None,
+                headers,
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// As [`Client::publish_with_serialized_headers`], with a subject the receiver may respond
+    /// to. This method does not await for the response: a caller keeping many requests in
+    /// flight reads the responses from one subscription of its own (one wildcard inbox) instead
+    /// of a request future apiece.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), async_nats::Error> {
+    /// use async_nats::header::{SerializedHeaders, NATS_MESSAGE_ID};
+    /// let client = async_nats::connect("demo.nats.io").await?;
+    /// let mut headers = SerializedHeaders::builder(32);
+    /// headers.append(&NATS_MESSAGE_ID, "one")?;
+    /// client
+    ///     .publish_with_reply_and_serialized_headers(
+    ///         "events.data",
+    ///         "replies.1",
+    ///         headers.finish(),
+    ///         "payload".into(),
+    ///     )
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn publish_with_reply_and_serialized_headers<S: ToSubject, R: ToSubject>(
+        &self,
+        subject: S,
+        reply: R,
+        headers: crate::header::SerializedHeaders,
+        payload: Bytes,
+    ) -> Result<(), PublishError> {
+        let subject = self
+            .maybe_validate_publish_subject(subject)
+            .map_err(|e| PublishError::with_source(PublishErrorKind::InvalidSubject, e))?;
+        let reply = self
+            .maybe_validate_publish_subject(reply)
+            .map_err(|e| PublishError::with_source(PublishErrorKind::InvalidSubject, e))?;
+
+        self.check_message_size(headers.len(), payload.len())
+            .map_err(max_payload_error)?;
+
+        self.sender
+            .send(Command::PublishSerialized {
+                subject,
+                payload,
+                respond: Some(reply),
                 headers,
             })
             .await?;

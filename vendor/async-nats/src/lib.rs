@@ -396,6 +396,7 @@ pub(crate) enum Command {
     PublishSerialized {
         subject: Subject,
         payload: Bytes,
+        respond: Option<Subject>,
         headers: header::SerializedHeaders,
     },
     Subscribe {
@@ -976,6 +977,7 @@ impl ConnectionHandler {
             Command::PublishSerialized {
                 subject,
                 payload,
+                respond,
                 headers,
             } => {
                 self.connector
@@ -989,7 +991,7 @@ impl ConnectionHandler {
                 self.connection.enqueue_write_op(&ClientOp::Publish {
                     subject,
                     payload,
-                    respond: None,
+                    respond,
                     headers: Some(header::WireHeaders::Serialized(headers)),
                 });
             }
