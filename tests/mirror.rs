@@ -635,6 +635,68 @@ async fn randomized_kill_9_fault_run_leaves_the_bucket_equal_to_the_api_server_j
     mirror_fault_run("jetstream").await;
 }
 
+/// nats-server killed (-9) and started again under a running, busy mirror: the answers to the
+/// writes in flight are lost with it. Each such write must count as failed once the bucket's
+/// request timeout has passed and be written again; a writer that waited for those answers
+/// forever would hold every later write of their keys. The bucket then equals the API server's
+/// state, the changes made after the restart included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_in_flight_when_nats_dies_are_written_after_it_restarts() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    const POOL: usize = 200;
+    let sim = Arc::new(
+        ApiServer::start(ApiServerOptions {
+            history_limit: 1_000_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap(),
+    );
+    let mut nats = NatsServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(&sim, &nats, dir.path(), "core");
+    let names: Vec<String> = (0..POOL).map(|i| format!("w{i}")).collect();
+    for name in &names {
+        sim.create("pods", Some(NS), pod(name));
+    }
+    let update = |sim: &ApiServer, name: &str, n: u64| {
+        sim.update("pods", Some(NS), name, |o| {
+            o["metadata"]["labels"]["n"] = Value::from(n);
+        });
+    };
+    let daemon = Process::spawn(&config);
+    daemon.line_with(&["mirror repaired"]);
+    // Every pod updated over and over while nats-server is killed: writes are in flight.
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = {
+        let (sim, stop, names) = (sim.clone(), stop.clone(), names.clone());
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                for name in &names {
+                    update(&sim, name, n);
+                }
+                n += 1;
+            }
+            n
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    nats.kill().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let rounds = producer.join().unwrap();
+    nats.restart().await.unwrap();
+    assert!(rounds > 1, "the pods were updated while nats-server died");
+    for name in &names {
+        update(&sim, name, rounds);
+    }
+    let store = bucket(&nats).await;
+    converged(&store, &sim, &names, Duration::from_secs(45)).await;
+    drop(daemon);
+}
+
 /// Delete markers do not pile up: objects created and deleted leave one marker per key, which
 /// the server removes after `mirror.delete_marker_ttl`; the bucket then holds nothing. The number
 /// of objects is `KUBE2NATS_MIRROR_CHURN` (default 2000); the bytes are printed.

@@ -10,6 +10,7 @@
 //! is deleted. So the bucket converges on the API server's state after any fault, and nothing in
 //! kube2nats holds an object body for it: the writer keeps one revision per key.
 
+mod acks;
 pub(crate) mod bucket;
 pub(crate) mod key;
 pub(crate) mod metrics;

@@ -14,12 +14,9 @@
 //!
 //! # Acknowledgements
 //!
-//! The bucket acknowledges each write to a reply subject of the writer's own: one inbox
-//! subscribed once (`{inbox}.*`), a token per write. The writer reads the acknowledgements from
-//! that subscription and matches them to its writes by token; one timer checks every second for
-//! a write unacknowledged past its deadline, which then counts as failed and is sent again. A
-//! JetStream request future per write would cost a fresh inbox, a oneshot channel, a timer and a
-//! boxed future apiece (docs/performance.md, "Mirror").
+//! The bucket answers each write on the writer's own subscription ([`super::acks`]); a write
+//! whose answer is overdue (past the bucket's request timeout) counts as failed and is sent
+//! again, with the revision it expected.
 //!
 //! # Repair
 //!
@@ -33,20 +30,19 @@
 //! of the resource (whose keys name the version), the bucket equals the list, whatever writes
 //! were lost.
 
-use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use async_nats::client::PublishErrorKind;
 use async_nats::header::{SerializedHeaders, SerializedHeadersBuilder};
-use async_nats::jetstream::{self, consumer, stream, ErrorCode};
-use async_nats::{HeaderName, StatusCode, Subject};
+use async_nats::jetstream::{self, consumer, stream};
+use async_nats::{HeaderName, Subject};
 use bytes::Bytes;
 use futures_util::StreamExt;
-use serde::Deserialize;
 use tokio::sync::mpsc;
-use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tokio::time::Instant;
 
+use super::acks::{decimal, Acks, Answer, Outcome};
 use super::metrics::MirrorMetrics;
 use crate::backoff::{Backoff, NATS_WRITE_RETRY};
 use crate::event::ResourceVersion;
@@ -114,32 +110,6 @@ struct Pending {
     outcome: Option<Outcome>,
 }
 
-/// The bucket's answer to one write.
-#[derive(Debug, PartialEq)]
-enum Outcome {
-    /// Stored: the key's revision now.
-    Stored(u64),
-    /// Refused: the key is not at the revision the write expected.
-    Fenced,
-    /// Not stored: an error, or no answer within [`Acks::timeout`].
-    Failed(String),
-}
-
-/// Where the bucket's answers to this writer's writes arrive: `{inbox}.{token}`, one
-/// subscription to `{inbox}.*`.
-struct Acks {
-    subscriber: async_nats::Subscriber,
-    /// `{inbox}.`
-    prefix: String,
-    next_token: u64,
-    /// How long an answer may take; checked once a second by `watchdog`.
-    timeout: Duration,
-    watchdog: Interval,
-}
-
-/// How often overdue answers are looked for.
-const WATCHDOG_PERIOD: Duration = Duration::from_secs(1);
-
 /// Where the writer writes, and what it owns there.
 pub(crate) struct Place {
     pub(crate) context: jetstream::Context,
@@ -179,29 +149,9 @@ impl Writer {
     /// A writer for `place`, once its acknowledgements' subscription is made (retried until it
     /// is).
     pub(crate) async fn new(place: Place, metrics: MirrorMetrics, watch: String) -> Writer {
-        let mut retry = Backoff::new(NATS_WRITE_RETRY);
-        let client = place.context.client();
-        let inbox = client.new_inbox();
-        let subscriber = loop {
-            match client.subscribe(format!("{inbox}.*")).await {
-                Ok(subscriber) => break subscriber,
-                Err(e) => {
-                    let delay = retry.next_delay();
-                    tracing::warn!(watch = %watch, error = %e, retry_in = human(delay), "subscribing to the mirror's acknowledgements failed; retrying");
-                    tokio::time::sleep(delay).await;
-                }
-            }
-        };
-        let mut watchdog = tokio::time::interval(WATCHDOG_PERIOD);
-        watchdog.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let acks = Acks {
-            subscriber,
-            prefix: format!("{inbox}."),
-            next_token: 0,
-            // The bucket's requests' timeout.
-            timeout: jetstream::context::traits::TimeoutProvider::timeout(&place.context),
-            watchdog,
-        };
+        // The bucket's requests' timeout.
+        let timeout = jetstream::context::traits::TimeoutProvider::timeout(&place.context);
+        let acks = Acks::subscribe(&place.context.client(), &watch, timeout).await;
         Writer {
             ttl: format!("{}s", place.delete_marker_ttl.as_secs().max(1)),
             place,
@@ -396,8 +346,7 @@ impl Writer {
                     Bytes::new(),
                 ),
             };
-            let token = self.acks.next_token;
-            let reply = reply_subject(&self.acks.prefix, token);
+            let (token, reply) = self.acks.next_reply();
             match self
                 .place
                 .context
@@ -410,10 +359,7 @@ impl Writer {
                 )
                 .await
             {
-                Ok(()) => {
-                    self.acks.next_token += 1;
-                    return Some(token);
-                }
+                Ok(()) => return Some(token),
                 Err(e) if e.kind() == PublishErrorKind::MaxPayloadExceeded => {
                     self.metrics.write_errors.inc();
                     tracing::error!(watch = %self.watch, key = %self.key(write), error = %e, "mirror write larger than the NATS server's max_payload; not written");
@@ -477,6 +423,9 @@ impl Writer {
                     self.pause("bucket write not acknowledged", &error).await;
                     pending.expected
                 }
+                // The timeout was the wait: a window of writes whose answers a lost connection
+                // took with it goes again at once, not a back-off apiece.
+                Outcome::Unanswered => pending.expected,
             };
             // Sent again, it stays the oldest.
             match self.send(&pending.write, expected).await {
@@ -505,28 +454,27 @@ impl Writer {
     /// acknowledgement read from the subscription, or the failure of every write whose answer is
     /// overdue. Cancel-safe.
     async fn next_answer(&mut self) {
-        // A subscription that ended (the client is gone: kube2nats is stopping) leaves the
-        // watchdog, which fails what is in flight.
-        let message = tokio::select! {
-            biased;
-            Some(message) = self.acks.subscriber.next() => message,
-            _ = self.acks.watchdog.tick() => return self.fail_overdue(),
-        };
-        if let Some((token, outcome)) = read_ack(&self.acks.prefix, &message) {
-            self.record(token, outcome);
+        match self.acks.next().await {
+            Answer::Ack(token, outcome) => self.record(token, outcome),
+            Answer::Watchdog => self.fail_overdue(),
         }
     }
 
     /// Every write unanswered for longer than [`Acks::timeout`] failed.
     fn fail_overdue(&mut self) {
-        let Some(deadline) = Instant::now().checked_sub(self.acks.timeout) else {
+        let Some(deadline) = Instant::now().checked_sub(self.acks.timeout()) else {
             return;
         };
+        let mut overdue = 0;
         for pending in &mut self.in_flight {
             if pending.outcome.is_none() && pending.sent_at <= deadline {
-                let error = format!("no acknowledgement within {}", human(self.acks.timeout));
-                pending.outcome = Some(Outcome::Failed(error));
+                pending.outcome = Some(Outcome::Unanswered);
+                overdue += 1;
             }
+        }
+        if overdue > 0 {
+            self.metrics.write_errors.inc_by(overdue);
+            tracing::warn!(watch = %self.watch, writes = overdue, timeout = human(self.acks.timeout()), "mirror writes not acknowledged in time; writing them again");
         }
     }
 
@@ -653,72 +601,6 @@ impl Writer {
         let delay = self.retry.next_delay();
         tracing::warn!(watch = %self.watch, error = %error, retry_in = human(delay), "{what}; retrying");
         tokio::time::sleep(delay).await;
-    }
-}
-
-/// `{prefix}{token}`: where the answer to the write sent with `token` goes.
-fn reply_subject(prefix: &str, token: u64) -> Subject {
-    let mut digits = [0u8; 20];
-    let mut subject = String::with_capacity(prefix.len() + digits.len());
-    subject.push_str(prefix);
-    subject.push_str(decimal(token, &mut digits));
-    Subject::from(subject)
-}
-
-/// `n` in decimal, written into `digits` without an allocation.
-fn decimal(mut n: u64, digits: &mut [u8; 20]) -> &str {
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    std::str::from_utf8(&digits[at..]).unwrap_or("0")
-}
-
-/// The token of an answer on the acknowledgements' subscription and what it says; `None` for a
-/// message that is not one (its subject carries no token).
-fn read_ack(prefix: &str, message: &async_nats::Message) -> Option<(u64, Outcome)> {
-    let token = message.subject.strip_prefix(prefix)?.parse().ok()?;
-    Some((token, outcome(message)))
-}
-
-/// A JetStream publish acknowledgement (`{"stream":…,"seq":…}`) or its error
-/// (`{"error":{"err_code":…,"description":…}}`), read without copying the stream's name.
-#[derive(Deserialize)]
-struct AckBody<'a> {
-    seq: Option<u64>,
-    #[serde(borrow)]
-    error: Option<AckError<'a>>,
-}
-
-#[derive(Deserialize)]
-struct AckError<'a> {
-    #[serde(default)]
-    err_code: u64,
-    #[serde(borrow, default)]
-    description: Cow<'a, str>,
-}
-
-fn outcome(message: &async_nats::Message) -> Outcome {
-    if message.status == Some(StatusCode::NO_RESPONDERS) {
-        return Outcome::Failed("no stream answers for the bucket's subjects".to_owned());
-    }
-    match serde_json::from_slice::<AckBody>(&message.payload) {
-        Ok(AckBody {
-            error: Some(error), ..
-        }) if ErrorCode(error.err_code) == ErrorCode::STREAM_WRONG_LAST_SEQUENCE => Outcome::Fenced,
-        Ok(AckBody {
-            error: Some(error), ..
-        }) => Outcome::Failed(format!("{} (error {})", error.description, error.err_code)),
-        Ok(AckBody { seq: Some(seq), .. }) => Outcome::Stored(seq),
-        Ok(AckBody { .. }) | Err(_) => Outcome::Failed(format!(
-            "unreadable acknowledgement: {}",
-            String::from_utf8_lossy(&message.payload)
-        )),
     }
 }
 
@@ -879,70 +761,6 @@ mod tests {
             "deleted already"
         );
         assert!(!supersedes(&delete("12"), None));
-    }
-
-    fn answer(subject: &str, payload: &str, status: Option<StatusCode>) -> async_nats::Message {
-        async_nats::Message {
-            subject: subject.into(),
-            reply: None,
-            payload: Bytes::copy_from_slice(payload.as_bytes()),
-            headers: None,
-            status,
-            description: None,
-            length: payload.len(),
-        }
-    }
-
-    #[test]
-    fn answers_are_matched_by_token_and_read_as_the_bucket_meant_them() {
-        let prefix = "_INBOX.abc.";
-        assert_eq!(reply_subject(prefix, 0).as_str(), "_INBOX.abc.0");
-        assert_eq!(
-            reply_subject(prefix, u64::MAX).as_str(),
-            "_INBOX.abc.18446744073709551615"
-        );
-        let read = |subject: &str, payload: &str| read_ack(prefix, &answer(subject, payload, None));
-        assert_eq!(
-            read("_INBOX.abc.7", r#"{"stream":"KV_objects","seq":42}"#),
-            Some((7, Outcome::Stored(42)))
-        );
-        assert_eq!(
-            read(
-                "_INBOX.abc.8",
-                r#"{"stream":"KV_objects","domain":"hub","seq":43,"duplicate":true}"#
-            ),
-            Some((8, Outcome::Stored(43)))
-        );
-        assert_eq!(
-            read(
-                "_INBOX.abc.9",
-                r#"{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 3"}}"#
-            ),
-            Some((9, Outcome::Fenced))
-        );
-        assert_eq!(
-            read(
-                "_INBOX.abc.10",
-                r#"{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}"#
-            ),
-            Some((
-                10,
-                Outcome::Failed("maximum messages exceeded (error 10077)".into())
-            ))
-        );
-        assert!(matches!(
-            read("_INBOX.abc.11", "not json"),
-            Some((11, Outcome::Failed(_)))
-        ));
-        assert_eq!(read("_INBOX.other.7", r#"{"seq":1}"#), None, "not ours");
-        assert_eq!(read("_INBOX.abc.x", r#"{"seq":1}"#), None, "no token");
-        assert!(matches!(
-            read_ack(
-                prefix,
-                &answer("_INBOX.abc.12", "", Some(StatusCode::NO_RESPONDERS))
-            ),
-            Some((12, Outcome::Failed(_)))
-        ));
     }
 
     #[test]
