@@ -68,7 +68,7 @@ use std::future::Future;
 use tokio::time::Instant;
 
 use crate::budget::Charge;
-use crate::event::{EventType, ObjectMeta};
+use crate::event::{EventType, ObjectMeta, ResourceVersion};
 use crate::mirror::MirrorKey;
 use crate::publish::OutMessage;
 use crate::state::Presence;
@@ -149,7 +149,7 @@ impl<S: Sink, L: Log, M: MirrorSink> Delivery<S, L, M> {
 
     /// The line is handled: every event up to `position` has its messages made (`None`: no
     /// consistent position). Whatever of the line's charge no message took is given back.
-    pub(crate) fn line_done(&mut self, position: Option<&str>) {
+    pub(crate) fn line_done(&mut self, position: Option<&ResourceVersion>) {
         self.staged.reached(position);
         self.out.line = Charge::none();
     }

@@ -38,10 +38,7 @@ pub(super) struct Staged<L> {
     lowest: VecDeque<u64>,
     /// Watch positions not yet confirmed: each with how many messages were made when it was
     /// reached.
-    positions: VecDeque<(u64, String)>,
-    /// The texts of positions confirmed, emptied, for `positions` to use again: a busy stream
-    /// reaches a new position with every event.
-    spare_positions: Vec<String>,
+    positions: VecDeque<(u64, ResourceVersion)>,
 }
 
 /// A message held back, and the journal position whose record must be stored before it goes
@@ -98,16 +95,6 @@ impl Confirm {
     }
 }
 
-/// Keeps `text` for a later position; 256 at most (more positions in flight than that are
-/// rare, and their texts are freed).
-fn spare(spares: &mut Vec<String>, mut text: String) {
-    const KEPT: usize = 256;
-    if spares.len() < KEPT {
-        text.clear();
-        spares.push(text);
-    }
-}
-
 impl<L: Log> Staged<L> {
     pub(super) fn new() -> Staged<L> {
         Staged {
@@ -117,7 +104,6 @@ impl<L: Log> Staged<L> {
             sent: VecDeque::new(),
             lowest: VecDeque::new(),
             positions: VecDeque::new(),
-            spare_positions: Vec::new(),
         }
     }
 
@@ -144,22 +130,13 @@ impl<L: Log> Staged<L> {
 
     /// Every event up to `position` has been handled (its messages made): confirmed once they
     /// are settled. `None`: no consistent position (a list is under way).
-    pub(super) fn reached(&mut self, position: Option<&str>) {
+    pub(super) fn reached(&mut self, position: Option<&ResourceVersion>) {
         let (Some(position), Some(_)) = (position, &self.journal) else {
             return;
         };
         match self.positions.back_mut() {
-            Some((made, last)) if *made == self.made => {
-                if last != position {
-                    last.clear();
-                    last.push_str(position);
-                }
-            }
-            _ => {
-                let mut text = self.spare_positions.pop().unwrap_or_default();
-                text.push_str(position);
-                self.positions.push_back((self.made, text));
-            }
+            Some((made, last)) if *made == self.made => *last = position.clone(),
+            _ => self.positions.push_back((self.made, position.clone())),
         }
     }
 
@@ -194,14 +171,10 @@ impl<L: Log> Staged<L> {
             .front()
             .is_some_and(|(made, _)| *made <= watermark)
         {
-            if let Some((_, passed)) = std::mem::replace(&mut confirmed, self.positions.pop_front())
-            {
-                spare(&mut self.spare_positions, passed);
-            }
+            confirmed = self.positions.pop_front();
         }
         if let Some((_, position)) = confirmed {
-            journal.confirm_position(&position);
-            spare(&mut self.spare_positions, position);
+            journal.confirm_position(position.as_str());
         }
     }
 

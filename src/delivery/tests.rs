@@ -415,7 +415,7 @@ fn confirmed_position_never_covers_unsettled() {
     let mut rig = Rig::new();
     rig.event("a", 1, EventType::Added, true);
     rig.event("b", 2, EventType::Modified, false);
-    rig.delivery.line_done(Some("2"));
+    rig.delivery.line_done(Some(&ResourceVersion::new("2")));
     assert_eq!(rig.taken(), tags(&["b2"]));
     rig.ack(0);
     assert!(
@@ -437,11 +437,11 @@ fn confirmed_position_never_covers_unsettled() {
 fn out_of_order_acks_confirm_in_order() {
     let mut rig = Rig::new();
     rig.event("a", 1, EventType::Added, true);
-    rig.delivery.line_done(Some("1"));
+    rig.delivery.line_done(Some(&ResourceVersion::new("1")));
     rig.event("b", 2, EventType::Modified, false);
-    rig.delivery.line_done(Some("2"));
+    rig.delivery.line_done(Some(&ResourceVersion::new("2")));
     rig.event("c", 3, EventType::Modified, false);
-    rig.delivery.line_done(Some("3"));
+    rig.delivery.line_done(Some(&ResourceVersion::new("3")));
     run(rig.delivery.begin_write());
     rig.store_write();
     // Sink order: b2 (0), c3 (1), a1 (2); a1 was made first.
@@ -459,9 +459,9 @@ fn out_of_order_acks_confirm_in_order() {
 fn position_follows_the_lowest_unsettled_message() {
     let mut rig = Rig::new();
     rig.event("a", 1, EventType::Added, true);
-    rig.delivery.line_done(Some("1"));
+    rig.delivery.line_done(Some(&ResourceVersion::new("1")));
     rig.event("b", 2, EventType::Modified, false);
-    rig.delivery.line_done(Some("2"));
+    rig.delivery.line_done(Some(&ResourceVersion::new("2")));
     run(rig.delivery.begin_write());
     rig.store_write();
     assert_eq!(rig.taken(), tags(&["b2", "a1"]));
@@ -504,13 +504,13 @@ fn cancelled_submit_keeps_counts() {
         let mut submit = pin!(rig.delivery.submit(message, route));
         assert!(poll_once(submit.as_mut()).is_pending());
     }
-    rig.delivery.line_done(Some("5"));
+    rig.delivery.line_done(Some(&ResourceVersion::new("5")));
     assert_eq!(rig.taken(), tags(&["b5"]));
     assert!(rig.positions().is_empty(), "b5 is not acknowledged");
     assert_eq!(rig.budget.used(), rig.sink_bytes());
     rig.sink.borrow_mut().blocked = false;
     rig.event("c", 6, EventType::Modified, false);
-    rig.delivery.line_done(Some("6"));
+    rig.delivery.line_done(Some(&ResourceVersion::new("6")));
     rig.ack(1);
     assert!(rig.positions().is_empty(), "b5 is not acknowledged");
     rig.ack(0);
@@ -525,7 +525,7 @@ fn cancelled_submit_keeps_counts() {
 fn cancelled_idle_wait_keeps_counts() {
     let mut rig = Rig::new();
     rig.event("a", 1, EventType::Added, true);
-    rig.delivery.line_done(Some("1"));
+    rig.delivery.line_done(Some(&ResourceVersion::new("1")));
     run(rig.delivery.begin_write());
     {
         let (mut written, mut flush) = {

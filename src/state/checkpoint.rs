@@ -33,8 +33,9 @@ pub(super) fn chunk_key(target: &str, slot: Slot, index: u32) -> String {
 pub(crate) struct Checkpoints {
     pub(super) interval: Duration,
     pub(super) next_due: Instant,
-    /// The version up to which every event has been handed to the outbox.
-    pub(super) version: String,
+    /// The version up to which every event has been handed to the outbox (`None` before
+    /// anything was handled).
+    pub(super) version: Option<ResourceVersion>,
     /// False while a list is half-way: the memory is then neither the old state nor the new.
     pub(super) consistent: bool,
     pub(super) objects_changed: bool,
@@ -54,15 +55,14 @@ impl Checkpoints {
 
     /// Every event up to `version` has been handed to the outbox.
     pub(crate) fn advanced(&mut self, version: &ResourceVersion) {
-        self.version.clear();
-        self.version.push_str(version.as_str());
+        self.version = Some(version.clone());
         self.consistent = true;
     }
 
     /// The version up to which every event has been handed to the outbox; `None` while a list
     /// is half-way (or before anything was handled).
-    pub(crate) fn position(&self) -> Option<&str> {
-        (self.consistent && !self.version.is_empty()).then_some(self.version.as_str())
+    pub(crate) fn position(&self) -> Option<&ResourceVersion> {
+        self.version.as_ref().filter(|_| self.consistent)
     }
 
     /// A list began: until it completes there is no point to checkpoint.
@@ -93,7 +93,8 @@ impl Checkpoints {
         // state durable again (see `super::durability`).
         let restores = self.metrics.durability.journal_suspended();
         self.objects_changed |= restores;
-        let version_moved = self.saved_version.as_deref() != Some(self.version.as_str());
+        let version = self.version.as_ref().map_or("", ResourceVersion::as_str);
+        let version_moved = self.saved_version.as_deref() != Some(version);
         if !self.objects_changed && !version_moved {
             if mailbox.is_idle() {
                 self.metrics.current();
@@ -113,12 +114,12 @@ impl Checkpoints {
         });
         mailbox.post(Job {
             snapshot,
-            version: self.version.clone(),
+            version: version.to_owned(),
             journal: journal.map(Journal::mark).unwrap_or_default(),
             restores,
         });
         self.objects_changed = false;
-        self.saved_version = Some(self.version.clone());
+        self.saved_version = Some(version.to_owned());
     }
 
     /// Waits until the writer has written the last snapshot (or given up on it).

@@ -373,7 +373,7 @@ impl TargetState {
         Checkpoints {
             interval: self.checkpoint_interval,
             next_due: Instant::now() + self.checkpoint_interval,
-            version: String::new(),
+            version: None,
             consistent: false,
             objects_changed: saved_version.is_none(),
             saved_version,

@@ -11,7 +11,6 @@
 
 use super::machine::{Unserved, VersionMove};
 use super::WatchTask;
-use crate::event::ResourceVersion;
 use crate::publish::message::Synthesis;
 use crate::state::Checkpoints;
 use crate::telemetry::logging::human;
@@ -26,7 +25,7 @@ impl WatchTask {
         let deleted = vanished.len();
         // No list tells when they went: the deletions carry the newest version the watch saw,
         // never older than a message already published about them (see `publish_vanished`).
-        let seen = checkpoints.position().map(ResourceVersion::new);
+        let seen = checkpoints.position().cloned();
         for gone in vanished {
             let by = seen
                 .clone()
