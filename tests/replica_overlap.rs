@@ -141,7 +141,7 @@ async fn a_slow_read_of_the_lease_never_makes_two_publishers() {
 
 /// The Lease is deleted while `a` holds it. `a` finds it gone at its next renewal and stops
 /// publishing at once; `b`, which saw `a` hold it, creates a new one only once a lease duration
-/// has passed since it last saw `a`'s record change. Whoever holds it next starts after `a`
+/// has passed since it first found the Lease missing. Whoever holds it next starts after `a`
 /// stopped. Before, `b` created it at once and both published until `a`'s next renewal failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_deleted_while_held_never_makes_two_publishers() {

@@ -7,9 +7,10 @@
 //!   held until `leaseDurationSeconds` (the record's) have passed since then without a change.
 //!   That instant is taken when the read has returned (client-go's `observedTime`), never before
 //!   it was sent: a slow read may carry a renewal made long after it was sent.
-//! - A Lease deleted while held is not free: a replica that saw a holder less than a lease
-//!   duration ago waits that out before creating a new one, and the holder that finds its Lease
-//!   gone ends its term at once (docs/replicas.md).
+//! - A Lease deleted while held is not free: a replica that has seen a holder waits a lease
+//!   duration from when it first found the Lease missing before creating a new one (the holder
+//!   renewed before the deletion, so its term ends within its renew deadline of that), and the
+//!   holder that finds its Lease gone ends its term at once (docs/replicas.md).
 //! - Identities are unique per process: the pod name (or the hostname) plus a random suffix, so
 //!   two processes with one hostname never both believe they hold the Lease.
 //! - Every write is a compare-and-swap on `metadata.resourceVersion` (409 → read again), so of two
@@ -180,8 +181,9 @@ enum Attempt {
     Held,
     /// Another replica holds a Lease that has not expired.
     HeldBy(String),
-    /// The Lease is gone, deleted less than a lease duration after this replica last saw it held
-    /// (by itself or another): its holder may still be publishing, so nobody creates it yet.
+    /// The Lease is gone, and this replica saw it held (by itself or another) when it last saw
+    /// it: its holder may still be publishing, so nobody creates it until a lease duration after
+    /// it was first found missing.
     Deleted,
 }
 
@@ -201,6 +203,8 @@ pub(crate) struct Elector {
     identity: String,
     config: LeaderElectionConfig,
     observed: Option<Observed>,
+    /// When this replica first found the Lease missing, since it last found it there.
+    missing_since: Option<Instant>,
     metrics: LeaderMetrics,
     /// The term's deadline, for the publishers ([`clock`]).
     clock: TermClock,
@@ -219,6 +223,7 @@ impl Elector {
             identity: candidate.identity,
             config,
             observed: None,
+            missing_since: None,
             metrics,
             clock: TermClock::ended(),
         }
@@ -391,13 +396,15 @@ impl Elector {
             }
         }
         let Some(current) = self.api.get().await? else {
-            if self.saw_holder(now) {
+            let missing_since = *self.missing_since.get_or_insert_with(Instant::now);
+            if self.may_still_be_held(missing_since, Instant::now()) {
                 return Ok(Attempt::Deleted);
             }
             let record = self.first_record(&wall);
             let lease = self.api.create(&record).await?;
             return Ok(self.wrote(lease, now));
         };
+        self.missing_since = None;
         // client-go's observedTime: when the read returned. The record may have been written at
         // any moment while the request was on its way, so the instant before sending it could
         // be long before the holder's renewal and end its lease early here.
@@ -478,6 +485,7 @@ impl Elector {
     }
 
     fn wrote(&mut self, lease: Lease, at: Instant) -> Attempt {
+        self.missing_since = None;
         self.observed = Some(Observed {
             lease,
             changed_at: at,
@@ -491,13 +499,20 @@ impl Elector {
             .is_some_and(|o| o.lease.record.holder_identity == self.identity)
     }
 
-    /// Whether the record last seen names a holder and is still in force by the local clock: a
-    /// missing Lease is then only deleted, not free.
-    fn saw_holder(&self, now: Instant) -> bool {
-        self.observed
-            .as_ref()
-            .is_some_and(|o| !o.lease.record.holder_identity.is_empty())
-            && self.lease_valid(now)
+    /// Whether a Lease found missing since `missing_since` may still be held: the record last
+    /// seen named a holder, and a lease duration (its own) has not passed since the Lease was
+    /// first found missing. The holder's last renewal came before the deletion, so its term ends
+    /// within the renew deadline of that, before then. Counted from when this replica last saw
+    /// the record change instead, a standby whose reads had stopped (a process starved of CPU
+    /// for a lease duration) would take a Lease deleted while it was not looking at once, beside
+    /// a holder that renews until its next attempt. A replica that never saw the Lease takes a
+    /// missing one at once, as client-go does (docs/replicas.md).
+    fn may_still_be_held(&self, missing_since: Instant, now: Instant) -> bool {
+        self.observed.as_ref().is_some_and(|o| {
+            let seconds = o.lease.record.lease_duration_seconds.max(0) as u64;
+            !o.lease.record.holder_identity.is_empty()
+                && now < missing_since + Duration::from_secs(seconds)
+        })
     }
 
     /// Whether the record last seen is still in force by the local clock.

@@ -252,9 +252,9 @@ async fn a_slow_read_counts_the_lease_from_when_it_returned() {
 
 /// The Lease is deleted while held (by a person, or a namespace clean-up racing a rollout). The
 /// holder finds it gone at its next renewal and ends its term at once; the standby, which saw the
-/// holder, does not create a new Lease until a lease duration has passed since it last saw the
-/// holder's record change. So no term starts before the holder's has ended, and the Lease is held
-/// again afterwards. Before, the standby created it at once and led while the holder kept
+/// holder, does not create a new Lease until a lease duration has passed since it first found it
+/// missing. So no term starts before the holder's has ended, and the Lease is held again
+/// afterwards. Before, the standby created it at once and led while the holder kept
 /// publishing until its next renewal failed, or the holder recreated it and kept its term.
 #[tokio::test]
 async fn a_lease_deleted_while_held_is_waited_out_and_ends_the_holders_term() {
@@ -295,6 +295,73 @@ async fn a_lease_deleted_while_held_is_waited_out_and_ends_the_holders_term() {
     assert!(
         after >= LEASE - Duration::from_millis(600),
         "the Lease was created again {after:?} after its deletion, before the holder's lease ran out"
+    );
+    shutdown.cancel();
+}
+
+/// A standby whose reads stopped for longer than a lease duration (its process starved of CPU,
+/// its requests held by a partition) finds, at its first read after, the Lease deleted meanwhile:
+/// it does not take it at once, since the holder renews until its next attempt (a retry period
+/// after its last), but a lease duration from when it found it missing. Counted from when it last
+/// saw the holder's record change, the wait was over before it began: it took the Lease at its
+/// next attempt and led beside the holder until the holder's next renewal.
+#[tokio::test]
+async fn a_standby_that_stopped_reading_waits_out_a_lease_deleted_meanwhile() {
+    let sim = Arc::new(ApiServer::start(ApiServerOptions::default()).await.unwrap());
+    sim.set_valid_tokens(&["test-token", "standby-token"]);
+    let shutdown = CancellationToken::new();
+    // The holder renews every 1.5 s; the standby tries every 0.2 s.
+    let slow_renewals = LeaderElectionConfig {
+        retry_period: Duration::from_millis(1500),
+        ..short()
+    };
+    let mut holder = run(&sim, "holder", slow_renewals, shutdown.clone());
+    assert!(matches!(
+        next(&mut holder, WAIT).await,
+        Some(Term::Started(_))
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let standby_token = token_file(dir.path(), "standby-token");
+    let standby_client = client(&sim, Some(standby_token), Duration::from_secs(60));
+    let mut standby = run_with(standby_client, "standby", short(), shutdown.clone());
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    sim.cut_off("standby-token");
+    tokio::time::sleep(LEASE + Duration::from_millis(500)).await;
+    // Right after one of the holder's renewals, so its next comes a retry period later.
+    let renew_time = |sim: &ApiServer| {
+        sim.get("leases", Some("default"), "kube2nats")
+            .map(|lease| lease["spec"]["renewTime"].clone())
+    };
+    let renewed = renew_time(&sim);
+    let deadline = Instant::now() + WAIT;
+    while renew_time(&sim) == renewed {
+        assert!(Instant::now() < deadline, "the holder stopped renewing");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    sim.delete("leases", Some("default"), "kube2nats")
+        .expect("the Lease exists");
+    let deleted = Instant::now();
+    sim.reconnect("standby-token");
+    let Some(Term::Lost(lost)) = next(&mut holder, WAIT).await else {
+        panic!("the holder kept its term after its Lease was deleted");
+    };
+    let next_term = tokio::select! {
+        t = next(&mut holder, WAIT) => t,
+        t = next(&mut standby, WAIT) => t,
+    };
+    let Some(Term::Started(started)) = next_term else {
+        panic!("nobody took the Lease again");
+    };
+    eprintln!(
+        "deleted while the standby was not reading: the holder ended its term {:?} after the deletion, the next began {:?} after it",
+        lost.duration_since(deleted),
+        started.duration_since(deleted)
+    );
+    assert!(
+        started > lost,
+        "a term started {:?} after the deletion, before the holder's ended ({:?} after it)",
+        started.duration_since(deleted),
+        lost.duration_since(deleted)
     );
     shutdown.cancel();
 }
