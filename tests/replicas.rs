@@ -693,28 +693,23 @@ async fn three_replicas_under_repeated_faults(mode: &'static str) {
             },
         });
         // The old holder comes back as a standby, as its pod's container would.
-        match fault {
-            Fault::Kill => {
-                let old = std::mem::replace(
-                    &mut replicas[holder],
-                    start_replica(&mut rng, &sim, &nats, names[holder], mode),
-                );
-                ended.push((names[holder], old));
-            }
+        let restarted = match fault {
+            Fault::Kill => true,
             Fault::Terminate => {
                 let old = &mut replicas[holder];
                 let (code, _) =
                     tokio::task::block_in_place(|| old.process.wait_exit(Duration::from_secs(10)));
                 assert_eq!(code, Some(0), "seed {seed} round {round}: SIGTERM exit");
-                let old = std::mem::replace(
-                    &mut replicas[holder],
-                    start_replica(&mut rng, &sim, &nats, names[holder], mode),
-                );
-                ended.push((names[holder], old));
+                true
             }
             Fault::CutOff | Fault::SlowRead | Fault::DeleteLease => {
-                sim.reconnect(&Replica::token(names[holder]))
+                sim.reconnect(&Replica::token(names[holder]));
+                false
             }
+        };
+        if restarted {
+            let new = start_replica(&mut rng, &sim, &nats, names[holder], mode);
+            ended.push((names[holder], std::mem::replace(&mut replicas[holder], new)));
         }
         gauges.replace(holder, replicas[holder].port);
         holder = next;

@@ -175,6 +175,13 @@ struct Observed {
     changed_at: Instant,
 }
 
+impl Observed {
+    /// How long the record seen holds once written: its own `leaseDurationSeconds`.
+    fn lease_duration(&self) -> Duration {
+        Duration::from_secs(self.lease.record.lease_duration_seconds.max(0) as u64)
+    }
+}
+
 /// How one attempt to acquire or renew ended.
 enum Attempt {
     /// This replica holds the Lease; it wrote the record at the instant given.
@@ -396,8 +403,9 @@ impl Elector {
             }
         }
         let Some(current) = self.api.get().await? else {
-            let missing_since = *self.missing_since.get_or_insert_with(Instant::now);
-            if self.may_still_be_held(missing_since, Instant::now()) {
+            let seen = Instant::now();
+            let missing_since = *self.missing_since.get_or_insert(seen);
+            if self.may_still_be_held(missing_since, seen) {
                 return Ok(Attempt::Deleted);
             }
             let record = self.first_record(&wall);
@@ -509,18 +517,15 @@ impl Elector {
     /// missing one at once, as client-go does (docs/replicas.md).
     fn may_still_be_held(&self, missing_since: Instant, now: Instant) -> bool {
         self.observed.as_ref().is_some_and(|o| {
-            let seconds = o.lease.record.lease_duration_seconds.max(0) as u64;
-            !o.lease.record.holder_identity.is_empty()
-                && now < missing_since + Duration::from_secs(seconds)
+            !o.lease.record.holder_identity.is_empty() && now < missing_since + o.lease_duration()
         })
     }
 
     /// Whether the record last seen is still in force by the local clock.
     fn lease_valid(&self, now: Instant) -> bool {
-        self.observed.as_ref().is_some_and(|o| {
-            let seconds = o.lease.record.lease_duration_seconds.max(0) as u64;
-            o.changed_at + Duration::from_secs(seconds) > now
-        })
+        self.observed
+            .as_ref()
+            .is_some_and(|o| o.changed_at + o.lease_duration() > now)
     }
 
     /// client-go's `wait.JitterUntil(…, RetryPeriod, JitterFactor, …)`: spreads standbys apart.
